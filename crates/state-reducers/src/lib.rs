@@ -1,0 +1,2 @@
+//! ThreadState fields, the message model and the merge rules of the antler kernel.
+#![warn(missing_docs)]
