@@ -151,8 +151,9 @@ struct Accumulator {
     /// Previous position carrying the same id (`NONE` if none): lets a
     /// removal reach every duplicate of an id without scanning the list.
     prev_same: Vec<usize>,
-    /// id → latest live position, hashed by id, compared through `items`.
-    index: HashTable<usize>,
+    /// id → latest live position, compared through `items`. Each entry keeps
+    /// its hash so that growing the table never touches the messages.
+    index: HashTable<(u64, usize)>,
     hasher: DefaultHashBuilder,
     live: usize,
     any_dead: bool,
@@ -183,7 +184,7 @@ impl Accumulator {
     /// Replaces the whole list (state load, or the remove-all path).
     fn reset(&mut self, items: Vec<Message>) {
         self.index.clear();
-        self.index.reserve(items.len(), |_| 0);
+        self.index.reserve(items.len(), |&(h, _)| h);
         self.dead = vec![false; items.len()];
         self.prev_same = Vec::with_capacity(items.len());
         self.items = Vec::new();
@@ -204,8 +205,10 @@ impl Accumulator {
     fn find(&self, id: &str) -> Option<usize> {
         let items = &self.items;
         self.index
-            .find(self.hash_id(id), |&p| items[p].id.as_deref() == Some(id))
-            .copied()
+            .find(self.hash_id(id), |&(_, p)| {
+                items[p].id.as_deref() == Some(id)
+            })
+            .map(|&(_, p)| p)
     }
 
     /// Makes `pos` the latest position of its id; returns the previous one.
@@ -213,15 +216,16 @@ impl Accumulator {
         let id = self.items[pos].id.as_deref().unwrap_or_default();
         let hash = self.hasher.hash_one(id);
         let items = &self.items;
-        let hasher = &self.hasher;
         match self.index.entry(
             hash,
-            |&p| items[p].id.as_deref() == Some(id),
-            |&p| hasher.hash_one(items[p].id.as_deref().unwrap_or_default()),
+            |&(_, p)| items[p].id.as_deref() == Some(id),
+            |&(h, _)| h,
         ) {
-            hashbrown::hash_table::Entry::Occupied(mut e) => std::mem::replace(e.get_mut(), pos),
+            hashbrown::hash_table::Entry::Occupied(mut e) => {
+                std::mem::replace(&mut e.get_mut().1, pos)
+            }
             hashbrown::hash_table::Entry::Vacant(e) => {
-                e.insert(pos);
+                e.insert((hash, pos));
                 NONE
             }
         }
@@ -290,11 +294,11 @@ impl Accumulator {
         let items = &self.items;
         let Ok(entry) = self
             .index
-            .find_entry(hash, |&p| items[p].id.as_deref() == Some(id))
+            .find_entry(hash, |&(_, p)| items[p].id.as_deref() == Some(id))
         else {
             return;
         };
-        let (mut pos, _) = entry.remove();
+        let ((_, mut pos), _) = entry.remove();
         while pos != NONE {
             // Invariant: a chain only links live positions of one id, because
             // a removal always takes the whole chain at once.
