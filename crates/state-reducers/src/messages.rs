@@ -130,12 +130,21 @@ pub fn merge_message_writes_with(
     writes: impl IntoIterator<Item = MessageWrite>,
     ids: &mut dyn IdSource,
 ) -> Result<Vec<Message>> {
-    let mut writes = writes.into_iter().peekable();
+    let writes: Vec<MessageWrite> = writes.into_iter().collect();
     // R19 exception: an empty batch is a plain copy, no ids assigned.
-    if writes.peek().is_none() {
+    if writes.is_empty() {
         return Ok(state);
     }
-    let mut acc = Accumulator::new(state, ids);
+    // Reserving for every written message up front keeps the list from
+    // being moved on growth, which dominates a long replay.
+    let incoming: usize = writes
+        .iter()
+        .map(|w| match w {
+            MessageWrite::Messages(ms) => ms.len(),
+            MessageWrite::Null => 0,
+        })
+        .sum();
+    let mut acc = Accumulator::new(state, incoming, ids);
     for write in writes {
         acc.apply(write, ids)?;
     }
@@ -162,7 +171,7 @@ struct Accumulator {
 const NONE: usize = usize::MAX;
 
 impl Accumulator {
-    fn new(mut state: Vec<Message>, ids: &mut dyn IdSource) -> Self {
+    fn new(mut state: Vec<Message>, incoming: usize, ids: &mut dyn IdSource) -> Self {
         for m in &mut state {
             if m.id.is_none() {
                 m.id = Some(ids.next_id());
@@ -178,7 +187,15 @@ impl Accumulator {
             any_dead: false,
         };
         acc.reset(state);
+        acc.reserve(incoming);
         acc
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.items.reserve(additional);
+        self.dead.reserve(additional);
+        self.prev_same.reserve(additional);
+        self.index.reserve(additional, |&(h, _)| h);
     }
 
     /// Replaces the whole list (state load, or the remove-all path).
@@ -202,10 +219,10 @@ impl Accumulator {
         self.hasher.hash_one(id)
     }
 
-    fn find(&self, id: &str) -> Option<usize> {
+    fn find_hashed(&self, hash: u64, id: &str) -> Option<usize> {
         let items = &self.items;
         self.index
-            .find(self.hash_id(id), |&(_, p)| {
+            .find(hash, |&(_, p)| {
                 items[p].id.as_deref() == Some(id)
             })
             .map(|&(_, p)| p)
@@ -215,6 +232,12 @@ impl Accumulator {
     fn index_position(&mut self, pos: usize) -> usize {
         let id = self.items[pos].id.as_deref().unwrap_or_default();
         let hash = self.hasher.hash_one(id);
+        self.index_position_hashed(hash, pos)
+    }
+
+    /// [`Self::index_position`] with the id's hash already computed.
+    fn index_position_hashed(&mut self, hash: u64, pos: usize) -> usize {
+        let id = self.items[pos].id.as_deref().unwrap_or_default();
         let items = &self.items;
         match self.index.entry(
             hash,
@@ -257,7 +280,8 @@ impl Accumulator {
         let mut to_remove: hashbrown::HashSet<String> = hashbrown::HashSet::new();
         for m in messages {
             let id = m.id.as_deref().unwrap_or_default();
-            match self.find(id) {
+            let hash = self.hash_id(id);
+            match self.find_hashed(hash, id) {
                 Some(pos) => {
                     if m.is_remove() {
                         if !to_remove.contains(id) {
@@ -275,7 +299,7 @@ impl Accumulator {
                     let pos = self.items.len();
                     self.items.push(m);
                     self.dead.push(false);
-                    let prev = self.index_position(pos);
+                    let prev = self.index_position_hashed(hash, pos);
                     self.prev_same.push(prev);
                     self.live += 1;
                 }
