@@ -17,6 +17,8 @@
 //!   [`merge_artifacts`], [`merge_delegations`], …), the [`Overwrite`]
 //!   marker ([`fold_reducer_writes`]) and a step-barrier merge of a whole
 //!   state ([`apply_updates`]).
+//! - The subagent status contract ([`read_subagent_result_metadata`]) and
+//!   head/tail text bounding ([`bound_head_tail`]).
 //!
 //! The crate is synchronous and does no IO: it never knows about async
 //! runtimes, storage or graphs.
@@ -53,6 +55,7 @@ mod message;
 mod messages;
 mod pytext;
 mod state;
+mod subagent;
 mod text;
 
 #[cfg(test)]
@@ -74,5 +77,9 @@ pub use messages::{
 };
 pub use state::{
     THREAD_STATE_REDUCER_FIELDS, ThreadState, ThreadStateUpdate, apply_updates, field,
+};
+pub use subagent::{
+    LEGACY_MAX_TURNS_STATUS, SUBAGENT_STOP_REASONS, SUBAGENT_TEXT_MAX, SubagentResult,
+    read_subagent_result_metadata,
 };
 pub use text::{HEAD_TAIL_MARKER, bound_head_tail};

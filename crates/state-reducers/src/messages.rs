@@ -222,9 +222,7 @@ impl Accumulator {
     fn find_hashed(&self, hash: u64, id: &str) -> Option<usize> {
         let items = &self.items;
         self.index
-            .find(hash, |&(_, p)| {
-                items[p].id.as_deref() == Some(id)
-            })
+            .find(hash, |&(_, p)| items[p].id.as_deref() == Some(id))
             .map(|&(_, p)| p)
     }
 
