@@ -1,0 +1,3 @@
+//! Integration tests of `antler-middleware`.
+
+mod order;
