@@ -257,14 +257,11 @@ impl ChainBuilder {
         for e in unanchored.iter().chain(anchored.iter().map(|a| &a.entry)) {
             entries.retain(|x| x.id() != e.id());
         }
-        let mut at = entries
+        let at = entries
             .iter()
             .position(|e| e.kind() == kinds::CLARIFICATION)
             .unwrap_or(entries.len());
-        for e in unanchored {
-            entries.insert(at, e);
-            at += 1;
-        }
+        entries.splice(at..at, unanchored);
         let rounds = anchored.len() + 1;
         let mut pending = anchored;
         for _ in 0..rounds {
