@@ -439,8 +439,84 @@ impl InvalidToolCall {
 }
 
 impl Serialize for Message {
+    /// Writes the canonical keys in LangChain's order, then unknown keys,
+    /// without building an intermediate map (this is the storage hot path).
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        self.to_map().serialize(serializer)
+        use serde::ser::SerializeMap;
+        struct ToolCalls<'a>(&'a [ToolCall]);
+        impl Serialize for ToolCalls<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().map(ToolCall::to_json))
+            }
+        }
+        struct Invalid<'a>(&'a [InvalidToolCall]);
+        impl Serialize for Invalid<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().map(InvalidToolCall::to_json))
+            }
+        }
+        let mut m = serializer.serialize_map(None)?;
+        m.serialize_entry("content", &self.content)?;
+        m.serialize_entry("additional_kwargs", &self.additional_kwargs)?;
+        m.serialize_entry("response_metadata", &self.response_metadata)?;
+        m.serialize_entry("type", self.kind.as_str())?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("id", &self.id)?;
+        let mut written: [&str; 7] = [""; 7];
+        let mut n = 0;
+        let ai = self.kind == MessageType::Ai;
+        if ai || !self.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &ToolCalls(&self.tool_calls))?;
+            written[n] = "tool_calls";
+            n += 1;
+        }
+        if ai || !self.invalid_tool_calls.is_empty() {
+            m.serialize_entry("invalid_tool_calls", &Invalid(&self.invalid_tool_calls))?;
+            written[n] = "invalid_tool_calls";
+            n += 1;
+        }
+        if ai || self.usage_metadata.is_some() {
+            m.serialize_entry("usage_metadata", &self.usage_metadata)?;
+            written[n] = "usage_metadata";
+            n += 1;
+        }
+        let tool = self.kind == MessageType::Tool;
+        if tool || self.tool_call_id.is_some() {
+            m.serialize_entry("tool_call_id", &self.tool_call_id)?;
+            written[n] = "tool_call_id";
+            n += 1;
+        }
+        if tool || self.artifact.is_some() {
+            m.serialize_entry("artifact", &self.artifact)?;
+            written[n] = "artifact";
+            n += 1;
+        }
+        if tool || self.status.is_some() {
+            m.serialize_entry("status", self.status.as_deref().unwrap_or("success"))?;
+            written[n] = "status";
+            n += 1;
+        }
+        if self.kind == MessageType::Chat || self.role.is_some() {
+            m.serialize_entry("role", &self.role)?;
+            written[n] = "role";
+            n += 1;
+        }
+        const BASE: [&str; 6] = [
+            "content",
+            "additional_kwargs",
+            "response_metadata",
+            "type",
+            "name",
+            "id",
+        ];
+        for (k, v) in &self.extra {
+            // A canonical key always wins over an unknown key of the same name.
+            if BASE.contains(&k.as_str()) || written[..n].contains(&k.as_str()) {
+                continue;
+            }
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
 }
 

@@ -777,3 +777,21 @@ fn r42_messages_overwrite_replaces_the_list_verbatim() {
     assert_eq!(s.messages.len(), 1);
     assert_eq!(s.messages[0].id, None);
 }
+
+#[test]
+fn r23_streamed_serialisation_equals_the_dict_form() {
+    let mut m = Message::ai("x").with_id("a");
+    m.extra.insert("type".into(), json!("bogus"));
+    m.extra.insert("custom".into(), json!([1]));
+    m.tool_calls
+        .push(ToolCall::new("f", serde_json::Map::new(), "c1"));
+    let streamed = serde_json::to_value(&m).unwrap();
+    assert_eq!(streamed, m.to_json());
+    assert_eq!(streamed["type"], "ai");
+    assert_eq!(streamed["custom"], json!([1]));
+    let text = serde_json::to_string(&m).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Message>(&text).unwrap().tool_calls,
+        m.tool_calls
+    );
+}
