@@ -72,6 +72,7 @@ pub struct NodeOptions {
     /// Retry policy (default none).
     pub retry: Option<RetryPolicy>,
     /// Nodes this node may `goto` or `Send` to; used only for validation (default none).
+    /// Declaring destinations also tells `compile()` that the node may end its branch.
     pub destinations: Vec<NodeId>,
 }
 
@@ -123,7 +124,11 @@ impl StateGraph {
     }
 
     /// Declares `key`'s channel; re-declaring it identically is allowed, differently is an error.
-    pub fn channel<V, W>(&mut self, key: &Key<V, W>, spec: ChannelSpec<V, W>) -> Result<&mut Self, BuildError>
+    pub fn channel<V, W>(
+        &mut self,
+        key: &Key<V, W>,
+        spec: ChannelSpec<V, W>,
+    ) -> Result<&mut Self, BuildError>
     where
         V: Serialize + DeserializeOwned + Send + Sync + 'static,
         W: Serialize + DeserializeOwned + Send + Sync + 'static,
@@ -143,13 +148,20 @@ impl StateGraph {
     }
 
     /// Adds a node implementing [`Node`] with options.
-    pub fn add_node_with(&mut self, name: impl Into<NodeId>, node: Arc<dyn Node>, options: NodeOptions) -> &mut Self {
+    pub fn add_node_with(
+        &mut self,
+        name: impl Into<NodeId>,
+        node: Arc<dyn Node>,
+        options: NodeOptions,
+    ) -> &mut Self {
         let name = name.into();
         let n = name.as_str();
         if n.starts_with("__") || n.contains('|') || n.contains(':') || n.is_empty() {
-            self.errors.push(BuildError::ReservedName { node: n.to_owned() });
+            self.errors
+                .push(BuildError::ReservedName { node: n.to_owned() });
         } else if self.nodes.iter().any(|(id, _)| *id == name) {
-            self.errors.push(BuildError::DuplicateNode { node: n.to_owned() });
+            self.errors
+                .push(BuildError::DuplicateNode { node: n.to_owned() });
         } else {
             self.nodes.push((name, NodeDef { node, options }));
         }
@@ -171,7 +183,9 @@ impl StateGraph {
         let from: Vec<NodeId> = from.into_iter().map(Into::into).collect();
         let to = to.into();
         if from.is_empty() {
-            self.errors.push(BuildError::EmptyJoin { node: to.to_string() });
+            self.errors.push(BuildError::EmptyJoin {
+                node: to.to_string(),
+            });
         }
         self.joins.push((from, to));
         self
@@ -179,28 +193,49 @@ impl StateGraph {
 
     /// A router on `from`: after `from`'s task, `f` (fed the task's fresh view) picks what runs next.
     /// `targets` lists the possible targets for validation (`None`: any node).
-    pub fn add_router<F>(&mut self, from: impl Into<NodeId>, targets: Option<Vec<NodeId>>, f: F) -> &mut Self
+    pub fn add_router<F>(
+        &mut self,
+        from: impl Into<NodeId>,
+        targets: Option<Vec<NodeId>>,
+        f: F,
+    ) -> &mut Self
     where
         F: Fn(&State) -> Vec<Goto> + Send + Sync + 'static,
     {
         let from = from.into();
         if self.routers.contains_key(&from) {
-            self.errors.push(BuildError::DuplicateRouter { node: from.to_string() });
+            self.errors.push(BuildError::DuplicateRouter {
+                node: from.to_string(),
+            });
         } else {
-            self.routers.insert(from, RouterDef { f: Arc::new(f), targets });
+            self.routers.insert(
+                from,
+                RouterDef {
+                    f: Arc::new(f),
+                    targets,
+                },
+            );
         }
         self
     }
 
     /// Static breakpoint before these nodes (`"*"` = all).
-    pub fn interrupt_before<I: IntoIterator<Item = N>, N: Into<NodeId>>(&mut self, nodes: I) -> &mut Self {
-        self.interrupt_before.extend(nodes.into_iter().map(Into::into));
+    pub fn interrupt_before<I: IntoIterator<Item = N>, N: Into<NodeId>>(
+        &mut self,
+        nodes: I,
+    ) -> &mut Self {
+        self.interrupt_before
+            .extend(nodes.into_iter().map(Into::into));
         self
     }
 
     /// Static breakpoint after these nodes (`"*"` = all).
-    pub fn interrupt_after<I: IntoIterator<Item = N>, N: Into<NodeId>>(&mut self, nodes: I) -> &mut Self {
-        self.interrupt_after.extend(nodes.into_iter().map(Into::into));
+    pub fn interrupt_after<I: IntoIterator<Item = N>, N: Into<NodeId>>(
+        &mut self,
+        nodes: I,
+    ) -> &mut Self {
+        self.interrupt_after
+            .extend(nodes.into_iter().map(Into::into));
         self
     }
 
@@ -219,7 +254,10 @@ impl StateGraph {
             if known.contains(n.as_str()) || n.as_str() == allow {
                 Ok(())
             } else {
-                Err(BuildError::UnknownNode { node: n.to_string(), context: ctx.to_owned() })
+                Err(BuildError::UnknownNode {
+                    node: n.to_string(),
+                    context: ctx.to_owned(),
+                })
             }
         };
         for (a, b) in &self.edges {
@@ -250,7 +288,8 @@ impl StateGraph {
         let mut g: petgraph::graph::DiGraph<(), ()> = petgraph::graph::DiGraph::new();
         let start = g.add_node(());
         let end = g.add_node(());
-        let mut idx: HashMap<&str, petgraph::graph::NodeIndex> = HashMap::from([(START, start), (END, end)]);
+        let mut idx: HashMap<&str, petgraph::graph::NodeIndex> =
+            HashMap::from([(START, start), (END, end)]);
         let mut all = Vec::new();
         for (n, _) in &self.nodes {
             let i = g.add_node(());
@@ -284,6 +323,11 @@ impl StateGraph {
             for t in &d.options.destinations {
                 g.update_edge(id(n), id(t), ());
             }
+            // A goto or Send is a choice made at run time: a node that declares destinations may also
+            // return none of them, which ends its branch. Only static edges and routers can trap a run.
+            if !d.options.destinations.is_empty() {
+                g.update_edge(id(n), end, ());
+            }
         }
         if g.neighbors(start).next().is_none() {
             return Err(BuildError::NoEntry);
@@ -307,10 +351,14 @@ impl StateGraph {
         }
         for ((n, _), k) in self.nodes.iter().zip(&all) {
             if !reach.contains(k) {
-                return Err(BuildError::Unreachable { node: n.to_string() });
+                return Err(BuildError::Unreachable {
+                    node: n.to_string(),
+                });
             }
             if !to_end.contains(k) {
-                return Err(BuildError::NoPathToEnd { node: n.to_string() });
+                return Err(BuildError::NoPathToEnd {
+                    node: n.to_string(),
+                });
             }
         }
         Ok(())

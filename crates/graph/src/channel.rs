@@ -13,7 +13,8 @@ use crate::error::{BoxError, Error, Result};
 use crate::state::{Val, Write};
 
 /// The erased reducer of a reducer channel: folds a batch of writes into the value.
-pub(crate) type ReduceFn = Arc<dyn Fn(&Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
+pub(crate) type ReduceFn =
+    Arc<dyn Fn(&Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
 
 /// One channel of a running graph.
 pub(crate) trait Channel: Send + Sync {
@@ -63,7 +64,9 @@ impl Channel for LastValue {
                 self.value = Some(payload(w).clone());
                 Ok(true)
             }
-            _ => Err(Error::InvalidConcurrentUpdate { channel: self.name.to_string() }),
+            _ => Err(Error::InvalidConcurrentUpdate {
+                channel: self.name.to_string(),
+            }),
         }
     }
     fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
@@ -94,7 +97,9 @@ impl Channel for Reducer {
         for w in writes {
             if let Write::Overwrite(v) = w {
                 if overwrite.is_some() {
-                    return Err(Error::MultipleOverwrites { channel: self.name.to_string() });
+                    return Err(Error::MultipleOverwrites {
+                        channel: self.name.to_string(),
+                    });
                 }
                 overwrite = Some(v.clone());
             }
@@ -105,8 +110,10 @@ impl Channel for Reducer {
             return Ok(true);
         }
         let batch: Vec<Val> = writes.iter().map(|w| payload(w).clone()).collect();
-        self.value = (self.reduce)(&self.value, &batch)
-            .map_err(|source| Error::Reducer { channel: self.name.to_string(), source })?;
+        self.value = (self.reduce)(&self.value, &batch).map_err(|source| Error::Reducer {
+            channel: self.name.to_string(),
+            source,
+        })?;
         Ok(true)
     }
     fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
@@ -137,7 +144,9 @@ impl Channel for Ephemeral {
             [] => Ok(self.value.take().is_some()),
             [.., last] => {
                 if self.guard && writes.len() > 1 {
-                    return Err(Error::InvalidConcurrentUpdate { channel: self.name.to_string() });
+                    return Err(Error::InvalidConcurrentUpdate {
+                        channel: self.name.to_string(),
+                    });
                 }
                 self.value = Some(payload(last).clone());
                 Ok(true)
@@ -164,7 +173,11 @@ pub(crate) struct AfterFinish {
 
 impl Channel for AfterFinish {
     fn get(&self) -> Option<&Val> {
-        if self.finished { self.value.as_ref() } else { None }
+        if self.finished {
+            self.value.as_ref()
+        } else {
+            None
+        }
     }
     fn update(&mut self, writes: &[&Write]) -> Result<bool> {
         match writes.last() {
@@ -194,7 +207,10 @@ impl Channel for AfterFinish {
         }
     }
     fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
-        Ok(self.value.as_ref().map(|_| serde_json::json!({"finished": self.finished})))
+        Ok(self
+            .value
+            .as_ref()
+            .map(|_| serde_json::json!({"finished": self.finished})))
     }
     fn box_clone(&self) -> Box<dyn Channel> {
         Box::new(self.clone())
@@ -220,13 +236,19 @@ impl Barrier {
 
 impl Channel for Barrier {
     fn get(&self) -> Option<&Val> {
-        if self.complete() && (!self.after_finish || self.finished) { Some(&self.unit) } else { None }
+        if self.complete() && (!self.after_finish || self.finished) {
+            Some(&self.unit)
+        } else {
+            None
+        }
     }
     fn update(&mut self, writes: &[&Write]) -> Result<bool> {
         let mut changed = false;
         for w in writes {
             let Some(n) = payload(w).downcast_ref::<String>() else {
-                return Err(Error::WriteType { channel: self.name.to_string() });
+                return Err(Error::WriteType {
+                    channel: self.name.to_string(),
+                });
             };
             if !self.names.contains(n) {
                 return Err(Error::UnknownNode { node: n.clone() });
@@ -286,16 +308,25 @@ impl Channel for Topic {
         self.values.clear();
         if !writes.is_empty() {
             updated = true;
-            self.values.extend(writes.iter().map(|w| payload(w).clone()));
+            self.values
+                .extend(writes.iter().map(|w| payload(w).clone()));
         }
-        self.list = if self.values.is_empty() { None } else { Some(Arc::new(()) as Arc<dyn Any + Send + Sync>) };
+        self.list = if self.values.is_empty() {
+            None
+        } else {
+            Some(Arc::new(()) as Arc<dyn Any + Send + Sync>)
+        };
         Ok(updated)
     }
     fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
         if self.values.is_empty() {
             return Ok(None);
         }
-        self.values.iter().map(ser).collect::<Result<Vec<_>>>().map(|v| Some(Json::Array(v)))
+        self.values
+            .iter()
+            .map(ser)
+            .collect::<Result<Vec<_>>>()
+            .map(|v| Some(Json::Array(v)))
     }
     fn box_clone(&self) -> Box<dyn Channel> {
         Box::new(self.clone())

@@ -88,14 +88,21 @@ pub(crate) const RESUME: &str = "__resume__";
 pub(crate) const NO_WRITES: &str = "__no_writes__";
 
 pub(crate) fn is_control(channel: &str) -> bool {
-    matches!(channel, ERROR | INTERRUPT | RESUME | "__error_source_node__" | "__scheduled__")
+    matches!(
+        channel,
+        ERROR | INTERRUPT | RESUME | "__error_source_node__" | "__scheduled__"
+    )
 }
 
 /// The persistence the loop needs; implemented by [`MemoryCheckpointer`] and by the `Saver` adapter.
 #[async_trait]
 pub trait Checkpointer: Send + Sync {
     /// The latest checkpoint of the thread, or the addressed one, with its pending writes.
-    async fn get_tuple(&self, thread: &ThreadId, id: Option<&CheckpointId>) -> Result<Option<CheckpointTuple>>;
+    async fn get_tuple(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>>;
     /// All checkpoints of the thread, newest first.
     async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>>;
     /// Stores a checkpoint.
@@ -130,7 +137,9 @@ impl MemoryCheckpointer {
         Self::default()
     }
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ThreadId, ThreadData>> {
-        self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -148,15 +157,25 @@ fn control_idx(channel: &str) -> Option<i64> {
 fn tuple_of(t: &ThreadData, c: &CheckpointRecord) -> CheckpointTuple {
     CheckpointTuple {
         checkpoint: c.clone(),
-        pending_writes: t.writes.get(&c.id).map(|w| w.values().cloned().collect()).unwrap_or_default(),
+        pending_writes: t
+            .writes
+            .get(&c.id)
+            .map(|w| w.values().cloned().collect())
+            .unwrap_or_default(),
     }
 }
 
 #[async_trait]
 impl Checkpointer for MemoryCheckpointer {
-    async fn get_tuple(&self, thread: &ThreadId, id: Option<&CheckpointId>) -> Result<Option<CheckpointTuple>> {
+    async fn get_tuple(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
         let g = self.lock();
-        let Some(t) = g.get(thread) else { return Ok(None) };
+        let Some(t) = g.get(thread) else {
+            return Ok(None);
+        };
         let c = match id {
             Some(id) => t.checkpoints.get(id),
             None => t.checkpoints.values().next_back(),
@@ -166,13 +185,22 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
         let g = self.lock();
-        let Some(t) = g.get(thread) else { return Ok(Vec::new()) };
-        Ok(t.checkpoints.values().rev().map(|c| tuple_of(t, c)).collect())
+        let Some(t) = g.get(thread) else {
+            return Ok(Vec::new());
+        };
+        Ok(t.checkpoints
+            .values()
+            .rev()
+            .map(|c| tuple_of(t, c))
+            .collect())
     }
 
     async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
         let mut g = self.lock();
-        g.entry(thread.clone()).or_default().checkpoints.insert(checkpoint.id.clone(), checkpoint);
+        g.entry(thread.clone())
+            .or_default()
+            .checkpoints
+            .insert(checkpoint.id.clone(), checkpoint);
         Ok(())
     }
 
@@ -185,14 +213,24 @@ impl Checkpointer for MemoryCheckpointer {
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
         let mut g = self.lock();
-        let w = g.entry(thread.clone()).or_default().writes.entry(checkpoint.clone()).or_default();
+        let w = g
+            .entry(thread.clone())
+            .or_default()
+            .writes
+            .entry(checkpoint.clone())
+            .or_default();
         for (i, (channel, value)) in writes.into_iter().enumerate() {
             let (idx, upsert) = match control_idx(&channel) {
                 Some(idx) => (idx, true),
                 None => (i64::try_from(i).unwrap_or(i64::MAX), false),
             };
             let key = (task_path.to_owned(), task_id.clone(), idx);
-            let pw = PendingWrite { task_id: task_id.clone(), task_path: task_path.to_owned(), channel, value };
+            let pw = PendingWrite {
+                task_id: task_id.clone(),
+                task_path: task_path.to_owned(),
+                channel,
+                value,
+            };
             if upsert {
                 w.insert(key, pw);
             } else {
@@ -210,7 +248,9 @@ pub(crate) fn new_checkpoint_id() -> CheckpointId {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let v = if now > *last { now } else { *last + 1 };
     *last = v;
     CheckpointId::new(uuid::Uuid::from_u128(v).hyphenated().to_string())

@@ -19,8 +19,13 @@ pub(crate) enum ChanKind {
     User,
     Start,
     Tasks,
-    Branch { defer: bool },
-    Join { names: Arc<BTreeSet<String>>, after_finish: bool },
+    Branch {
+        defer: bool,
+    },
+    Join {
+        names: Arc<BTreeSet<String>>,
+        after_finish: bool,
+    },
 }
 
 pub(crate) struct ChanDef {
@@ -69,12 +74,21 @@ impl Graph {
         let schema = Arc::new(b.schema);
         let mut chans: Vec<ChanDef> = schema
             .specs()
-            .map(|s| ChanDef { name: s.name_arc().clone(), kind: ChanKind::User })
+            .map(|s| ChanDef {
+                name: s.name_arc().clone(),
+                kind: ChanKind::User,
+            })
             .collect();
         let start_chan = chans.len();
-        chans.push(ChanDef { name: Arc::from(START), kind: ChanKind::Start });
+        chans.push(ChanDef {
+            name: Arc::from(START),
+            kind: ChanKind::Start,
+        });
         let tasks_chan = chans.len();
-        chans.push(ChanDef { name: Arc::from("__pregel_tasks"), kind: ChanKind::Tasks });
+        chans.push(ChanDef {
+            name: Arc::from("__pregel_tasks"),
+            kind: ChanKind::Tasks,
+        });
         let mut node_idx = HashMap::new();
         let mut nodes = vec![NodeSpec {
             id: NodeId::start(),
@@ -91,7 +105,9 @@ impl Graph {
             let ch = chans.len();
             chans.push(ChanDef {
                 name: Arc::from(format!("branch:to:{id}")),
-                kind: ChanKind::Branch { defer: def.options.defer },
+                kind: ChanKind::Branch {
+                    defer: def.options.defer,
+                },
             });
             node_idx.insert(id.clone(), nodes.len());
             branch_of.push(ch);
@@ -124,9 +140,15 @@ impl Graph {
             chans.push(ChanDef {
                 name: Arc::from(format!(
                     "join:{}:{to}",
-                    srcs.iter().map(NodeId::as_str).collect::<Vec<_>>().join("+")
+                    srcs.iter()
+                        .map(NodeId::as_str)
+                        .collect::<Vec<_>>()
+                        .join("+")
                 )),
-                kind: ChanKind::Join { names: Arc::new(names), after_finish: defer },
+                kind: ChanKind::Join {
+                    names: Arc::new(names),
+                    after_finish: defer,
+                },
             });
             nodes[t].triggers.push(ch);
             for s in srcs {
@@ -146,7 +168,11 @@ impl Graph {
                 trigger_to_nodes.entry(t).or_default().push(i);
             }
         }
-        let chan_idx = chans.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
+        let chan_idx = chans
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), i))
+            .collect();
         Self {
             schema,
             chans,
@@ -168,12 +194,24 @@ impl Graph {
         let def = &self.chans[i];
         Ok(match &def.kind {
             ChanKind::User => {
-                let spec = self.schema.get(&def.name).ok_or_else(|| Error::UnknownChannel { channel: def.name.to_string() })?;
+                let spec = self
+                    .schema
+                    .get(&def.name)
+                    .ok_or_else(|| Error::UnknownChannel {
+                        channel: def.name.to_string(),
+                    })?;
                 spec.channel(stored)?
             }
             ChanKind::Start => {
-                let value = stored.map(|j| self.update_from_json(j).map(|u| Arc::new(u) as Val)).transpose()?;
-                Box::new(Ephemeral { name: def.name.clone(), value, guard: true, untracked: false })
+                let value = stored
+                    .map(|j| self.update_from_json(j).map(|u| Arc::new(u) as Val))
+                    .transpose()?;
+                Box::new(Ephemeral {
+                    name: def.name.clone(),
+                    value,
+                    guard: true,
+                    untracked: false,
+                })
             }
             ChanKind::Tasks => {
                 let mut t = Topic::default();
@@ -195,9 +233,16 @@ impl Graph {
             }),
             ChanKind::Branch { defer: true } => Box::new(AfterFinish {
                 value: stored.as_ref().map(|_| self.unit.clone()),
-                finished: stored.as_ref().and_then(|j| j.get("finished")).and_then(Json::as_bool).unwrap_or(false),
+                finished: stored
+                    .as_ref()
+                    .and_then(|j| j.get("finished"))
+                    .and_then(Json::as_bool)
+                    .unwrap_or(false),
             }),
-            ChanKind::Join { names, after_finish } => {
+            ChanKind::Join {
+                names,
+                after_finish,
+            } => {
                 let (seen_j, finished) = match stored {
                     Some(Json::Object(m)) => (
                         m.get("seen").cloned(),
@@ -206,7 +251,10 @@ impl Graph {
                     other => (other, false),
                 };
                 let seen = match seen_j {
-                    Some(Json::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+                    Some(Json::Array(a)) => a
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect(),
                     _ => BTreeSet::new(),
                 };
                 Box::new(Barrier {
@@ -228,15 +276,21 @@ impl Graph {
             ChanKind::User => self
                 .schema
                 .get(&def.name)
-                .ok_or_else(|| Error::UnknownChannel { channel: def.name.to_string() })?
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: def.name.to_string(),
+                })?
                 .value_to_json(v),
             ChanKind::Start => match v.downcast_ref::<Update>() {
                 Some(u) => self.update_to_json(u),
-                None => Err(Error::WriteType { channel: def.name.to_string() }),
+                None => Err(Error::WriteType {
+                    channel: def.name.to_string(),
+                }),
             },
             ChanKind::Tasks => match v.downcast_ref::<Packet>() {
                 Some(p) => self.packet_to_json(p),
-                None => Err(Error::WriteType { channel: def.name.to_string() }),
+                None => Err(Error::WriteType {
+                    channel: def.name.to_string(),
+                }),
             },
             ChanKind::Branch { .. } | ChanKind::Join { .. } => Ok(Json::Null),
         }
@@ -248,11 +302,15 @@ impl Graph {
             (ChanKind::User, w) => self
                 .schema
                 .get(&def.name)
-                .ok_or_else(|| Error::UnknownChannel { channel: def.name.to_string() })?
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: def.name.to_string(),
+                })?
                 .write_to_json(w),
             (ChanKind::Join { .. }, Write::Value(v)) => match v.downcast_ref::<String>() {
                 Some(s) => Ok(Json::String(s.clone())),
-                None => Err(Error::WriteType { channel: def.name.to_string() }),
+                None => Err(Error::WriteType {
+                    channel: def.name.to_string(),
+                }),
             },
             (_, Write::Value(v) | Write::Overwrite(v)) => self.value_to_json(i, v),
         }
@@ -264,14 +322,20 @@ impl Graph {
             ChanKind::User => self
                 .schema
                 .get(&def.name)
-                .ok_or_else(|| Error::UnknownChannel { channel: def.name.to_string() })?
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: def.name.to_string(),
+                })?
                 .write_from_json(j)?,
             ChanKind::Start => Write::Value(Arc::new(self.update_from_json(j)?)),
             ChanKind::Tasks => Write::Value(Arc::new(self.packet_from_json(j)?)),
             ChanKind::Branch { .. } => Write::Value(self.unit.clone()),
             ChanKind::Join { .. } => match j {
                 Json::String(s) => Write::Value(Arc::new(s)),
-                _ => return Err(Error::WriteType { channel: def.name.to_string() }),
+                _ => {
+                    return Err(Error::WriteType {
+                        channel: def.name.to_string(),
+                    });
+                }
             },
         })
     }
@@ -279,8 +343,16 @@ impl Graph {
     pub(crate) fn update_to_json(&self, u: &Update) -> Result<Json> {
         let mut out = Vec::with_capacity(u.writes.len());
         for w in &u.writes {
-            let spec = self.schema.get(&w.channel).ok_or_else(|| Error::UnknownChannel { channel: w.channel.to_string() })?;
-            out.push(serde_json::json!([&*w.channel, spec.write_to_json(&w.write)?]));
+            let spec = self
+                .schema
+                .get(&w.channel)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: w.channel.to_string(),
+                })?;
+            out.push(serde_json::json!([
+                &*w.channel,
+                spec.write_to_json(&w.write)?
+            ]));
         }
         Ok(Json::Array(out))
     }
@@ -288,7 +360,9 @@ impl Graph {
     fn update_from_json(&self, j: Json) -> Result<Update> {
         let mut u = Update::new();
         let Json::Array(items) = j else {
-            return Err(Error::WriteType { channel: START.to_owned() });
+            return Err(Error::WriteType {
+                channel: START.to_owned(),
+            });
         };
         for item in items {
             let (name, w) = match item {
@@ -296,13 +370,26 @@ impl Graph {
                     let w = pair.pop().unwrap_or(Json::Null);
                     (pair.pop().unwrap_or(Json::Null), w)
                 }
-                _ => return Err(Error::WriteType { channel: START.to_owned() }),
+                _ => {
+                    return Err(Error::WriteType {
+                        channel: START.to_owned(),
+                    });
+                }
             };
             let name = name.as_str().unwrap_or_default().to_owned();
-            let spec = self.schema.get(&name).ok_or_else(|| Error::UnknownChannel { channel: name.clone() })?;
+            let spec = self
+                .schema
+                .get(&name)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: name.clone(),
+                })?;
             let write = spec.write_from_json(w)?;
             let type_id = spec.type_id_of(&write);
-            u.writes.push(crate::state::NamedWrite { channel: spec.name_arc().clone(), type_id, write });
+            u.writes.push(crate::state::NamedWrite {
+                channel: spec.name_arc().clone(),
+                type_id,
+                write,
+            });
         }
         Ok(u)
     }
@@ -310,21 +397,35 @@ impl Graph {
     pub(crate) fn packet_to_json(&self, p: &Packet) -> Result<Json> {
         let mut arg = Vec::with_capacity(p.arg.len());
         for (k, v) in &p.arg {
-            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel { channel: k.to_string() })?;
+            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
+                channel: k.to_string(),
+            })?;
             arg.push(serde_json::json!([&**k, spec.value_to_json(v)?]));
         }
         Ok(serde_json::json!({"node": self.nodes[p.node].id.as_str(), "arg": arg}))
     }
 
     fn packet_from_json(&self, j: Json) -> Result<Packet> {
-        let bad = || Error::WriteType { channel: "__pregel_tasks".to_owned() };
+        let bad = || Error::WriteType {
+            channel: "__pregel_tasks".to_owned(),
+        };
         let node = j.get("node").and_then(Json::as_str).ok_or_else(bad)?;
-        let node = *self.node_idx.get(&NodeId::from(node)).ok_or_else(|| Error::UnknownNode { node: node.to_owned() })?;
+        let node = *self
+            .node_idx
+            .get(&NodeId::from(node))
+            .ok_or_else(|| Error::UnknownNode {
+                node: node.to_owned(),
+            })?;
         let mut arg = Vec::new();
         for item in j.get("arg").and_then(Json::as_array).ok_or_else(bad)? {
             let k = item.get(0).and_then(Json::as_str).ok_or_else(bad)?;
-            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel { channel: k.to_owned() })?;
-            arg.push((spec.name_arc().clone(), spec.value_from_json(item.get(1).cloned().unwrap_or(Json::Null))?));
+            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
+                channel: k.to_owned(),
+            })?;
+            arg.push((
+                spec.name_arc().clone(),
+                spec.value_from_json(item.get(1).cloned().unwrap_or(Json::Null))?,
+            ));
         }
         Ok(Packet { node, arg })
     }
@@ -359,7 +460,12 @@ pub struct RunConfig {
 impl RunConfig {
     /// Config for `thread` with defaults.
     pub fn new(thread: impl Into<ThreadId>) -> Self {
-        Self { thread_id: thread.into(), checkpoint_id: None, recursion_limit: 10007, durability: Durability::Async }
+        Self {
+            thread_id: thread.into(),
+            checkpoint_id: None,
+            recursion_limit: 10007,
+            durability: Durability::Async,
+        }
     }
     /// Sets the starting checkpoint.
     pub fn with_checkpoint(mut self, id: CheckpointId) -> Self {
@@ -477,7 +583,10 @@ pub struct StateSnapshot {
 impl StateSnapshot {
     /// Pending interrupts of all tasks, in task order.
     pub fn interrupts(&self) -> Vec<Interrupt> {
-        self.tasks.iter().flat_map(|t| t.interrupts.iter().cloned()).collect()
+        self.tasks
+            .iter()
+            .flat_map(|t| t.interrupts.iter().cloned())
+            .collect()
     }
 }
 
@@ -553,7 +662,12 @@ pub struct StreamModes {
 impl StreamModes {
     /// Every mode.
     pub fn all() -> Self {
-        Self { values: true, updates: true, custom: true, debug: true }
+        Self {
+            values: true,
+            updates: true,
+            custom: true,
+            debug: true,
+        }
     }
 }
 
@@ -566,7 +680,10 @@ pub struct CompiledGraph {
 
 impl CompiledGraph {
     pub(crate) fn new(b: StateGraph) -> Self {
-        Self { g: Arc::new(Graph::build(b)), cp: None }
+        Self {
+            g: Arc::new(Graph::build(b)),
+            cp: None,
+        }
     }
 
     /// Attaches a checkpointer (without one, runs keep no history and cannot be resumed).
@@ -577,7 +694,15 @@ impl CompiledGraph {
 
     /// Runs to completion or interrupt.
     pub async fn invoke(&self, input: impl Into<Input>, config: &RunConfig) -> Result<RunOutcome> {
-        crate::run::run(&self.g, self.cp.as_deref(), input.into(), config, None, StreamModes::default()).await
+        crate::run::run(
+            &self.g,
+            self.cp.as_deref(),
+            input.into(),
+            config,
+            None,
+            StreamModes::default(),
+        )
+        .await
     }
 
     /// Runs and streams events; the last item is the outcome. Dropping the stream cancels the run at
@@ -593,7 +718,15 @@ impl CompiledGraph {
         let input = input.into();
         let config = config.clone();
         let fut = async move {
-            let r = crate::run::run(&this.g, this.cp.as_deref(), input, &config, Some(&tx), modes).await;
+            let r = crate::run::run(
+                &this.g,
+                this.cp.as_deref(),
+                input,
+                &config,
+                Some(&tx),
+                modes,
+            )
+            .await;
             let _ = tx.unbounded_send(r.map(StreamItem::Done));
         };
         let driver = futures::stream::once(fut).filter_map(|()| async { None });
@@ -602,18 +735,39 @@ impl CompiledGraph {
 
     /// The thread's latest checkpoint (or the configured one) with its next tasks.
     pub async fn get_state(&self, config: &RunConfig) -> Result<Option<StateSnapshot>> {
-        crate::run::get_state(&self.g, self.cp.as_deref().ok_or(Error::NoCheckpointer)?, config).await
+        crate::run::get_state(
+            &self.g,
+            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            config,
+        )
+        .await
     }
 
     /// Every checkpoint of the thread, newest first (all branches).
     pub async fn get_state_history(&self, config: &RunConfig) -> Result<Vec<StateSnapshot>> {
-        crate::run::history(&self.g, self.cp.as_deref().ok_or(Error::NoCheckpointer)?, config).await
+        crate::run::history(
+            &self.g,
+            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            config,
+        )
+        .await
     }
 
     /// Applies `values` as if `as_node` had written them, creating an `update` checkpoint; returns its id.
-    pub async fn update_state(&self, config: &RunConfig, values: Update, as_node: Option<NodeId>) -> Result<CheckpointId> {
-        crate::run::update_state(&self.g, self.cp.as_deref().ok_or(Error::NoCheckpointer)?, config, values, as_node)
-            .await
+    pub async fn update_state(
+        &self,
+        config: &RunConfig,
+        values: Update,
+        as_node: Option<NodeId>,
+    ) -> Result<CheckpointId> {
+        crate::run::update_state(
+            &self.g,
+            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            config,
+            values,
+            as_node,
+        )
+        .await
     }
 
     /// Node names, in declaration order (without `__start__`).

@@ -182,7 +182,9 @@ pub enum Error {
         thread: String,
     },
     /// A single resume value was given while several interrupts are pending.
-    #[error("a single resume value cannot answer {count} pending interrupts; pass a map interrupt id -> value")]
+    #[error(
+        "a single resume value cannot answer {count} pending interrupts; pass a map interrupt id -> value"
+    )]
     AmbiguousResume {
         /// Pending interrupts.
         count: usize,

@@ -46,10 +46,12 @@ mod state;
 mod types;
 
 pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph};
-pub use checkpointer::{CheckpointRecord, CheckpointTuple, Checkpointer, MemoryCheckpointer, PendingWrite, Source};
+pub use checkpointer::{
+    CheckpointRecord, CheckpointTuple, Checkpointer, MemoryCheckpointer, PendingWrite, Source,
+};
 pub use compiled::{
-    CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot, StreamEvent, StreamItem,
-    StreamModes, TaskEvent, TaskKind, TaskSnapshot, TaskStatus,
+    CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot,
+    StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot, TaskStatus,
 };
 pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
 pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};

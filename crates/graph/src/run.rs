@@ -8,18 +8,20 @@ use serde_json::Value as Json;
 
 use crate::channel::Channel;
 use crate::checkpointer::{
-    CheckpointRecord, CheckpointTuple, Checkpointer, ERROR, INTERRUPT, NO_WRITES, PendingWrite, RESUME, Source,
-    is_control, new_checkpoint_id,
+    CheckpointRecord, CheckpointTuple, Checkpointer, ERROR, INTERRUPT, NO_WRITES, PendingWrite,
+    RESUME, Source, is_control, new_checkpoint_id,
 };
 use crate::compiled::{
-    CheckpointEvent, ChanKind, Durability, Graph, Input, NodeImpl, Packet, RunConfig, RunOutcome, StateSnapshot,
-    StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot, TaskStatus,
+    ChanKind, CheckpointEvent, Durability, Graph, Input, NodeImpl, Packet, RunConfig, RunOutcome,
+    StateSnapshot, StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot,
+    TaskStatus,
 };
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId, ThreadId};
 use crate::state::{State, Update, Val, Write};
 use crate::types::{
-    Command, Context, Goto, Interrupt, NodeError, NodeErrorKind, Resume, ResumeState, SharedResume, TaskCtx,
+    Command, Context, Goto, Interrupt, NodeError, NodeErrorKind, Resume, ResumeState, SharedResume,
+    TaskCtx,
 };
 
 const INTERRUPT_SEEN: &str = "__interrupt__";
@@ -45,8 +47,15 @@ impl Clone for Live {
 
 impl Live {
     pub(crate) fn new(g: &Graph) -> Result<Self> {
-        let chans = (0..g.chans.len()).map(|i| g.channel(i, None)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { versions: vec![0; chans.len()], chans, seen: BTreeMap::new(), updated: None })
+        let chans = (0..g.chans.len())
+            .map(|i| g.channel(i, None))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            versions: vec![0; chans.len()],
+            chans,
+            seen: BTreeMap::new(),
+            updated: None,
+        })
     }
 
     pub(crate) fn restore(g: &Graph, rec: &CheckpointRecord) -> Result<Self> {
@@ -65,14 +74,27 @@ impl Live {
                 }
             }
         }
-        let updated = rec
-            .updated_channels
-            .as_ref()
-            .map(|u| u.iter().filter_map(|c| g.chan_idx.get(c.as_str()).copied()).collect());
-        Ok(Self { chans, versions, seen, updated })
+        let updated = rec.updated_channels.as_ref().map(|u| {
+            u.iter()
+                .filter_map(|c| g.chan_idx.get(c.as_str()).copied())
+                .collect()
+        });
+        Ok(Self {
+            chans,
+            versions,
+            seen,
+            updated,
+        })
     }
 
-    fn to_record(&self, g: &Graph, id: CheckpointId, parent: Option<CheckpointId>, step: i64, source: Source) -> Result<CheckpointRecord> {
+    fn to_record(
+        &self,
+        g: &Graph,
+        id: CheckpointId,
+        parent: Option<CheckpointId>,
+        step: i64,
+        source: Source,
+    ) -> Result<CheckpointRecord> {
         let mut values = BTreeMap::new();
         let mut versions = BTreeMap::new();
         for (i, def) in g.chans.iter().enumerate() {
@@ -87,14 +109,30 @@ impl Live {
         let versions_seen = self
             .seen
             .iter()
-            .map(|(n, m)| (n.clone(), m.iter().map(|(c, v)| (g.chans[*c].name.to_string(), *v)).collect()))
+            .map(|(n, m)| {
+                (
+                    n.clone(),
+                    m.iter()
+                        .map(|(c, v)| (g.chans[*c].name.to_string(), *v))
+                        .collect(),
+                )
+            })
             .collect();
         let updated_channels = self.updated.as_ref().map(|u| {
             let mut v: Vec<String> = u.iter().map(|c| g.chans[*c].name.to_string()).collect();
             v.sort();
             v
         });
-        Ok(CheckpointRecord { id, parent, step, source, values, versions, versions_seen, updated_channels })
+        Ok(CheckpointRecord {
+            id,
+            parent,
+            step,
+            source,
+            values,
+            versions,
+            versions_seen,
+            updated_channels,
+        })
     }
 
     pub(crate) fn state_view(&self, g: &Graph) -> State {
@@ -134,11 +172,21 @@ fn task_id(ckpt: &str, step: i64, node: &str, kind: &str, extra: &[String]) -> T
         key.push('\u{0}');
         key.push_str(e);
     }
-    TaskId::new(uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).hyphenated().to_string())
+    TaskId::new(
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes())
+            .hyphenated()
+            .to_string(),
+    )
 }
 
 /// PUSH tasks from queued packets, then PULL tasks of triggered nodes; in task-path order.
-pub(crate) fn prepare_tasks(g: &Graph, live: &Live, ckpt: &str, step: i64, state: &State) -> Result<Vec<Task>> {
+pub(crate) fn prepare_tasks(
+    g: &Graph,
+    live: &Live,
+    ckpt: &str,
+    step: i64,
+    state: &State,
+) -> Result<Vec<Task>> {
     let mut pull = Vec::new();
     let cands: Vec<usize> = match &live.updated {
         Some(u) => {
@@ -162,10 +210,17 @@ pub(crate) fn prepare_tasks(g: &Graph, live: &Live, ckpt: &str, step: i64, state
         if !fires {
             continue;
         }
-        let mut trig: Vec<String> = spec.triggers.iter().map(|&c| g.chans[c].name.to_string()).collect();
+        let mut trig: Vec<String> = spec
+            .triggers
+            .iter()
+            .map(|&c| g.chans[c].name.to_string())
+            .collect();
         trig.sort();
         let start_input = if matches!(spec.imp, NodeImpl::Start) {
-            live.chans[g.start_chan].get().and_then(|v| v.downcast_ref::<Update>()).cloned()
+            live.chans[g.start_chan]
+                .get()
+                .and_then(|v| v.downcast_ref::<Update>())
+                .cloned()
         } else {
             None
         };
@@ -184,12 +239,22 @@ pub(crate) fn prepare_tasks(g: &Graph, live: &Live, ckpt: &str, step: i64, state
     let topic = &live.chans[g.tasks_chan];
     if topic.get().is_some() {
         // Invariant: the tasks channel only ever holds `Packet`s (see `goto_write`).
-        let packets = topic.packets().iter().filter_map(|v| v.downcast_ref::<Packet>());
+        let packets = topic
+            .packets()
+            .iter()
+            .filter_map(|v| v.downcast_ref::<Packet>());
         for (i, p) in (0..).zip(packets) {
             let spec = &g.nodes[p.node];
-            let values: HashMap<Arc<str>, Val> = p.arg.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let values: HashMap<Arc<str>, Val> =
+                p.arg.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             tasks.push(Task {
-                id: task_id(ckpt, step, spec.id.as_str(), "__pregel_push", &[i.to_string()]),
+                id: task_id(
+                    ckpt,
+                    step,
+                    spec.id.as_str(),
+                    "__pregel_push",
+                    &[i.to_string()],
+                ),
                 node: p.node,
                 kind: TaskKind::Push,
                 path: format!("~__pregel_push, {i:010}"),
@@ -211,7 +276,11 @@ pub(crate) struct Applied<'a> {
 }
 
 /// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
-pub(crate) fn apply_writes(g: &Graph, live: &mut Live, batch: &[Applied<'_>]) -> Result<BTreeSet<usize>> {
+pub(crate) fn apply_writes(
+    g: &Graph,
+    live: &mut Live,
+    batch: &[Applied<'_>],
+) -> Result<BTreeSet<usize>> {
     for t in batch {
         let e = live.seen.entry(t.name.to_owned()).or_default();
         for &c in t.triggers {
@@ -221,7 +290,10 @@ pub(crate) fn apply_writes(g: &Graph, live: &mut Live, batch: &[Applied<'_>]) ->
         }
     }
     let next = live.versions.iter().copied().max().unwrap_or(0) + 1;
-    let consumed: BTreeSet<usize> = batch.iter().flat_map(|t| t.triggers.iter().copied()).collect();
+    let consumed: BTreeSet<usize> = batch
+        .iter()
+        .flat_map(|t| t.triggers.iter().copied())
+        .collect();
     for c in consumed {
         if live.chans[c].consume() {
             live.versions[c] = next;
@@ -248,7 +320,8 @@ pub(crate) fn apply_writes(g: &Graph, live: &mut Live, batch: &[Applied<'_>]) ->
     let bump = batch.iter().any(|t| t.bump);
     if bump {
         for c in 0..live.chans.len() {
-            if live.chans[c].get().is_some() && !updated.contains(&c) && live.chans[c].update(&[])? {
+            if live.chans[c].get().is_some() && !updated.contains(&c) && live.chans[c].update(&[])?
+            {
                 live.versions[c] = next;
                 if live.chans[c].get().is_some() {
                     updated.insert(c);
@@ -278,20 +351,39 @@ fn goto_write(g: &Graph, goto: &Goto, out: &mut Vec<(usize, Write)>) -> Result<(
     match goto {
         Goto::Node(n) if n.as_str() == END => {}
         Goto::Node(n) => {
-            let i = *g.node_idx.get(n).filter(|&&i| i != 0).ok_or_else(|| Error::UnknownNode { node: n.to_string() })?;
+            let i = *g
+                .node_idx
+                .get(n)
+                .filter(|&&i| i != 0)
+                .ok_or_else(|| Error::UnknownNode {
+                    node: n.to_string(),
+                })?;
             out.push((g.branch_of[i], Write::Value(g.unit.clone())));
         }
         Goto::Send(s) => {
-            let i = *g.node_idx.get(&s.node).filter(|&&i| i != 0).ok_or_else(|| Error::UnknownNode { node: s.node.to_string() })?;
+            let i = *g
+                .node_idx
+                .get(&s.node)
+                .filter(|&&i| i != 0)
+                .ok_or_else(|| Error::UnknownNode {
+                    node: s.node.to_string(),
+                })?;
             let mut arg = Vec::with_capacity(s.arg.len());
             for (k, t, v) in &s.arg {
-                let spec = g.schema.get(k).ok_or_else(|| Error::UnknownChannel { channel: k.to_string() })?;
+                let spec = g.schema.get(k).ok_or_else(|| Error::UnknownChannel {
+                    channel: k.to_string(),
+                })?;
                 if !spec.accepts_value(*t) {
-                    return Err(Error::WriteType { channel: k.to_string() });
+                    return Err(Error::WriteType {
+                        channel: k.to_string(),
+                    });
                 }
                 arg.push((spec.name_arc().clone(), v.clone()));
             }
-            out.push((g.tasks_chan, Write::Value(Arc::new(Packet { node: i, arg }))));
+            out.push((
+                g.tasks_chan,
+                Write::Value(Arc::new(Packet { node: i, arg })),
+            ));
         }
     }
     Ok(())
@@ -303,13 +395,27 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
     }
     let mut writes = Vec::new();
     for w in &cmd.update.writes {
-        let pos = g.schema.position(&w.channel).ok_or_else(|| Error::UnknownChannel { channel: w.channel.to_string() })?;
-        let spec = g.schema.get(&w.channel).ok_or_else(|| Error::UnknownChannel { channel: w.channel.to_string() })?;
+        let pos = g
+            .schema
+            .position(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
+        let spec = g
+            .schema
+            .get(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
         if !spec.is_state() {
-            return Err(Error::UnknownChannel { channel: w.channel.to_string() });
+            return Err(Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            });
         }
         if !spec.accepts_write(w.type_id, &w.write) {
-            return Err(Error::WriteType { channel: w.channel.to_string() });
+            return Err(Error::WriteType {
+                channel: w.channel.to_string(),
+            });
         }
         writes.push((pos, w.write.clone()));
     }
@@ -331,7 +437,11 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
             if !matches!(def.kind, ChanKind::User) {
                 continue;
             }
-            let own: Vec<&Write> = writes[..user_writes].iter().filter(|(c, _)| *c == i).map(|(_, w)| w).collect();
+            let own: Vec<&Write> = writes[..user_writes]
+                .iter()
+                .filter(|(c, _)| *c == i)
+                .map(|(_, w)| w)
+                .collect();
             let value = if own.is_empty() {
                 base.chans[i].get().cloned()
             } else {
@@ -374,10 +484,17 @@ impl Persist<'_> {
         cp.put(self.thread, rec).await
     }
 
-    async fn put_writes(&mut self, ckpt: &CheckpointId, task: &TaskId, path: &str, writes: Vec<(String, Json)>) -> Result<()> {
+    async fn put_writes(
+        &mut self,
+        ckpt: &CheckpointId,
+        task: &TaskId,
+        path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
         let Some(cp) = self.cp else { return Ok(()) };
         if self.durability == Durability::Exit {
-            self.exit_writes.push((ckpt.clone(), task.clone(), path.to_owned(), writes));
+            self.exit_writes
+                .push((ckpt.clone(), task.clone(), path.to_owned(), writes));
             return Ok(());
         }
         cp.put_writes(self.thread, ckpt, task, path, writes).await
@@ -409,15 +526,27 @@ impl Emitter<'_> {
     }
 }
 
-fn decode_writes(g: &Graph, pending: &[PendingWrite], task: &TaskId) -> Result<Option<Vec<(usize, Write)>>> {
+fn decode_writes(
+    g: &Graph,
+    pending: &[PendingWrite],
+    task: &TaskId,
+) -> Result<Option<Vec<(usize, Write)>>> {
     let mut done = false;
     let mut out = Vec::new();
-    for w in pending.iter().filter(|w| &w.task_id == task && !is_control(&w.channel)) {
+    for w in pending
+        .iter()
+        .filter(|w| &w.task_id == task && !is_control(&w.channel))
+    {
         done = true;
         if w.channel == NO_WRITES {
             continue;
         }
-        let c = *g.chan_idx.get(w.channel.as_str()).ok_or_else(|| Error::UnknownChannel { channel: w.channel.clone() })?;
+        let c = *g
+            .chan_idx
+            .get(w.channel.as_str())
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.clone(),
+            })?;
         out.push((c, g.write_from_json(c, w.value.clone())?));
     }
     Ok(done.then_some(out))
@@ -443,7 +572,10 @@ fn saved_interrupts(pending: &[PendingWrite], task: &TaskId) -> Vec<Interrupt> {
 }
 
 fn ser_writes(g: &Graph, writes: &[(usize, Write)]) -> Result<Vec<(String, Json)>> {
-    writes.iter().map(|(c, w)| Ok((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?))).collect()
+    writes
+        .iter()
+        .map(|(c, w)| Ok((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)))
+        .collect()
 }
 
 fn task_event(g: &Graph, t: &Task, writes: &[(usize, Write)], step: i64) -> Result<TaskEvent> {
@@ -468,7 +600,13 @@ fn task_event(g: &Graph, t: &Task, writes: &[(usize, Write)], step: i64) -> Resu
             _ => {}
         }
     }
-    Ok(TaskEvent { step, node: g.nodes[t.node].id.clone(), kind: t.kind, writes: user, sends })
+    Ok(TaskEvent {
+        step,
+        node: g.nodes[t.node].id.clone(),
+        kind: t.kind,
+        writes: user,
+        sends,
+    })
 }
 
 fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) -> bool {
@@ -481,17 +619,29 @@ fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) ->
         .iter()
         .enumerate()
         .any(|(c, v)| *v > seen.and_then(|s| s.get(&c)).copied().unwrap_or(0));
-    any_new && tasks.iter().any(|t| list.iter().any(|n| n.as_str() == "*" || *n == g.nodes[t.node].id))
+    any_new
+        && tasks.iter().any(|t| {
+            list.iter()
+                .any(|n| n.as_str() == "*" || *n == g.nodes[t.node].id)
+        })
 }
 
 fn mark_interrupt_seen(live: &mut Live) {
-    let all: BTreeMap<usize, u64> =
-        live.versions.iter().enumerate().filter(|(_, v)| **v > 0).map(|(c, v)| (c, *v)).collect();
+    let all: BTreeMap<usize, u64> = live
+        .versions
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v > 0)
+        .map(|(c, v)| (c, *v))
+        .collect();
     live.seen.insert(INTERRUPT_SEEN.to_owned(), all);
 }
 
 enum TaskResult {
-    Done { writes: Vec<(usize, Write)>, custom: Vec<Json> },
+    Done {
+        writes: Vec<(usize, Write)>,
+        custom: Vec<Json>,
+    },
     Interrupted(Interrupt),
     Failed(Error),
 }
@@ -535,7 +685,10 @@ async fn run_inner(
         None => None,
     };
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
-        return Err(Error::CheckpointNotFound { thread: thread.to_string(), checkpoint: id.to_string() });
+        return Err(Error::CheckpointNotFound {
+            thread: thread.to_string(),
+            checkpoint: id.to_string(),
+        });
     }
     let explicit = cfg.checkpoint_id.is_some();
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
@@ -571,10 +724,16 @@ async fn run_inner(
         null_writes.extend(ser_writes(g, &resolved)?);
         match &cmd.resume {
             Some(Resume::Value(v)) => {
-                let tasks_with_interrupts =
-                    pending.iter().filter(|w| w.channel == INTERRUPT).map(|w| &w.task_id).collect::<BTreeSet<_>>().len();
+                let tasks_with_interrupts = pending
+                    .iter()
+                    .filter(|w| w.channel == INTERRUPT)
+                    .map(|w| &w.task_id)
+                    .collect::<BTreeSet<_>>()
+                    .len();
                 if tasks_with_interrupts > 1 {
-                    return Err(Error::AmbiguousResume { count: tasks_with_interrupts });
+                    return Err(Error::AmbiguousResume {
+                        count: tasks_with_interrupts,
+                    });
                 }
                 null_writes.push((RESUME.to_owned(), v.clone()));
             }
@@ -584,19 +743,29 @@ async fn run_inner(
         if let Some(id) = &ckpt_id
             && !null_writes.is_empty()
         {
-            persist.put_writes(id, &TaskId::new(NULL_TASK_ID), "", null_writes.clone()).await?;
+            persist
+                .put_writes(id, &TaskId::new(NULL_TASK_ID), "", null_writes.clone())
+                .await?;
         }
         for (channel, value) in null_writes {
             // Upsert semantics for the NULL task's resume value.
             if channel == RESUME {
                 pending.retain(|w| !(w.task_id.as_str() == NULL_TASK_ID && w.channel == RESUME));
             }
-            pending.push(PendingWrite { task_id: TaskId::new(NULL_TASK_ID), task_path: String::new(), channel, value });
+            pending.push(PendingWrite {
+                task_id: TaskId::new(NULL_TASK_ID),
+                task_path: String::new(),
+                channel,
+                value,
+            });
         }
     }
     // NULL-task writes: this checkpoint's own not-yet-applied input.
     let mut null_ch = Vec::new();
-    for w in pending.iter().filter(|w| w.task_id.as_str() == NULL_TASK_ID) {
+    for w in pending
+        .iter()
+        .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
+    {
         if w.channel == RESUME {
             shared.null_value = Mutex::new(Some(w.value.clone()));
         } else if !is_control(&w.channel)
@@ -606,7 +775,16 @@ async fn run_inner(
         }
     }
     if !null_ch.is_empty() {
-        let upd = apply_writes(g, &mut live, &[Applied { name: "__input__", triggers: &[], bump: false, writes: &null_ch }])?;
+        let upd = apply_writes(
+            g,
+            &mut live,
+            &[Applied {
+                name: "__input__",
+                triggers: &[],
+                bump: false,
+                writes: &null_ch,
+            }],
+        )?;
         live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
     }
     let shared = Arc::new(shared);
@@ -618,7 +796,8 @@ async fn run_inner(
                 Some(cp) => cp.get_tuple(thread, None).await?.map(|t| t.checkpoint.id),
                 None => None,
             };
-            let direct = newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
+            let direct =
+                newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
             if !direct {
                 let id = new_checkpoint_id();
                 let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Fork)?;
@@ -635,9 +814,19 @@ async fn run_inner(
         let ck = ckpt_id.as_ref().map_or("", CheckpointId::as_str).to_owned();
         let discard = prepare_tasks(g, &live, &ck, step, &state)?;
         let input_writes = vec![(g.start_chan, Write::Value(Arc::new(u.clone())))];
-        let mut batch = vec![Applied { name: "__input__", triggers: &[], bump: false, writes: &input_writes }];
+        let mut batch = vec![Applied {
+            name: "__input__",
+            triggers: &[],
+            bump: false,
+            writes: &input_writes,
+        }];
         for t in &discard {
-            batch.push(Applied { name: g.nodes[t.node].id.as_str(), triggers: &t.triggers, bump: true, writes: &[] });
+            batch.push(Applied {
+                name: g.nodes[t.node].id.as_str(),
+                triggers: &t.triggers,
+                bump: true,
+                writes: &[],
+            });
         }
         live.updated = Some(apply_writes(g, &mut live, &batch)?);
         let id = new_checkpoint_id();
@@ -648,12 +837,16 @@ async fn run_inner(
         step += 1;
         pending.clear();
     } else if !resuming {
-        return Err(Error::EmptyInput { thread: thread.to_string() });
+        return Err(Error::EmptyInput {
+            thread: thread.to_string(),
+        });
     }
 
     loop {
         if step > stop {
-            return Err(Error::RecursionLimit { limit: cfg.recursion_limit });
+            return Err(Error::RecursionLimit {
+                limit: cfg.recursion_limit,
+            });
         }
         let state = live.state_view(g);
         let ck = ckpt_id.clone().unwrap_or_else(|| CheckpointId::new(""));
@@ -663,13 +856,38 @@ async fn run_inner(
         }
         let mut results: Vec<Option<TaskResult>> = Vec::with_capacity(tasks.len());
         for t in &tasks {
-            results.push(decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done { writes, custom: Vec::new() }));
+            results.push(
+                decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done {
+                    writes,
+                    custom: Vec::new(),
+                }),
+            );
         }
-        let to_run: Vec<&Task> = tasks.iter().zip(&results).filter(|(_, r)| r.is_none()).map(|(t, _)| t).collect();
+        let to_run: Vec<&Task> = tasks
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|(t, _)| t)
+            .collect();
         if should_interrupt(g, &live, &g.interrupt_before, &to_run) {
-            return Ok(RunOutcome { values: live.state_view(g), interrupts: Vec::new(), checkpoint_id: ckpt_id });
+            return Ok(RunOutcome {
+                values: live.state_view(g),
+                interrupts: Vec::new(),
+                checkpoint_id: ckpt_id,
+            });
         }
-        execute(g, &tasks, &mut results, &pending, &shared, &live, step, &ck, persist).await?;
+        execute(
+            g,
+            &tasks,
+            &mut results,
+            &pending,
+            &shared,
+            &live,
+            step,
+            &ck,
+            persist,
+        )
+        .await?;
 
         // Barrier.
         let mut first_error = None;
@@ -706,7 +924,11 @@ async fn run_inner(
             let mut scratch = live.clone();
             apply_writes(g, &mut scratch, &batch)?;
             em.send(StreamEvent::Interrupted(interrupts.clone()));
-            return Ok(RunOutcome { values: live.state_view(g), interrupts, checkpoint_id: ckpt_id });
+            return Ok(RunOutcome {
+                values: live.state_view(g),
+                interrupts,
+                checkpoint_id: ckpt_id,
+            });
         }
         let updated = apply_writes(g, &mut live, &batch)?;
         live.updated = Some(updated);
@@ -715,7 +937,10 @@ async fn run_inner(
             if em.modes.debug || em.modes.updates {
                 let ev = task_event(g, t, writes, step)?;
                 if em.modes.updates {
-                    em.send(StreamEvent::Updates { node: ev.node.clone(), writes: ev.writes.clone() });
+                    em.send(StreamEvent::Updates {
+                        node: ev.node.clone(),
+                        writes: ev.writes.clone(),
+                    });
                 }
                 if em.modes.debug {
                     em.send(StreamEvent::Task(ev));
@@ -726,7 +951,10 @@ async fn run_inner(
             for (i, r) in results.iter().enumerate() {
                 if let Some(TaskResult::Done { custom, .. }) = r {
                     for c in custom {
-                        em.send(StreamEvent::Custom { node: g.nodes[tasks[i].node].id.clone(), value: c.clone() });
+                        em.send(StreamEvent::Custom {
+                            node: g.nodes[tasks[i].node].id.clone(),
+                            value: c.clone(),
+                        });
                     }
                 }
             }
@@ -746,15 +974,34 @@ async fn run_inner(
         pending.clear();
         let ran: Vec<&Task> = tasks.iter().collect();
         if should_interrupt(g, &live, &g.interrupt_after, &ran) {
-            return Ok(RunOutcome { values: live.state_view(g), interrupts: Vec::new(), checkpoint_id: ckpt_id });
+            return Ok(RunOutcome {
+                values: live.state_view(g),
+                interrupts: Vec::new(),
+                checkpoint_id: ckpt_id,
+            });
         }
     }
-    Ok(RunOutcome { values: live.state_view(g), interrupts: Vec::new(), checkpoint_id: ckpt_id })
+    Ok(RunOutcome {
+        values: live.state_view(g),
+        interrupts: Vec::new(),
+        checkpoint_id: ckpt_id,
+    })
 }
 
-fn emit_checkpoint(em: &Emitter<'_>, id: &CheckpointId, parent: Option<&CheckpointId>, step: i64, source: Source) {
+fn emit_checkpoint(
+    em: &Emitter<'_>,
+    id: &CheckpointId,
+    parent: Option<&CheckpointId>,
+    step: i64,
+    source: Source,
+) {
     if em.modes.debug {
-        em.send(StreamEvent::Checkpoint(CheckpointEvent { id: id.clone(), parent: parent.cloned(), step, source }));
+        em.send(StreamEvent::Checkpoint(CheckpointEvent {
+            id: id.clone(),
+            parent: parent.cloned(),
+            step,
+            source,
+        }));
     }
 }
 
@@ -764,7 +1011,12 @@ fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(u
     }
     let mut writes = Vec::new();
     for w in &cmd.update.writes {
-        let pos = g.schema.position(&w.channel).ok_or_else(|| Error::UnknownChannel { channel: w.channel.to_string() })?;
+        let pos = g
+            .schema
+            .position(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
         writes.push((pos, w.write.clone()));
     }
     for goto in &cmd.goto {
@@ -787,7 +1039,8 @@ async fn execute(
     ck: &CheckpointId,
     persist: &mut Persist<'_>,
 ) -> Result<()> {
-    let mut set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)> = tokio::task::JoinSet::new();
+    let mut set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)> =
+        tokio::task::JoinSet::new();
     let mut ctxs: HashMap<usize, Arc<TaskCtx>> = HashMap::new();
     let mut ids = HashMap::new();
     for (i, t) in tasks.iter().enumerate() {
@@ -807,7 +1060,11 @@ async fn execute(
                     task_id: t.id.clone(),
                     step,
                     ns: format!("{}:{}", spec.id, t.id),
-                    resume: Mutex::new(ResumeState { answers: saved_answers(pending, &t.id), counter: 0, added: false }),
+                    resume: Mutex::new(ResumeState {
+                        answers: saved_answers(pending, &t.id),
+                        counter: 0,
+                        added: false,
+                    }),
                     shared: shared.clone(),
                     custom: Mutex::new(Vec::new()),
                 });
@@ -819,15 +1076,25 @@ async fn execute(
                     let mut attempt = 1u32;
                     loop {
                         {
-                            let mut r = ctx.resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            let mut r = ctx
+                                .resume
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
                             r.counter = 0;
                         }
-                        let r = node.run(input.clone(), Context { inner: ctx.clone() }).await;
+                        let r = node
+                            .run(input.clone(), Context { inner: ctx.clone() })
+                            .await;
                         match (&r, &retry) {
-                            (Err(NodeError(NodeErrorKind::Failed(_))), Some(p)) if attempt < p.max_attempts => {
+                            (Err(NodeError(NodeErrorKind::Failed(_))), Some(p))
+                                if attempt < p.max_attempts =>
+                            {
                                 let secs = p.initial_interval.as_secs_f64()
-                                    * p.backoff_factor.powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
-                                let wait = std::time::Duration::from_secs_f64(secs.min(p.max_interval.as_secs_f64()));
+                                    * p.backoff_factor
+                                        .powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
+                                let wait = std::time::Duration::from_secs_f64(
+                                    secs.min(p.max_interval.as_secs_f64()),
+                                );
                                 tokio::time::sleep(wait).await;
                                 attempt += 1;
                             }
@@ -855,20 +1122,31 @@ async fn execute(
                 };
                 let node = g.nodes[tasks[i].node].id.clone();
                 results[i] = Some(TaskResult::Failed(Error::NodePanicked { node, message }));
-                persist_result(g, &tasks[i], results[i].as_ref(), ctxs.get(&i), ck, persist).await?;
+                persist_result(g, &tasks[i], results[i].as_ref(), ctxs.get(&i), ck, persist)
+                    .await?;
                 continue;
             }
         };
         let t = &tasks[i];
         let ctx = ctxs.get(&i);
         let custom = ctx
-            .map(|c| std::mem::take(&mut *c.custom.lock().unwrap_or_else(std::sync::PoisonError::into_inner)))
+            .map(|c| {
+                std::mem::take(
+                    &mut *c
+                        .custom
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                )
+            })
             .unwrap_or_default();
         results[i] = Some(match r {
             Ok(cmd) => finish_ok(g, t, &cmd, live, custom, None),
             Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
-                TaskResult::Failed(Error::NodeFailed { node: g.nodes[t.node].id.clone(), source })
+                TaskResult::Failed(Error::NodeFailed {
+                    node: g.nodes[t.node].id.clone(),
+                    source,
+                })
             }
         });
         persist_result(g, t, results[i].as_ref(), ctx, ck, persist).await?;
@@ -876,9 +1154,19 @@ async fn execute(
     Ok(())
 }
 
-fn finish_ok(g: &Graph, t: &Task, cmd: &Command, live: &Live, custom: Vec<Json>, _x: Option<()>) -> TaskResult {
+fn finish_ok(
+    g: &Graph,
+    t: &Task,
+    cmd: &Command,
+    live: &Live,
+    custom: Vec<Json>,
+    _x: Option<()>,
+) -> TaskResult {
     match resolve(g, t.node, cmd, live) {
-        Ok(r) => TaskResult::Done { writes: r.writes, custom },
+        Ok(r) => TaskResult::Done {
+            writes: r.writes,
+            custom,
+        },
         Err(e) => TaskResult::Failed(e),
     }
 }
@@ -896,7 +1184,10 @@ async fn persist_result(
     }
     let mut out = Vec::new();
     if let Some(ctx) = ctx {
-        let st = ctx.resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let st = ctx
+            .resume
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if st.added {
             out.push((RESUME.to_owned(), Json::Array(st.answers.clone())));
         }
@@ -910,10 +1201,16 @@ async fn persist_result(
             out.extend(w);
         }
         Some(TaskResult::Interrupted(i)) => {
-            out.push((INTERRUPT.to_owned(), serde_json::to_value(vec![i]).unwrap_or(Json::Null)));
+            out.push((
+                INTERRUPT.to_owned(),
+                serde_json::to_value(vec![i]).unwrap_or(Json::Null),
+            ));
         }
         Some(TaskResult::Failed(e)) => {
-            out.push((ERROR.to_owned(), serde_json::json!({ "message": error_message(e) })));
+            out.push((
+                ERROR.to_owned(),
+                serde_json::json!({ "message": error_message(e) }),
+            ));
         }
         None => return Ok(()),
     }
@@ -931,24 +1228,50 @@ fn error_message(e: &Error) -> String {
 pub(crate) fn snapshot_of(g: &Graph, t: &CheckpointTuple) -> Result<StateSnapshot> {
     let mut live = Live::restore(g, &t.checkpoint)?;
     let mut null_ch = Vec::new();
-    for w in t.pending_writes.iter().filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel)) {
+    for w in t
+        .pending_writes
+        .iter()
+        .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
+    {
         if let Some(&c) = g.chan_idx.get(w.channel.as_str()) {
             null_ch.push((c, g.write_from_json(c, w.value.clone())?));
         }
     }
     if !null_ch.is_empty() {
-        let upd = apply_writes(g, &mut live, &[Applied { name: "__input__", triggers: &[], bump: false, writes: &null_ch }])?;
+        let upd = apply_writes(
+            g,
+            &mut live,
+            &[Applied {
+                name: "__input__",
+                triggers: &[],
+                bump: false,
+                writes: &null_ch,
+            }],
+        )?;
         live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
     }
     let state = live.state_view(g);
-    let tasks = prepare_tasks(g, &live, t.checkpoint.id.as_str(), t.checkpoint.step + 1, &state)?;
+    let tasks = prepare_tasks(
+        g,
+        &live,
+        t.checkpoint.id.as_str(),
+        t.checkpoint.step + 1,
+        &state,
+    )?;
     let mut snaps = Vec::with_capacity(tasks.len());
     for task in &tasks {
-        let mine: Vec<&PendingWrite> = t.pending_writes.iter().filter(|w| w.task_id == task.id).collect();
-        let error = mine
+        let mine: Vec<&PendingWrite> = t
+            .pending_writes
             .iter()
-            .find(|w| w.channel == ERROR)
-            .map(|w| w.value.get("message").and_then(Json::as_str).unwrap_or_default().to_owned());
+            .filter(|w| w.task_id == task.id)
+            .collect();
+        let error = mine.iter().find(|w| w.channel == ERROR).map(|w| {
+            w.value
+                .get("message")
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        });
         let interrupts = saved_interrupts(&t.pending_writes, &task.id);
         let has_result = mine.iter().any(|w| !is_control(&w.channel));
         let status = if error.is_some() {
@@ -965,7 +1288,11 @@ pub(crate) fn snapshot_of(g: &Graph, t: &CheckpointTuple) -> Result<StateSnapsho
             node: g.nodes[task.node].id.clone(),
             kind: task.kind,
             status,
-            interrupts: if status == TaskStatus::Interrupted { interrupts } else { Vec::new() },
+            interrupts: if status == TaskStatus::Interrupted {
+                interrupts
+            } else {
+                Vec::new()
+            },
             error,
         });
     }
@@ -980,15 +1307,30 @@ pub(crate) fn snapshot_of(g: &Graph, t: &CheckpointTuple) -> Result<StateSnapsho
     })
 }
 
-pub(crate) async fn get_state(g: &Graph, cp: &dyn Checkpointer, cfg: &RunConfig) -> Result<Option<StateSnapshot>> {
-    match cp.get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref()).await? {
+pub(crate) async fn get_state(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    cfg: &RunConfig,
+) -> Result<Option<StateSnapshot>> {
+    match cp
+        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .await?
+    {
         Some(t) => snapshot_of(g, &t).map(Some),
         None => Ok(None),
     }
 }
 
-pub(crate) async fn history(g: &Graph, cp: &dyn Checkpointer, cfg: &RunConfig) -> Result<Vec<StateSnapshot>> {
-    cp.list(&cfg.thread_id).await?.iter().map(|t| snapshot_of(g, t)).collect()
+pub(crate) async fn history(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    cfg: &RunConfig,
+) -> Result<Vec<StateSnapshot>> {
+    cp.list(&cfg.thread_id)
+        .await?
+        .iter()
+        .map(|t| snapshot_of(g, t))
+        .collect()
 }
 
 pub(crate) async fn update_state(
@@ -998,36 +1340,70 @@ pub(crate) async fn update_state(
     values: Update,
     as_node: Option<NodeId>,
 ) -> Result<CheckpointId> {
-    let saved = cp.get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref()).await?;
+    let saved = cp
+        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .await?;
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
-        return Err(Error::CheckpointNotFound { thread: cfg.thread_id.to_string(), checkpoint: id.to_string() });
+        return Err(Error::CheckpointNotFound {
+            thread: cfg.thread_id.to_string(),
+            checkpoint: id.to_string(),
+        });
     }
     let (mut live, parent, step) = match &saved {
-        Some(t) => (Live::restore(g, &t.checkpoint)?, Some(t.checkpoint.id.clone()), t.checkpoint.step + 1),
+        Some(t) => (
+            Live::restore(g, &t.checkpoint)?,
+            Some(t.checkpoint.id.clone()),
+            t.checkpoint.step + 1,
+        ),
         None => (Live::new(g)?, None, -1),
     };
     if let Some(t) = &saved {
         let mut null_ch = Vec::new();
-        for w in t.pending_writes.iter().filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel)) {
+        for w in t
+            .pending_writes
+            .iter()
+            .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
+        {
             if let Some(&c) = g.chan_idx.get(w.channel.as_str()) {
                 null_ch.push((c, g.write_from_json(c, w.value.clone())?));
             }
         }
         if !null_ch.is_empty() {
-            apply_writes(g, &mut live, &[Applied { name: "__input__", triggers: &[], bump: false, writes: &null_ch }])?;
+            apply_writes(
+                g,
+                &mut live,
+                &[Applied {
+                    name: "__input__",
+                    triggers: &[],
+                    bump: false,
+                    writes: &null_ch,
+                }],
+            )?;
         }
     }
     let node = match as_node {
-        Some(n) => *g
-            .node_idx
-            .get(&n)
-            .filter(|&&i| i != 0)
-            .ok_or_else(|| Error::AmbiguousAsNode { reason: format!("unknown node '{n}'") })?,
+        Some(n) => {
+            *g.node_idx
+                .get(&n)
+                .filter(|&&i| i != 0)
+                .ok_or_else(|| Error::AmbiguousAsNode {
+                    reason: format!("unknown node '{n}'"),
+                })?
+        }
         None => infer_as_node(g, &live)?,
     };
     let resolved = resolve(g, node, &Command::from(values), &live)?;
     let name = g.nodes[node].id.as_str();
-    let updated = apply_writes(g, &mut live, &[Applied { name, triggers: &[], bump: true, writes: &resolved.writes }])?;
+    let updated = apply_writes(
+        g,
+        &mut live,
+        &[Applied {
+            name,
+            triggers: &[],
+            bump: true,
+            writes: &resolved.writes,
+        }],
+    )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
     let rec = live.to_record(g, id.clone(), parent, step, Source::Update)?;
@@ -1038,7 +1414,9 @@ pub(crate) async fn update_state(
 fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
     let mut best: Option<(u64, Vec<usize>)> = None;
     for (i, n) in g.nodes.iter().enumerate().skip(1) {
-        let Some(m) = live.seen.get(n.id.as_str()) else { continue };
+        let Some(m) = live.seen.get(n.id.as_str()) else {
+            continue;
+        };
         let v = m.values().copied().max().unwrap_or(0);
         match &mut best {
             Some((bv, nodes)) if *bv == v => nodes.push(i),
@@ -1048,8 +1426,12 @@ fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
     }
     match best {
         Some((_, nodes)) if nodes.len() == 1 => Ok(nodes[0]),
-        Some(_) => Err(Error::AmbiguousAsNode { reason: "several nodes ran last".to_owned() }),
+        Some(_) => Err(Error::AmbiguousAsNode {
+            reason: "several nodes ran last".to_owned(),
+        }),
         None if g.nodes.len() == 2 => Ok(1),
-        None => Err(Error::AmbiguousAsNode { reason: "no node has run yet".to_owned() }),
+        None => Err(Error::AmbiguousAsNode {
+            reason: "no node has run yet".to_owned(),
+        }),
     }
 }

@@ -25,7 +25,11 @@ pub(crate) enum SerdeFail {
 #[derive(Clone)]
 enum Kind {
     LastValue,
-    Reducer { id: Arc<str>, init: Arc<dyn Fn() -> Val + Send + Sync>, reduce: ReduceFn },
+    Reducer {
+        id: Arc<str>,
+        init: Arc<dyn Fn() -> Val + Send + Sync>,
+        reduce: ReduceFn,
+    },
     Ephemeral,
     Untracked,
     PacketOnly,
@@ -51,19 +55,31 @@ pub struct ChannelSpec<V, W = V> {
 impl<V> ChannelSpec<V, V> {
     /// A plain field: one write per step, a second one is `InvalidConcurrentUpdate`. Empty until written.
     pub fn last_value() -> Self {
-        Self { kind: Kind::LastValue, _t: std::marker::PhantomData }
+        Self {
+            kind: Kind::LastValue,
+            _t: std::marker::PhantomData,
+        }
     }
     /// A value that lives for one step: cleared in the next step that does not write it.
     pub fn ephemeral() -> Self {
-        Self { kind: Kind::Ephemeral, _t: std::marker::PhantomData }
+        Self {
+            kind: Kind::Ephemeral,
+            _t: std::marker::PhantomData,
+        }
     }
     /// A value that is never checkpointed (and stripped from persisted writes).
     pub fn untracked() -> Self {
-        Self { kind: Kind::Untracked, _t: std::marker::PhantomData }
+        Self {
+            kind: Kind::Untracked,
+            _t: std::marker::PhantomData,
+        }
     }
     /// Not a state channel: a key that may only appear in `Send` packets (a worker's private input).
     pub fn packet_only() -> Self {
-        Self { kind: Kind::PacketOnly, _t: std::marker::PhantomData }
+        Self {
+            kind: Kind::PacketOnly,
+            _t: std::marker::PhantomData,
+        }
     }
 }
 
@@ -79,10 +95,15 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
         R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
     {
         let reduce: ReduceFn = Arc::new(move |acc: &Val, batch: &[Val]| {
-            let acc = acc.downcast_ref::<V>().ok_or("reducer state has the wrong type")?;
+            let acc = acc
+                .downcast_ref::<V>()
+                .ok_or("reducer state has the wrong type")?;
             let mut writes = Vec::with_capacity(batch.len());
             for w in batch {
-                writes.push(w.downcast_ref::<W>().ok_or("reducer write has the wrong type")?);
+                writes.push(
+                    w.downcast_ref::<W>()
+                        .ok_or("reducer write has the wrong type")?,
+                );
             }
             reduce_refs(&reduce, acc, &writes).map(|v| Arc::new(v) as Val)
         });
@@ -94,6 +115,23 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
             },
             _t: std::marker::PhantomData,
         }
+    }
+}
+
+impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers::Message>> {
+    /// The `messages` channel in full mode: `add_messages` semantics (replace by id, append, remove),
+    /// each write a list of messages.
+    pub fn messages() -> Self {
+        use antler_state_reducers::{Message, MessageWrite, merge_message_writes};
+        Self::reducer(
+            "add_messages",
+            Vec::new,
+            |acc: &Vec<Message>, writes: &[Vec<Message>]| {
+                let writes: Vec<MessageWrite> =
+                    writes.iter().cloned().map(MessageWrite::Messages).collect();
+                merge_message_writes(acc, &writes).map_err(|e| Box::new(e) as BoxError)
+            },
+        )
     }
 }
 
@@ -185,7 +223,12 @@ impl ErasedSpec {
 
     /// Human-readable kind, used in conflict errors.
     pub(crate) fn describe(&self) -> String {
-        format!("{}<{}, {}>", kind_desc(&self.kind), self.type_names.0, self.type_names.1)
+        format!(
+            "{}<{}, {}>",
+            kind_desc(&self.kind),
+            self.type_names.0,
+            self.type_names.1
+        )
     }
 
     /// Whether `other` declares the same channel (same kind, reducer id and types).
@@ -205,7 +248,9 @@ impl ErasedSpec {
     pub(crate) fn accepts_write(&self, type_id: TypeId, write: &Write) -> bool {
         match write {
             Write::Value(_) => type_id == self.write_type,
-            Write::Overwrite(_) => type_id == self.value_type && matches!(self.kind, Kind::Reducer { .. }),
+            Write::Overwrite(_) => {
+                type_id == self.value_type && matches!(self.kind, Kind::Reducer { .. })
+            }
         }
     }
 
@@ -222,8 +267,13 @@ impl ErasedSpec {
 
     fn map_fail(&self, f: SerdeFail) -> Error {
         match f {
-            SerdeFail::Serde(source) => Error::Serialization { channel: self.name.to_string(), source },
-            SerdeFail::Type => Error::WriteType { channel: self.name.to_string() },
+            SerdeFail::Serde(source) => Error::Serialization {
+                channel: self.name.to_string(),
+                source,
+            },
+            SerdeFail::Type => Error::WriteType {
+                channel: self.name.to_string(),
+            },
         }
     }
 
@@ -231,13 +281,17 @@ impl ErasedSpec {
         (self.value_to_json)(v).map_err(|f| self.map_fail(f))
     }
     pub(crate) fn value_from_json(&self, j: Json) -> Result<Val> {
-        (self.value_from_json)(j)
-            .map_err(|source| Error::Serialization { channel: self.name.to_string(), source })
+        (self.value_from_json)(j).map_err(|source| Error::Serialization {
+            channel: self.name.to_string(),
+            source,
+        })
     }
     pub(crate) fn write_to_json(&self, w: &Write) -> Result<Json> {
         match w {
             Write::Value(v) => (self.write_to_json)(v).map_err(|f| self.map_fail(f)),
-            Write::Overwrite(v) => Ok(serde_json::json!({ "__overwrite__": self.value_to_json(v)? })),
+            Write::Overwrite(v) => {
+                Ok(serde_json::json!({ "__overwrite__": self.value_to_json(v)? }))
+            }
         }
     }
     pub(crate) fn write_from_json(&self, j: Json) -> Result<Write> {
@@ -250,25 +304,37 @@ impl ErasedSpec {
         }
         (self.write_from_json)(j)
             .map(Write::Value)
-            .map_err(|source| Error::Serialization { channel: self.name.to_string(), source })
+            .map_err(|source| Error::Serialization {
+                channel: self.name.to_string(),
+                source,
+            })
     }
 
     /// A fresh channel, optionally restored from its stored form.
     pub(crate) fn channel(&self, stored: Option<Json>) -> Result<Box<dyn Channel>> {
         let value = stored.map(|j| self.value_from_json(j)).transpose()?;
         Ok(match &self.kind {
-            Kind::LastValue | Kind::PacketOnly => Box::new(LastValue { name: self.name.clone(), value }),
+            Kind::LastValue | Kind::PacketOnly => Box::new(LastValue {
+                name: self.name.clone(),
+                value,
+            }),
             Kind::Reducer { init, reduce, .. } => Box::new(Reducer {
                 name: self.name.clone(),
                 value: value.unwrap_or_else(|| init()),
                 reduce: reduce.clone(),
             }),
-            Kind::Ephemeral => {
-                Box::new(Ephemeral { name: self.name.clone(), value, guard: true, untracked: false })
-            }
-            Kind::Untracked => {
-                Box::new(Ephemeral { name: self.name.clone(), value, guard: true, untracked: true })
-            }
+            Kind::Ephemeral => Box::new(Ephemeral {
+                name: self.name.clone(),
+                value,
+                guard: true,
+                untracked: false,
+            }),
+            Kind::Untracked => Box::new(Ephemeral {
+                name: self.name.clone(),
+                value,
+                guard: true,
+                untracked: true,
+            }),
         })
     }
 }
@@ -285,7 +351,9 @@ impl Schema {
     pub(crate) fn declare(&mut self, spec: ErasedSpec) -> std::result::Result<(), BuildError> {
         let name = spec.name();
         if name.starts_with("__") || name.contains(':') || name.contains('|') || name.is_empty() {
-            return Err(BuildError::ReservedChannel { channel: name.to_owned() });
+            return Err(BuildError::ReservedChannel {
+                channel: name.to_owned(),
+            });
         }
         if let Some(&i) = self.index.get(name) {
             let first = &self.specs[i];

@@ -26,11 +26,17 @@ pub struct Key<V, W = V> {
 impl<V, W> Key<V, W> {
     /// A key with a static name; usable in `const` items.
     pub const fn from_static(name: &'static str) -> Self {
-        Self { name: Cow::Borrowed(name), _types: PhantomData }
+        Self {
+            name: Cow::Borrowed(name),
+            _types: PhantomData,
+        }
     }
     /// A key whose name is only known at run time.
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: Cow::Owned(name.into()), _types: PhantomData }
+        Self {
+            name: Cow::Owned(name.into()),
+            _types: PhantomData,
+        }
     }
     /// The channel name.
     pub fn name(&self) -> &str {
@@ -40,7 +46,10 @@ impl<V, W> Key<V, W> {
 
 impl<V, W> Clone for Key<V, W> {
     fn clone(&self) -> Self {
-        Self { name: self.name.clone(), _types: PhantomData }
+        Self {
+            name: self.name.clone(),
+            _types: PhantomData,
+        }
     }
 }
 
@@ -97,7 +106,11 @@ impl Update {
         });
     }
     /// Appends an `Overwrite`: the reducer channel's value becomes `v` and the step's other writes to it are dropped.
-    pub fn overwrite<V: Send + Sync + 'static, W: 'static>(mut self, key: &Key<V, W>, v: V) -> Self {
+    pub fn overwrite<V: Send + Sync + 'static, W: 'static>(
+        mut self,
+        key: &Key<V, W>,
+        v: V,
+    ) -> Self {
         self.writes.push(NamedWrite {
             channel: Arc::from(key.name()),
             type_id: TypeId::of::<V>(),
@@ -121,7 +134,9 @@ impl Update {
 
 impl fmt::Debug for Update {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.writes.iter().map(|w| &*w.channel)).finish()
+        f.debug_list()
+            .entries(self.writes.iter().map(|w| &*w.channel))
+            .finish()
     }
 }
 
@@ -136,11 +151,16 @@ pub struct State {
 
 impl State {
     pub(crate) fn new(schema: Arc<Schema>, values: HashMap<Arc<str>, Val>) -> Self {
-        Self { schema, values: Arc::new(values) }
+        Self {
+            schema,
+            values: Arc::new(values),
+        }
     }
     /// The value of `key`, or `None` when the channel is empty (or holds another type).
     pub fn get<V: 'static, W>(&self, key: &Key<V, W>) -> Option<&V> {
-        self.values.get(key.name()).and_then(|v| v.downcast_ref::<V>())
+        self.values
+            .get(key.name())
+            .and_then(|v| v.downcast_ref::<V>())
     }
     /// Whether the channel named `name` has a value.
     pub fn contains(&self, name: &str) -> bool {

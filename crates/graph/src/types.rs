@@ -21,11 +21,15 @@ pub struct Send {
 impl Send {
     /// A packet for `node` with no values yet.
     pub fn new(node: impl Into<NodeId>) -> Self {
-        Self { node: node.into(), arg: Vec::new() }
+        Self {
+            node: node.into(),
+            arg: Vec::new(),
+        }
     }
     /// Adds a value for `key` (a state channel or a packet-only key of the schema).
     pub fn with<V: std::marker::Send + Sync + 'static, W>(mut self, key: &Key<V, W>, v: V) -> Self {
-        self.arg.push((Arc::from(key.name()), TypeId::of::<V>(), Arc::new(v)));
+        self.arg
+            .push((Arc::from(key.name()), TypeId::of::<V>(), Arc::new(v)));
         self
     }
     /// The target node.
@@ -36,7 +40,12 @@ impl Send {
 
 impl fmt::Debug for Send {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Send({}, {:?})", self.node, self.arg.iter().map(|a| &*a.0).collect::<Vec<_>>())
+        write!(
+            f,
+            "Send({}, {:?})",
+            self.node,
+            self.arg.iter().map(|a| &*a.0).collect::<Vec<_>>()
+        )
     }
 }
 
@@ -100,11 +109,17 @@ impl Command {
     }
     /// Resume with one value (as graph input).
     pub fn resume(value: Json) -> Self {
-        Self { resume: Some(Resume::Value(value)), ..Self::default() }
+        Self {
+            resume: Some(Resume::Value(value)),
+            ..Self::default()
+        }
     }
     /// Resume several interrupts by id (as graph input).
     pub fn resume_map(map: HashMap<InterruptId, Json>) -> Self {
-        Self { resume: Some(Resume::Map(map)), ..Self::default() }
+        Self {
+            resume: Some(Resume::Map(map)),
+            ..Self::default()
+        }
     }
     /// Addresses the command to the parent graph (only valid inside a subgraph).
     pub fn to_parent(mut self) -> Self {
@@ -115,7 +130,10 @@ impl Command {
 
 impl From<Update> for Command {
     fn from(update: Update) -> Self {
-        Self { update, ..Self::default() }
+        Self {
+            update,
+            ..Self::default()
+        }
     }
 }
 
@@ -198,8 +216,16 @@ pub struct Context {
 }
 
 pub(crate) fn interrupt_id(ns: &str, slot: usize) -> InterruptId {
-    let key = if slot == 0 { ns.to_owned() } else { format!("{ns}|{slot}") };
-    InterruptId::new(uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes()).simple().to_string())
+    let key = if slot == 0 {
+        ns.to_owned()
+    } else {
+        format!("{ns}|{slot}")
+    };
+    InterruptId::new(
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes())
+            .simple()
+            .to_string(),
+    )
 }
 
 impl Context {
@@ -221,7 +247,11 @@ impl Context {
     /// On resume the node re-runs from its beginning; the n-th call of a run gets the n-th answer.
     /// Propagate the error with `?`.
     pub fn interrupt(&self, value: Json) -> Result<Json, NodeError> {
-        let mut st = self.inner.resume.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = self
+            .inner
+            .resume
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let slot = st.counter;
         st.counter += 1;
         if let Some(v) = st.answers.get(slot) {
@@ -230,7 +260,13 @@ impl Context {
         let id = interrupt_id(&self.inner.ns, slot);
         let answer = match self.inner.shared.map.get(&id) {
             Some(v) => Some(v.clone()),
-            None => self.inner.shared.null_value.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take(),
+            None => self
+                .inner
+                .shared
+                .null_value
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
         };
         match answer {
             Some(v) if st.answers.len() == slot => {
@@ -238,12 +274,20 @@ impl Context {
                 st.added = true;
                 Ok(v)
             }
-            _ => Err(NodeError(NodeErrorKind::Interrupt(Interrupt { id, value, node: self.inner.node.clone() }))),
+            _ => Err(NodeError(NodeErrorKind::Interrupt(Interrupt {
+                id,
+                value,
+                node: self.inner.node.clone(),
+            }))),
         }
     }
 
     /// Emits a custom stream event (delivered with the step's events).
     pub fn emit(&self, value: Json) {
-        self.inner.custom.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(value);
+        self.inner
+            .custom
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(value);
     }
 }

@@ -15,17 +15,28 @@ fn get(c: &dyn Channel) -> Option<i64> {
 
 #[test]
 fn last_value_rejects_two_writes_in_one_step() {
-    let mut c = LastValue { name: Arc::from("x"), value: None };
+    let mut c = LastValue {
+        name: Arc::from("x"),
+        value: None,
+    };
     assert!(c.update(&[&v(1)]).unwrap());
     let err = c.update(&[&v(2), &v(3)]).unwrap_err();
     assert!(matches!(err, Error::InvalidConcurrentUpdate { ref channel } if channel == "x"));
-    assert!(!c.update(&[]).unwrap(), "update([]) leaves a last value alone");
+    assert!(
+        !c.update(&[]).unwrap(),
+        "update([]) leaves a last value alone"
+    );
     assert_eq!(get(&c), Some(1));
 }
 
 #[test]
 fn ephemeral_is_cleared_by_empty_update_and_that_is_a_change() {
-    let mut c = Ephemeral { name: Arc::from("e"), value: None, guard: false, untracked: false };
+    let mut c = Ephemeral {
+        name: Arc::from("e"),
+        value: None,
+        guard: false,
+        untracked: false,
+    };
     assert!(c.update(&[&v(1), &v(2)]).unwrap());
     assert_eq!(get(&c), Some(2), "unguarded keeps the last of many");
     assert!(c.update(&[]).unwrap());
@@ -42,7 +53,11 @@ fn reducer_overwrite_drops_other_writes_and_only_one_per_step() {
         }
         Ok(Arc::new(s) as Val)
     });
-    let mut c = Reducer { name: Arc::from("n"), value: Arc::new(0i64), reduce };
+    let mut c = Reducer {
+        name: Arc::from("n"),
+        value: Arc::new(0i64),
+        reduce,
+    };
     assert!(c.update(&[&v(1), &v(2)]).unwrap());
     assert_eq!(get(&c), Some(3));
     let ow = Write::Overwrite(Arc::new(10i64));
@@ -68,7 +83,10 @@ fn barrier_needs_every_name_and_resets_on_consume() {
     assert!(c.update(&[&a]).unwrap());
     assert!(c.get().is_none());
     assert!(!c.update(&[&a]).unwrap(), "a name seen twice is no change");
-    assert!(!c.update(&[]).unwrap(), "update([]) keeps a partial barrier");
+    assert!(
+        !c.update(&[]).unwrap(),
+        "update([]) keeps a partial barrier"
+    );
     assert!(c.update(&[&b]).unwrap());
     assert!(c.get().is_some());
     assert!(c.consume());
@@ -79,7 +97,10 @@ fn barrier_needs_every_name_and_resets_on_consume() {
 
 #[test]
 fn after_finish_is_readable_only_after_finish() {
-    let mut c = AfterFinish { value: None, finished: false };
+    let mut c = AfterFinish {
+        value: None,
+        finished: false,
+    };
     assert!(c.update(&[&v(1)]).unwrap());
     assert!(c.get().is_none());
     assert!(!c.consume());

@@ -1,0 +1,4 @@
+//! Integration tests of `antler-graph`: the runtime-spec §10 checklist, snapshot traces, faults,
+//! and the reference-trace runner (issue 6).
+
+mod reference_traces;
