@@ -48,6 +48,8 @@ mod memory;
 pub mod mode;
 pub mod model;
 mod saver;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use blob::{Blob, MessagesBlob, MessagesKind};
 pub use engine::StorageStats;
