@@ -1,0 +1,470 @@
+//! The `ThreadState` field types and their merge rules (kernel-spec R2–R17).
+//!
+//! Each reducer takes the existing value and the incoming write by value and
+//! returns the merged value; `None` is the reference's `null`. Where the
+//! reference distinguishes a missing key from a key set to `null` (the
+//! sandbox id, the promoted catalog), the types keep that distinction so a
+//! value round-trips unchanged.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::pytext::{collapse_whitespace, is_truthy, py_str, take_chars};
+
+/// Deserialises a field that may be missing (`None`), `null` (`Some(None)`)
+/// or a value (`Some(Some(v))`).
+fn double_option<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The thread's sandbox binding (`{sandbox_id?: string | null}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxState {
+    /// Missing (`None`), `null` (`Some(None)`) or an id.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub sandbox_id: Option<Option<String>>,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl SandboxState {
+    /// A sandbox bound to `id`.
+    pub fn new(id: impl Into<String>) -> Self {
+        SandboxState {
+            sandbox_id: Some(Some(id.into())),
+            extra: Map::new(),
+        }
+    }
+
+    /// The id, with a missing key reading as `None`.
+    pub fn id(&self) -> Option<&str> {
+        self.sandbox_id.as_ref().and_then(|s| s.as_deref())
+    }
+}
+
+/// `merge_sandbox` (R6): the same id (or both missing) keeps the existing
+/// object; two different ids fail closed with [`Error::SandboxConflict`].
+pub fn merge_sandbox(
+    existing: Option<SandboxState>,
+    new: Option<SandboxState>,
+) -> Result<Option<SandboxState>> {
+    let Some(new) = new else {
+        return Ok(existing);
+    };
+    let Some(existing) = existing else {
+        return Ok(Some(new));
+    };
+    if existing.id() == new.id() {
+        return Ok(Some(existing));
+    }
+    Err(Error::SandboxConflict {
+        existing: existing.id().map(str::to_owned),
+        new: new.id().map(str::to_owned),
+    })
+}
+
+/// Deduplicates keeping the first occurrence, order-preserving.
+fn dedup_first(items: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut seen = hashbrown::HashSet::new();
+    items
+        .into_iter()
+        .filter(|s| seen.insert(s.clone()))
+        .collect()
+}
+
+/// `merge_artifacts` (R7): concatenate and de-duplicate, except that a
+/// `null` write returns the existing list untouched (duplicates kept).
+pub fn merge_artifacts(existing: Option<Vec<String>>, new: Option<Vec<String>>) -> Vec<String> {
+    match (existing, new) {
+        (None, new) => new.unwrap_or_default(),
+        (Some(existing), None) => existing,
+        (Some(existing), Some(new)) => dedup_first(existing.into_iter().chain(new)),
+    }
+}
+
+/// Metadata of an image the agent has viewed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewedImage {
+    /// MIME type, e.g. `image/png`.
+    pub mime_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where the file actually lives.
+    pub actual_path: String,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `image_path → ViewedImage`, in insertion order.
+pub type ViewedImages = IndexMap<String, ViewedImage>;
+
+/// `merge_viewed_images` (R8): an empty map clears, otherwise a shallow merge
+/// where new keys overwrite and existing keys keep their position.
+pub fn merge_viewed_images(
+    existing: Option<ViewedImages>,
+    new: Option<ViewedImages>,
+) -> ViewedImages {
+    match (existing, new) {
+        (None, new) => new.unwrap_or_default(),
+        (Some(existing), None) => existing,
+        (Some(_), Some(new)) if new.is_empty() => ViewedImages::new(),
+        (Some(mut existing), Some(new)) => {
+            existing.extend(new);
+            existing
+        }
+    }
+}
+
+/// One todo item (`{content, status}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Todo {
+    /// What to do.
+    pub content: String,
+    /// `pending`, `in_progress`, `completed`, …
+    pub status: String,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `merge_todos` (R9): `null` preserves, anything else (even `[]`) replaces.
+pub fn merge_todos(existing: Option<Vec<Todo>>, new: Option<Vec<Todo>>) -> Option<Vec<Todo>> {
+    new.or(existing)
+}
+
+/// The thread's goal (R4); opaque to its reducer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GoalState {
+    /// What the agent pursues.
+    pub objective: String,
+    /// Always `"active"` while a goal is set.
+    pub status: String,
+    /// Creation time (ISO-8601).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Last update time (ISO-8601).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// Continuations used so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation_count: Option<i64>,
+    /// Continuation budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_continuations: Option<i64>,
+    /// Consecutive continuations without progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_progress_count: Option<i64>,
+    /// Budget for continuations without progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_no_progress_continuations: Option<i64>,
+    /// The last evaluation, free-form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evaluation: Option<Map<String, Value>>,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `merge_goal` (R10): `null` preserves, any goal replaces.
+pub fn merge_goal(existing: Option<GoalState>, new: Option<GoalState>) -> Option<GoalState> {
+    new.or(existing)
+}
+
+/// Deferred-tool promotions scoped by a catalog hash (R11).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromotedState {
+    /// Hash of the tool catalog the names refer to; missing in malformed values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog_hash: Option<String>,
+    /// Promoted tool names; missing in malformed values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl PromotedState {
+    /// Promotions of `names` under `catalog_hash`.
+    pub fn new(catalog_hash: impl Into<String>, names: Vec<String>) -> Self {
+        PromotedState {
+            catalog_hash: Some(catalog_hash.into()),
+            names: Some(names),
+            extra: Map::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.catalog_hash.is_none() && self.names.is_none() && self.extra.is_empty()
+    }
+}
+
+/// `merge_promoted` (R11): same catalog hash accumulates names, a different
+/// (or missing) hash replaces wholesale so stale names cannot leak across a
+/// catalog change; a null or empty write keeps the existing value.
+pub fn merge_promoted(
+    existing: Option<PromotedState>,
+    new: Option<PromotedState>,
+) -> Option<PromotedState> {
+    let new = match new {
+        Some(n) if !n.is_empty() => n,
+        _ => return existing,
+    };
+    let new_names = new.names.unwrap_or_default();
+    match existing {
+        Some(existing) if existing.catalog_hash == new.catalog_hash => Some(PromotedState {
+            catalog_hash: new.catalog_hash,
+            names: Some(dedup_first(
+                existing
+                    .names
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(new_names),
+            )),
+            extra: Map::new(),
+        }),
+        _ => Some(PromotedState {
+            catalog_hash: new.catalog_hash,
+            names: Some(dedup_first(new_names)),
+            extra: Map::new(),
+        }),
+    }
+}
+
+/// The subagent statuses that end a delegation (`SUBAGENT_STATUS_VALUES`).
+pub const TERMINAL_STATUSES: [&str; 5] = [
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+    "polling_timed_out",
+];
+
+/// How many delegations the ledger keeps (R14).
+pub const DELEGATION_LEDGER_MAX: usize = 50;
+
+/// Whether `status` is terminal (`in_progress` and unknown strings are not).
+pub fn is_terminal_status(status: &str) -> bool {
+    TERMINAL_STATUSES.contains(&status)
+}
+
+/// One dispatched subagent task (R12).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DelegationEntry {
+    /// Ledger id (the tool-call id of the dispatch).
+    pub id: String,
+    /// What was delegated.
+    pub description: String,
+    /// Which subagent runs it.
+    pub subagent_type: String,
+    /// `in_progress` or one of [`TERMINAL_STATUSES`].
+    pub status: String,
+    /// Creation time; carried over on replacement when truthy.
+    pub created_at: String,
+    /// The subagent run id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// A bounded summary of the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_brief: Option<String>,
+    /// SHA-256 of the full result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_sha256: Option<String>,
+    /// Where the full result is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_ref: Option<String>,
+    /// `token_capped`, `turn_capped` or `loop_capped`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `merge_delegations` (R13): latest entry per id at its first-seen
+/// position; a terminal status is never downgraded; `created_at` (and then
+/// `run_id`) carry over on replacement; only the last 50 are kept.
+pub fn merge_delegations(
+    existing: Option<Vec<DelegationEntry>>,
+    new: Option<Vec<DelegationEntry>>,
+) -> Vec<DelegationEntry> {
+    let new = match new {
+        Some(n) if !n.is_empty() => n,
+        _ => return existing.unwrap_or_default(),
+    };
+    let mut by_id: IndexMap<String, DelegationEntry> = IndexMap::new();
+    for mut incoming in existing.unwrap_or_default().into_iter().chain(new) {
+        match by_id.get(&incoming.id) {
+            None => {}
+            Some(prev) => {
+                if is_terminal_status(&prev.status) && !is_terminal_status(&incoming.status) {
+                    continue;
+                }
+                if !prev.created_at.is_empty() {
+                    incoming.created_at.clone_from(&prev.created_at);
+                    let prev_run = prev.run_id.as_deref().filter(|r| !r.is_empty());
+                    let incoming_run = incoming.run_id.as_deref().filter(|r| !r.is_empty());
+                    if let (Some(run), None) = (prev_run, incoming_run) {
+                        incoming.run_id = Some(run.to_owned());
+                    }
+                }
+            }
+        }
+        // IndexMap::insert keeps the first-seen position of an existing key.
+        by_id.insert(incoming.id.clone(), incoming);
+    }
+    let skip = by_id.len().saturating_sub(DELEGATION_LEDGER_MAX);
+    by_id.into_values().skip(skip).collect()
+}
+
+/// How many skill references the context keeps (R15).
+pub const SKILL_CONTEXT_MAX: usize = 8;
+/// Maximum description length in characters (R15).
+pub const SKILL_DESCRIPTION_MAX: usize = 500;
+
+/// A reference to a skill file the agent has read (R15), never its body.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SkillEntry {
+    /// Skill name (`""` when unknown).
+    pub name: String,
+    /// Path of the skill file; the identity of the entry.
+    pub path: String,
+    /// Whitespace-collapsed description, at most 500 characters.
+    pub description: String,
+    /// Informational message index (0 when unknown).
+    pub loaded_at: i64,
+}
+
+impl SkillEntry {
+    /// A normalised entry (R16).
+    pub fn new(
+        name: impl Into<String>,
+        path: impl Into<String>,
+        description: &str,
+        loaded_at: i64,
+    ) -> Self {
+        SkillEntry {
+            name: name.into(),
+            path: path.into(),
+            description: normalize_description(description),
+            loaded_at,
+        }
+    }
+
+    /// Normalises a raw stored or incoming entry (R16): keeps only the four
+    /// fields, coerces their types, drops legacy keys such as `content`.
+    /// A missing `path` is [`Error::MissingSkillPath`].
+    pub fn from_raw(raw: &Map<String, Value>) -> Result<Self> {
+        let path = raw.get("path").ok_or(Error::MissingSkillPath)?;
+        let name = match raw.get("name") {
+            Some(v) if is_truthy(v) => py_str(v),
+            _ => String::new(),
+        };
+        let description = match raw.get("description") {
+            Some(Value::String(s)) => normalize_description(s),
+            _ => String::new(),
+        };
+        // Booleans are JSON's own type here, not integers (a deliberate
+        // difference from Python, where `True` is an `int`).
+        let loaded_at = raw.get("loaded_at").and_then(Value::as_i64).unwrap_or(0);
+        Ok(SkillEntry {
+            name,
+            path: py_str(path),
+            description,
+            loaded_at,
+        })
+    }
+
+    fn normalized(self) -> Self {
+        SkillEntry {
+            description: normalize_description(&self.description),
+            ..self
+        }
+    }
+}
+
+fn normalize_description(s: &str) -> String {
+    let collapsed = collapse_whitespace(s);
+    take_chars(&collapsed, SKILL_DESCRIPTION_MAX).to_owned()
+}
+
+impl<'de> Deserialize<'de> for SkillEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let raw = Map::deserialize(d)?;
+        SkillEntry::from_raw(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `merge_skill_context` (R17): normalise, refresh recency by path (a re-read
+/// skill moves to the end), keep the 8 most recent.
+pub fn merge_skill_context(
+    existing: Option<Vec<SkillEntry>>,
+    new: Option<Vec<SkillEntry>>,
+) -> Vec<SkillEntry> {
+    let existing: Vec<SkillEntry> = existing
+        .unwrap_or_default()
+        .into_iter()
+        .map(SkillEntry::normalized)
+        .collect();
+    // A null or empty write returns the normalised list as it is: duplicates
+    // are only folded when something is merged.
+    let Some(new) = new.filter(|n| !n.is_empty()) else {
+        return existing;
+    };
+    let mut by_path: IndexMap<String, SkillEntry> = IndexMap::new();
+    for entry in existing {
+        by_path.insert(entry.path.clone(), entry);
+    }
+    for entry in new {
+        let entry = entry.normalized();
+        by_path.shift_remove(&entry.path);
+        by_path.insert(entry.path.clone(), entry);
+    }
+    let skip = by_path.len().saturating_sub(SKILL_CONTEXT_MAX);
+    by_path.into_values().skip(skip).collect()
+}
+
+/// Paths of the thread's workspace folders (last value wins).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadData {
+    /// The agent's working directory.
+    #[serde(default)]
+    pub workspace_path: Option<String>,
+    /// Where uploads land.
+    #[serde(default)]
+    pub uploads_path: Option<String>,
+    /// Where outputs are written.
+    #[serde(default)]
+    pub outputs_path: Option<String>,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A background task's status (last value wins).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackgroundTask {
+    /// Task id.
+    pub task_id: String,
+    /// Human-readable name.
+    pub task_name: String,
+    /// Status string.
+    pub status: String,
+    /// Last update time.
+    pub updated_at: String,
+    /// Unknown keys, preserved.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}

@@ -1,0 +1,335 @@
+//! Property tests of the reducer laws.
+//!
+//! Laws that hold and are checked here:
+//! - the batch message reducer is invariant under batching, errors included
+//!   (R22), and equals folding `add_messages` write by write;
+//! - every field reducer is idempotent for a repeated write
+//!   (`merge(merge(a, b), b) == merge(a, b)`), artifacts only from a present
+//!   value (below);
+//! - `merge_todos`, `merge_goal` and `merge_sandbox` are associative (errors
+//!   included), and `merge_artifacts` from a present value.
+//!
+//! Laws that do not hold, by design of the reference:
+//! - `merge_artifacts` is neither associative nor idempotent when the
+//!   existing value is null: `merge(null, b)` returns `b` without
+//!   de-duplication;
+//! - `merge_promoted` is not associative: a catalog change in the middle
+//!   drops the names before it, `(a ⊕ b) ⊕ c` with hashes h0, h1, h0 keeps only
+//!   `c`'s names while `a ⊕ (b ⊕ c)` accumulates `a`'s and `c`'s;
+//! - `merge_viewed_images` is not associative: an empty map clears,
+//!   so `(a ⊕ {}) ⊕ c = c` while `a ⊕ ({} ⊕ c) = a ∪ c`;
+//! - `merge_delegations` is not associative: whether a non-terminal entry is
+//!   dropped depends on what it meets first; and it is idempotent only for
+//!   writes that name each id once (a repeated id inherits `run_id` from its
+//!   own earlier copy on the second application);
+//! - `merge_skill_context` is not associative when the existing list holds
+//!   duplicate paths (a null write keeps them, a merge folds them).
+
+use antler_state_reducers::{
+    DelegationEntry, Error, IdSource, Message, MessageWrite, PromotedState, SandboxState,
+    SkillEntry, Todo, ViewedImage, ViewedImages, add_messages_with, merge_artifacts,
+    merge_delegations, merge_goal, merge_message_writes_with, merge_promoted, merge_sandbox,
+    merge_skill_context, merge_todos, merge_viewed_images,
+};
+use proptest::prelude::*;
+
+/// Deterministic ids shared across calls, so split and unsplit runs can be
+/// compared even with id-less messages.
+struct Counter(usize);
+
+impl IdSource for Counter {
+    fn next_id(&mut self) -> String {
+        self.0 += 1;
+        format!("gen-{}", self.0)
+    }
+}
+
+fn any_message() -> impl Strategy<Value = Message> {
+    let id = prop_oneof![
+        4 => (0..6u8).prop_map(|i| Some(format!("m{i}"))),
+        1 => Just(None),
+    ];
+    (id, 0..4u8, any::<bool>()).prop_map(|(id, text, ai)| {
+        let m = if ai {
+            Message::ai(format!("t{text}"))
+        } else {
+            Message::human(format!("t{text}"))
+        };
+        Message { id, ..m }
+    })
+}
+
+fn any_item() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        6 => any_message(),
+        2 => (0..7u8).prop_map(|i| Message::remove(format!("m{i}"))),
+        1 => Just(Message::remove_all()),
+    ]
+}
+
+fn any_write() -> impl Strategy<Value = MessageWrite> {
+    prop_oneof![
+        12 => prop::collection::vec(any_item(), 0..5).prop_map(MessageWrite::Messages),
+        1 => Just(MessageWrite::Null),
+    ]
+}
+
+fn state() -> impl Strategy<Value = Vec<Message>> {
+    prop::collection::vec(any_message(), 0..6)
+}
+
+fn batch(
+    state: &[Message],
+    writes: &[MessageWrite],
+    ids: &mut Counter,
+) -> Result<Vec<Message>, Error> {
+    merge_message_writes_with(state.to_vec(), writes.to_vec(), ids)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// R22: for every split point, merging in two batches equals one batch,
+    /// including the error kind and text.
+    #[test]
+    fn batching_invariance(s in state(), ws in prop::collection::vec(any_write(), 0..7), k in 0usize..8) {
+        let k = k.min(ws.len());
+        let whole = batch(&s, &ws, &mut Counter(0));
+        let mut ids = Counter(0);
+        let split = batch(&s, &ws[..k], &mut ids).and_then(|mid| batch(&mid, &ws[k..], &mut ids));
+        prop_assert_eq!(whole, split);
+    }
+
+    /// The batch reducer equals folding the pairwise reducer write by write.
+    #[test]
+    fn batch_equals_pairwise_fold(s in state(), ws in prop::collection::vec(any_write(), 1..7)) {
+        let whole = batch(&s, &ws, &mut Counter(0));
+        let mut ids = Counter(0);
+        let mut fold = Ok(s);
+        for w in ws {
+            fold = fold.and_then(|acc| add_messages_with(acc, w, &mut ids));
+        }
+        prop_assert_eq!(whole, fold);
+    }
+
+    /// After any successful non-empty merge every message carries an id.
+    #[test]
+    fn merged_messages_all_have_ids(s in state(), ws in prop::collection::vec(any_write(), 1..5)) {
+        if let Ok(out) = batch(&s, &ws, &mut Counter(0)) {
+            prop_assert!(out.iter().all(|m| m.id.is_some()));
+        }
+    }
+}
+
+fn names() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec((0..5u8).prop_map(|i| format!("n{i}")), 0..5)
+}
+
+fn opt<T: std::fmt::Debug + Clone>(
+    s: impl Strategy<Value = T>,
+) -> impl Strategy<Value = Option<T>> {
+    prop::option::weighted(0.8, s)
+}
+
+fn sandbox() -> impl Strategy<Value = SandboxState> {
+    prop_oneof![
+        Just(SandboxState::default()),
+        (0..3u8).prop_map(|i| SandboxState::new(format!("sb-{i}"))),
+    ]
+}
+
+fn promoted() -> impl Strategy<Value = PromotedState> {
+    prop_oneof![
+        1 => Just(PromotedState::default()),
+        4 => ((0..3u8), names()).prop_map(|(h, n)| PromotedState::new(format!("h{h}"), n)),
+    ]
+}
+
+fn todos() -> impl Strategy<Value = Vec<Todo>> {
+    prop::collection::vec(
+        (0..4u8).prop_map(|i| Todo {
+            content: format!("t{i}"),
+            status: "pending".into(),
+            extra: Default::default(),
+        }),
+        0..4,
+    )
+}
+
+fn images() -> impl Strategy<Value = ViewedImages> {
+    prop::collection::vec((0..4u8, 0..3u64), 0..4).prop_map(|v| {
+        v.into_iter()
+            .map(|(k, size)| {
+                (
+                    format!("/img/{k}"),
+                    ViewedImage {
+                        mime_type: "image/png".into(),
+                        size,
+                        actual_path: "/a".into(),
+                        extra: Default::default(),
+                    },
+                )
+            })
+            .collect()
+    })
+}
+
+const STATUSES: [&str; 4] = ["in_progress", "completed", "failed", "running"];
+
+fn delegations() -> impl Strategy<Value = Vec<DelegationEntry>> {
+    prop::collection::vec(
+        (0..6u8, 0..4usize, prop::option::of(0..2u8), any::<bool>()).prop_map(
+            |(id, st, run, created)| DelegationEntry {
+                id: format!("d{id}"),
+                description: "x".into(),
+                subagent_type: "general".into(),
+                status: STATUSES[st].into(),
+                created_at: if created {
+                    format!("t{id}")
+                } else {
+                    String::new()
+                },
+                run_id: run.map(|r| format!("r{r}")),
+                result_brief: None,
+                result_sha256: None,
+                result_ref: None,
+                stop_reason: None,
+                extra: Default::default(),
+            },
+        ),
+        0..6,
+    )
+}
+
+fn skills() -> impl Strategy<Value = Vec<SkillEntry>> {
+    prop::collection::vec(
+        (0..12u8, "[ a-c\t]{0,6}")
+            .prop_map(|(p, d)| SkillEntry::new("s", format!("/s/{p}"), &d, 1)),
+        0..6,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn idempotent_for_a_repeated_write(
+        a in opt(names()), b in opt(names()),
+        ia in opt(images()), ib in opt(images()),
+        ta in opt(todos()), tb in opt(todos()),
+        pa in opt(promoted()), pb in opt(promoted()),
+        sa in opt(sandbox()), sb in opt(sandbox()),
+        da in opt(delegations()), db in opt(delegations()),
+        ka in opt(skills()), kb in opt(skills()),
+    ) {
+        if a.is_some() {
+            let once = merge_artifacts(a.clone(), b.clone());
+            prop_assert_eq!(merge_artifacts(Some(once.clone()), b.clone()), once);
+        }
+        let once = merge_viewed_images(ia, ib.clone());
+        prop_assert_eq!(merge_viewed_images(Some(once.clone()), ib), once);
+        let once = merge_todos(ta, tb.clone());
+        prop_assert_eq!(merge_todos(once.clone(), tb), once);
+        let once = merge_promoted(pa, pb.clone());
+        prop_assert_eq!(merge_promoted(once.clone(), pb), once);
+        if let Ok(once) = merge_sandbox(sa, sb.clone()) {
+            prop_assert_eq!(merge_sandbox(once.clone(), sb), Ok(once));
+        }
+        // A write that names one id twice is not idempotent (the second
+        // entry inherits the first's run_id on the re-run), so dedup it.
+        let db = db.map(|d| {
+            let mut seen = std::collections::HashSet::new();
+            d.into_iter().filter(|e| seen.insert(e.id.clone())).collect::<Vec<_>>()
+        });
+        let once = merge_delegations(da, db.clone());
+        prop_assert_eq!(merge_delegations(Some(once.clone()), db), once);
+        let once = merge_skill_context(ka, kb.clone());
+        prop_assert_eq!(merge_skill_context(Some(once.clone()), kb), once);
+    }
+
+    #[test]
+    fn associative_where_the_reference_is(
+        ta in opt(todos()), tb in opt(todos()), tc in opt(todos()),
+        sa in opt(sandbox()), sb in opt(sandbox()), sc in opt(sandbox()),
+        g in prop::collection::vec(opt(0..3u8), 3),
+    ) {
+        prop_assert_eq!(
+            merge_todos(merge_todos(ta.clone(), tb.clone()), tc.clone()),
+            merge_todos(ta, merge_todos(tb, tc))
+        );
+        let left = merge_sandbox(sa.clone(), sb.clone()).and_then(|ab| merge_sandbox(ab, sc.clone()));
+        let right = merge_sandbox(sb, sc).and_then(|bc| merge_sandbox(sa, bc));
+        prop_assert_eq!(left.is_ok(), right.is_ok());
+        if let (Ok(l), Ok(r)) = (left, right) {
+            prop_assert_eq!(l.as_ref().and_then(|s| s.id().map(str::to_owned)), r.as_ref().and_then(|s| s.id().map(str::to_owned)));
+        }
+        let goal = |o: Option<u8>| o.map(|i| serde_json::from_value::<antler_state_reducers::GoalState>(
+            serde_json::json!({"objective": format!("g{i}"), "status": "active"})).unwrap());
+        prop_assert_eq!(
+            merge_goal(merge_goal(goal(g[0]), goal(g[1])), goal(g[2])),
+            merge_goal(goal(g[0]), merge_goal(goal(g[1]), goal(g[2])))
+        );
+    }
+
+    /// Artifacts are associative whenever the left-most value is not null.
+    #[test]
+    fn artifacts_associative_from_a_present_value(a in names(), b in opt(names()), c in opt(names())) {
+        let left = merge_artifacts(Some(merge_artifacts(Some(a.clone()), b.clone())), c.clone());
+        let bc = match (&b, &c) { (None, None) => None, _ => Some(merge_artifacts(b, c)) };
+        prop_assert_eq!(left, merge_artifacts(Some(a), bc));
+    }
+}
+
+/// The counterexamples behind the "does not hold" notes above, so the notes
+/// stay true.
+#[test]
+fn documented_non_associativity() {
+    let s = |v: &[&str]| Some(v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+    // Artifacts from null: (null ⊕ null) ⊕ [x,x] = [x] but null ⊕ (null ⊕ [x,x]) = [x,x].
+    assert_eq!(
+        merge_artifacts(Some(merge_artifacts(None, None)), s(&["x", "x"])),
+        ["x"]
+    );
+    assert_eq!(
+        merge_artifacts(None, Some(merge_artifacts(None, s(&["x", "x"])))),
+        ["x", "x"]
+    );
+    // Viewed images: an empty map clears.
+    let img = |k: &str| {
+        let mut m = ViewedImages::new();
+        m.insert(
+            k.into(),
+            ViewedImage {
+                mime_type: "m".into(),
+                size: 1,
+                actual_path: "p".into(),
+                extra: Default::default(),
+            },
+        );
+        m
+    };
+    let left = merge_viewed_images(
+        Some(merge_viewed_images(
+            Some(img("a")),
+            Some(ViewedImages::new()),
+        )),
+        Some(img("c")),
+    );
+    let right = merge_viewed_images(
+        Some(img("a")),
+        Some(merge_viewed_images(
+            Some(ViewedImages::new()),
+            Some(img("c")),
+        )),
+    );
+    assert_ne!(left, right);
+    // Promoted: a catalog change in the middle.
+    let p = |h: &str, n: &str| Some(PromotedState::new(h, vec![n.to_owned()]));
+    let left = merge_promoted(merge_promoted(p("h0", "a"), p("h1", "b")), p("h0", "c"));
+    let right = merge_promoted(p("h0", "a"), merge_promoted(p("h1", "b"), p("h0", "c")));
+    assert_eq!(left, p("h0", "c"));
+    assert_eq!(
+        right,
+        Some(PromotedState::new("h0", vec!["a".into(), "c".into()]))
+    );
+}
