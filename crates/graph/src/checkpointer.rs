@@ -49,7 +49,8 @@ pub struct CheckpointRecord {
     pub step: i64,
     /// Metadata source.
     pub source: Source,
-    /// Stored channel values (only channels that have a version and store something).
+    /// Channel values. On `put`: only the channels whose version moved since the previous stored
+    /// checkpoint (a moved channel without an entry is empty). On read: every channel with a value.
     pub values: BTreeMap<String, Json>,
     /// Channel versions.
     pub versions: BTreeMap<String, u64>,
@@ -121,6 +122,8 @@ pub trait Checkpointer: Send + Sync {
 #[derive(Default)]
 struct ThreadData {
     checkpoints: BTreeMap<CheckpointId, CheckpointRecord>,
+    // (channel, version) → value: unchanged channels are stored once.
+    blobs: HashMap<(String, u64), Json>,
     // checkpoint → (task path, task id, idx) → write
     writes: HashMap<CheckpointId, BTreeMap<(String, TaskId, i64), PendingWrite>>,
 }
@@ -155,8 +158,18 @@ fn control_idx(channel: &str) -> Option<i64> {
 }
 
 fn tuple_of(t: &ThreadData, c: &CheckpointRecord) -> CheckpointTuple {
+    let mut checkpoint = c.clone();
+    checkpoint.values = c
+        .versions
+        .iter()
+        .filter_map(|(ch, v)| {
+            t.blobs
+                .get(&(ch.clone(), *v))
+                .map(|j| (ch.clone(), j.clone()))
+        })
+        .collect();
     CheckpointTuple {
-        checkpoint: c.clone(),
+        checkpoint,
         pending_writes: t
             .writes
             .get(&c.id)
@@ -197,10 +210,13 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
         let mut g = self.lock();
-        g.entry(thread.clone())
-            .or_default()
-            .checkpoints
-            .insert(checkpoint.id.clone(), checkpoint);
+        let t = g.entry(thread.clone()).or_default();
+        let mut checkpoint = checkpoint;
+        for (ch, value) in std::mem::take(&mut checkpoint.values) {
+            let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
+            t.blobs.insert((ch, v), value);
+        }
+        t.checkpoints.insert(checkpoint.id.clone(), checkpoint);
         Ok(())
     }
 

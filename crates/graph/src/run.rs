@@ -30,6 +30,8 @@ const INTERRUPT_SEEN: &str = "__interrupt__";
 pub(crate) struct Live {
     pub(crate) chans: Vec<Box<dyn Channel>>,
     pub(crate) versions: Vec<u64>,
+    /// Versions at the last checkpoint that reached the store (values are stored only for moved channels).
+    pub(crate) stored: Vec<u64>,
     pub(crate) seen: BTreeMap<String, BTreeMap<usize, u64>>,
     pub(crate) updated: Option<BTreeSet<usize>>,
 }
@@ -39,6 +41,7 @@ impl Clone for Live {
         Self {
             chans: self.chans.iter().map(|c| c.box_clone()).collect(),
             versions: self.versions.clone(),
+            stored: self.stored.clone(),
             seen: self.seen.clone(),
             updated: self.updated.clone(),
         }
@@ -52,6 +55,7 @@ impl Live {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             versions: vec![0; chans.len()],
+            stored: vec![0; chans.len()],
             chans,
             seen: BTreeMap::new(),
             updated: None,
@@ -81,6 +85,7 @@ impl Live {
         });
         Ok(Self {
             chans,
+            stored: versions.clone(),
             versions,
             seen,
             updated,
@@ -102,6 +107,9 @@ impl Live {
                 continue;
             }
             versions.insert(def.name.to_string(), self.versions[i]);
+            if self.versions[i] == self.stored[i] {
+                continue;
+            }
             if let Some(j) = self.chans[i].checkpoint(&|v: &Val| g.value_to_json(i, v))? {
                 values.insert(def.name.to_string(), j);
             }
@@ -148,6 +156,13 @@ impl Live {
             }
         }
         State::new(g.schema.clone(), m)
+    }
+
+    /// Records that the versions just checkpointed reached the store (not in exit mode).
+    fn mark_stored(&mut self, d: Durability) {
+        if d != Durability::Exit {
+            self.stored.clone_from(&self.versions);
+        }
     }
 
     fn has_versions(&self) -> bool {
@@ -275,6 +290,17 @@ pub(crate) struct Applied<'a> {
     pub(crate) writes: &'a [(usize, Write)],
 }
 
+/// The version after `current`, the greatest version of the checkpoint (runtime-spec §2.4.3).
+///
+/// Like the reference's `"{n:032}.{random:016}"`, a version is a counter plus a random part:
+/// the counter (high 32 bits) orders versions, the random low 32 bits keep the versions of two
+/// branches forked from one checkpoint apart, because savers key stored values by
+/// (channel, version) within a thread.
+pub(crate) fn next_version(current: u64) -> u64 {
+    let random = uuid::Uuid::new_v4().as_u64_pair().1 & 0xffff_ffff;
+    (((current >> 32) + 1) << 32) | random
+}
+
 /// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
 pub(crate) fn apply_writes(
     g: &Graph,
@@ -289,7 +315,7 @@ pub(crate) fn apply_writes(
             }
         }
     }
-    let next = live.versions.iter().copied().max().unwrap_or(0) + 1;
+    let next = next_version(live.versions.iter().copied().max().unwrap_or(0));
     let consumed: BTreeSet<usize> = batch
         .iter()
         .flat_map(|t| t.triggers.iter().copied())
@@ -802,6 +828,8 @@ async fn run_inner(
                 let id = new_checkpoint_id();
                 let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Fork)?;
                 persist.put(rec).await?;
+                live.mark_stored(persist.durability);
+                live.mark_stored(persist.durability);
                 emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Fork);
                 ckpt_id = Some(id);
                 step += 1;
@@ -832,6 +860,7 @@ async fn run_inner(
         let id = new_checkpoint_id();
         let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Input)?;
         persist.put(rec).await?;
+        live.mark_stored(persist.durability);
         emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Input);
         ckpt_id = Some(id);
         step += 1;
@@ -962,6 +991,7 @@ async fn run_inner(
         let id = new_checkpoint_id();
         let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Loop)?;
         persist.put(rec).await?;
+        live.mark_stored(persist.durability);
         emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Loop);
         if em.modes.values {
             em.send(StreamEvent::Values(live.state_view(g)));
