@@ -58,6 +58,8 @@ pub struct CheckpointRecord {
     pub versions_seen: BTreeMap<String, BTreeMap<String, u64>>,
     /// Channels updated by the step that produced this checkpoint (sorted).
     pub updated_channels: Option<Vec<String>>,
+    /// On `put`: the channels whose version moved since the previous stored checkpoint.
+    pub new_versions: std::collections::BTreeSet<String>,
 }
 
 /// A write of a task of the step that starts at some checkpoint.

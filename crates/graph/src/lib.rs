@@ -41,6 +41,7 @@ mod compiled;
 mod error;
 mod ids;
 mod run;
+mod saver;
 mod schema;
 mod state;
 mod types;
@@ -55,6 +56,7 @@ pub use compiled::{
 };
 pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
 pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};
+pub use saver::SaverCheckpointer;
 pub use schema::ChannelSpec;
 pub use state::{Key, State, Update};
 pub use types::{Command, Context, Goto, Interrupt, NodeError, Resume, Send};

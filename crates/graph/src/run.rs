@@ -102,6 +102,7 @@ impl Live {
     ) -> Result<CheckpointRecord> {
         let mut values = BTreeMap::new();
         let mut versions = BTreeMap::new();
+        let mut new_versions = BTreeSet::new();
         for (i, def) in g.chans.iter().enumerate() {
             if self.versions[i] == 0 {
                 continue;
@@ -110,6 +111,7 @@ impl Live {
             if self.versions[i] == self.stored[i] {
                 continue;
             }
+            new_versions.insert(def.name.to_string());
             if let Some(j) = self.chans[i].checkpoint(&|v: &Val| g.value_to_json(i, v))? {
                 values.insert(def.name.to_string(), j);
             }
@@ -140,6 +142,7 @@ impl Live {
             versions,
             versions_seen,
             updated_channels,
+            new_versions,
         })
     }
 

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use antler_graph::{
     ChannelSpec, Checkpointer, Command, CompiledGraph, Context, Durability, Error, Goto, Input,
-    Key, MemoryCheckpointer, NodeError, NodeId, NodeOptions, RunConfig, Send, State, StateGraph,
-    StreamEvent, StreamItem, StreamModes, TaskKind, TaskStatus, Update,
+    Key, MemoryCheckpointer, NodeError, NodeId, NodeOptions, RunConfig, SaverCheckpointer, Send,
+    State, StateGraph, StreamEvent, StreamItem, StreamModes, TaskKind, TaskStatus, Update,
 };
 use antler_state_reducers::{Message, MessageWrite, merge_message_writes};
 use futures::StreamExt;
@@ -727,6 +727,24 @@ async fn replay(line: &Json, cp: Arc<dyn Checkpointer>) -> Result<(), String> {
     Ok(())
 }
 
+/// The checkpoint stores every program is replayed on; a program matches when it matches on all.
+fn backends() -> Vec<(&'static str, Box<dyn Fn() -> Arc<dyn Checkpointer>>)> {
+    vec![
+        (
+            "graph-memory",
+            Box::new(|| Arc::new(MemoryCheckpointer::new()) as Arc<dyn Checkpointer>),
+        ),
+        (
+            "checkpoint-memory-saver",
+            Box::new(|| {
+                let saver =
+                    antler_checkpoint::MemorySaver::new(antler_checkpoint::StoreConfig::full());
+                Arc::new(SaverCheckpointer::new(Arc::new(saver))) as Arc<dyn Checkpointer>
+            }),
+        ),
+    ]
+}
+
 #[test]
 fn reference_traces_match_langgraph() {
     let path = programs_path();
@@ -736,25 +754,31 @@ fn reference_traces_match_langgraph() {
         .enable_time()
         .build()
         .expect("runtime");
-    let mut total = 0;
-    let mut matching = 0;
-    let mut failures = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Json = serde_json::from_str(line).expect("valid JSON line");
-        total += 1;
-        let cp: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
-        match rt.block_on(replay(&v, cp)) {
-            Ok(()) => matching += 1,
-            Err(e) => failures.push(format!("{}: {e}", s(&v, "id"))),
+    let lines: Vec<Json> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+        .collect();
+    let total = lines.len();
+    let mut failed: HashSet<String> = HashSet::new();
+    for (name, make) in backends() {
+        let mut ok = 0;
+        for v in &lines {
+            match rt.block_on(replay(v, make())) {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    println!("MISMATCH [{name}] {}: {e}", s(v, "id"));
+                    failed.insert(s(v, "id").to_owned());
+                }
+            }
         }
+        println!("graph-programs [{name}]: {ok}/{total} programs match");
     }
-    for f in &failures {
-        println!("MISMATCH {f}");
-    }
+    let matching = total - failed.len();
     println!("graph-programs: {matching}/{total} programs match");
     assert!(
-        failures.is_empty(),
+        failed.is_empty(),
         "{} of {total} programs do not match",
-        failures.len()
+        failed.len()
     );
 }
