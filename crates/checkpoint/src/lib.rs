@@ -41,6 +41,7 @@
 
 mod blob;
 mod codec;
+pub mod delta;
 mod engine;
 mod error;
 mod ids;
