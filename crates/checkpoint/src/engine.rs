@@ -266,6 +266,42 @@ impl<B: Backend> Engine<B> {
         map.remove(thread);
     }
 
+    /// The mode gate (kernel-spec R34): a full-mode store never returns or builds on a delta checkpoint.
+    fn gate(
+        &self,
+        thread: &ThreadId,
+        id: CheckpointId,
+        metadata: &CheckpointMetadata,
+    ) -> Result<()> {
+        if self.config.mode == ChannelMode::Full && crate::mode::metadata_uses_delta(metadata) {
+            return Err(Error::CheckpointModeMismatch {
+                thread_id: thread.clone(),
+                checkpoint_id: Some(id),
+            });
+        }
+        Ok(())
+    }
+
+    /// In full mode, checks the addressed checkpoint before anything is written (R35 b).
+    async fn gate_before_write(&self, config: &CheckpointConfig) -> Result<()> {
+        if self.config.mode != ChannelMode::Full {
+            return Ok(());
+        }
+        let Some(id) = config.checkpoint_id else {
+            return Ok(());
+        };
+        if let Some(row) = self
+            .backend
+            .checkpoint(&config.thread_id, &config.checkpoint_ns, Some(id))
+            .await?
+        {
+            let metadata = codec::decode_metadata(&row.metadata)
+                .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint metadata", e))?;
+            self.gate(&config.thread_id, id, &metadata)?;
+        }
+        Ok(())
+    }
+
     fn decode_row(&self, row: CheckpointRow) -> Result<Decoded> {
         let checkpoint = codec::decode_record(&row.record, row.id)
             .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint record", e))?;
@@ -389,6 +425,8 @@ impl<B: Backend> Engine<B> {
     ) -> Result<CheckpointConfig> {
         let thread = &config.thread_id;
         let id = checkpoint.id;
+        self.gate(thread, id, &metadata)?;
+        self.gate_before_write(config).await?;
         let mut stored: Vec<(ChannelName, ChannelVersion, &Blob)> = Vec::new();
         for (channel, version) in new_versions {
             if let Some(value) = checkpoint.channel_values.get(channel) {
@@ -441,6 +479,7 @@ impl<B: Backend> Engine<B> {
         if writes.is_empty() {
             return Ok(());
         }
+        self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
         let existed = self
             .with_messages(thread, cp, &values, |encoded, messages| {
@@ -487,6 +526,7 @@ impl<B: Backend> Engine<B> {
             return Ok(None);
         };
         let decoded = self.decode_row(row)?;
+        self.gate(&config.thread_id, decoded.row.id, &decoded.metadata)?;
         Ok(self.assemble(vec![decoded]).await?.pop())
     }
 
@@ -508,6 +548,7 @@ impl<B: Backend> Engine<B> {
             if !decoded.metadata.matches(&query.filter) {
                 continue;
             }
+            self.gate(&decoded.row.thread_id, decoded.row.id, &decoded.metadata)?;
             selected.push(decoded);
             if query.limit.is_some_and(|l| selected.len() >= l) {
                 break;

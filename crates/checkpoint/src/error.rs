@@ -123,6 +123,16 @@ pub enum Error {
         /// The requested frequency.
         requested_frequency: SnapshotFrequency,
     },
+    /// The database schema is newer than this build understands.
+    #[error(
+        "store schema version {found} is newer than the supported version {supported}; upgrade antler"
+    )]
+    SchemaTooNew {
+        /// The version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
     /// Deleting the requested checkpoints would make a remaining delta checkpoint unreadable.
     #[error(
         "thread {thread_id}: checkpoint {checkpoint_id} replays history from checkpoint {needed_id}, which the operation would delete"
@@ -194,7 +204,7 @@ impl Error {
             }
             Self::MissingParent { .. } | Self::UnknownCheckpoint { .. } => ErrorKind::NotFound,
             Self::CheckpointModeMismatch { .. } => ErrorKind::ModeMismatch,
-            Self::StoreConfigMismatch { .. } => ErrorKind::Config,
+            Self::StoreConfigMismatch { .. } | Self::SchemaTooNew { .. } => ErrorKind::Config,
             Self::WouldBreakDeltaHistory { .. } | Self::Conflict { .. } => ErrorKind::Conflict,
             Self::InvalidArgument(_) | Self::CheckpointIdRequired { .. } => ErrorKind::InvalidInput,
             Self::Serialization { .. } | Self::Reducer { .. } => ErrorKind::Serialization,

@@ -41,6 +41,7 @@
 
 mod blob;
 mod codec;
+pub mod delta;
 mod engine;
 mod error;
 mod ids;
@@ -48,6 +49,8 @@ mod memory;
 pub mod mode;
 pub mod model;
 mod saver;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
@@ -65,3 +68,5 @@ pub use model::{
     CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
 };
 pub use saver::Saver;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteSaver};

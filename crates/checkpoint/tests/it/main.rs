@@ -2,3 +2,4 @@
 //! corruption and format tests. One binary, one module per area.
 
 mod memory;
+mod sqlite;
