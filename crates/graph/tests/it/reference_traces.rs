@@ -742,6 +742,20 @@ fn backends() -> Vec<(&'static str, Box<dyn Fn() -> Arc<dyn Checkpointer>>)> {
                 Arc::new(SaverCheckpointer::new(Arc::new(saver))) as Arc<dyn Checkpointer>
             }),
         ),
+        (
+            "checkpoint-sqlite-saver",
+            Box::new(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("runtime");
+                let saver = rt
+                    .block_on(antler_checkpoint::SqliteSaver::open_in_memory(
+                        antler_checkpoint::StoreConfig::full(),
+                    ))
+                    .expect("in-memory SQLite opens");
+                Arc::new(SaverCheckpointer::new(Arc::new(saver))) as Arc<dyn Checkpointer>
+            }),
+        ),
     ]
 }
 
