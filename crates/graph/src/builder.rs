@@ -203,18 +203,18 @@ impl StateGraph {
         F: Fn(&State) -> Vec<Goto> + Send + Sync + 'static,
     {
         let from = from.into();
-        if self.routers.contains_key(&from) {
-            self.errors.push(BuildError::DuplicateRouter {
-                node: from.to_string(),
-            });
-        } else {
-            self.routers.insert(
-                from,
-                RouterDef {
+        match self.routers.entry(from) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                self.errors.push(BuildError::DuplicateRouter {
+                    node: e.key().to_string(),
+                });
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(RouterDef {
                     f: Arc::new(f),
                     targets,
-                },
-            );
+                });
+            }
         }
         self
     }

@@ -498,8 +498,11 @@ struct Persist<'a> {
     /// The newest checkpoint that exists in the store.
     stored_head: Option<CheckpointId>,
     exit_ckpt: Option<CheckpointRecord>,
-    exit_writes: Vec<(CheckpointId, TaskId, String, Vec<(String, Json)>)>,
+    exit_writes: Vec<BufferedWrites>,
 }
+
+/// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
+type BufferedWrites = (CheckpointId, TaskId, String, Vec<(String, Json)>);
 
 impl Persist<'_> {
     async fn put(&mut self, mut rec: CheckpointRecord) -> Result<()> {

@@ -727,8 +727,10 @@ async fn replay(line: &Json, cp: Arc<dyn Checkpointer>) -> Result<(), String> {
     Ok(())
 }
 
+type MakeStore = Box<dyn Fn() -> Arc<dyn Checkpointer>>;
+
 /// The checkpoint stores every program is replayed on; a program matches when it matches on all.
-fn backends() -> Vec<(&'static str, Box<dyn Fn() -> Arc<dyn Checkpointer>>)> {
+fn backends() -> Vec<(&'static str, MakeStore)> {
     vec![
         (
             "graph-memory",
