@@ -37,6 +37,17 @@ where
     }
 }
 
+/// Wraps an async closure `|input, ctx| async { Ok(update_or_command) }` as a [`Node`],
+/// for [`StateGraph::add_node_with`].
+pub fn node_fn<F, Fut, O>(f: F) -> Arc<dyn Node>
+where
+    F: Fn(State, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, NodeError>> + Send + 'static,
+    O: Into<Command> + 'static,
+{
+    Arc::new(FnNode(f))
+}
+
 /// A router (conditional edge): reads the source task's fresh view and picks the next nodes or packets.
 pub type RouterFn = Arc<dyn Fn(&State) -> Vec<Goto> + Send + Sync>;
 

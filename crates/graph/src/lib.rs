@@ -46,7 +46,7 @@ mod schema;
 mod state;
 mod types;
 
-pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph};
+pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
 pub use checkpointer::{
     CheckpointRecord, CheckpointTuple, Checkpointer, MemoryCheckpointer, PendingWrite, Source,
 };
