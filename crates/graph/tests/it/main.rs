@@ -4,4 +4,5 @@
 mod checklist;
 mod common;
 mod reference_traces;
+mod streaming;
 mod traces;
