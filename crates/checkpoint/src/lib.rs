@@ -1,7 +1,72 @@
-//! Durable thread state for antler: the checkpoint model, the `Saver` trait and the memory, SQLite and PostgreSQL savers, in full and delta channel modes.
+//! Durable thread state for antler: the checkpoint model, the [`Saver`] trait and the memory,
+//! SQLite and PostgreSQL savers, in full and delta channel modes.
 //!
-//! Status: this crate is part of the workspace layout but not built yet; it
-//! exports nothing so that no caller can depend on functionality that does not
-//! exist.
-//! See `docs/ARCHITECTURE.md` for the role it will play and what it may depend on.
+//! This crate is the storage half of antler's promise that a thread's state
+//! survives restarts, crashes and forks without costing storage that grows with
+//! the square of the conversation. It knows nothing about graphs, middleware or
+//! factories; the runtime (`antler-graph`) drives it through [`Saver`].
+//!
+//! - [`model`]: checkpoints, metadata, tuples, pending writes (runtime-spec §4).
+//! - [`Saver`]: the async, object-safe storage contract; [`MemorySaver`],
+//!   `SqliteSaver` (feature `sqlite`, default) and `PostgresSaver` (feature
+//!   `postgres`) implement it on one shared engine and one byte format
+//!   (`docs/checkpoint-format.md`).
+//! - [`mode`]: full and delta channel modes, the store's recorded
+//!   configuration and the fail-closed mode gate (kernel-spec R26–R35).
+//! - [`delta`]: the delta `messages` channel (cadence counters, snapshot
+//!   decision, migration seed, materialisation by replay).
+//! - `testing` (feature `test-util`): the conformance suite every saver passes.
+//!
+//! ```
+//! use antler_checkpoint::{Blob, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, Saver, StoreConfig};
+//!
+//! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+//! # }
+//! # block_on(async {
+//! let saver = MemorySaver::new(StoreConfig::full());
+//! let mut checkpoint = Checkpoint::empty();
+//! checkpoint.channel_versions.insert("topic".into(), 1.into());
+//! checkpoint.channel_values.insert("topic".into(), Blob::json(&"rust")?);
+//! let new_versions = checkpoint.channel_versions.clone();
+//! let stored = saver
+//!     .put(&CheckpointConfig::latest("thread-1"), checkpoint, CheckpointMetadata::default(), &new_versions)
+//!     .await?;
+//! let tuple = saver.get_tuple(&stored).await?.expect("just stored");
+//! assert_eq!(tuple.checkpoint.channel_values["topic"].decode_json::<String>()?, "rust");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).expect("example");
+//! ```
 #![warn(missing_docs)]
+
+mod blob;
+mod codec;
+pub mod delta;
+mod engine;
+mod error;
+mod ids;
+mod memory;
+pub mod mode;
+pub mod model;
+mod saver;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+#[cfg(feature = "test-util")]
+pub mod testing;
+
+pub use blob::{Blob, MessagesBlob, MessagesKind};
+pub use engine::StorageStats;
+pub use error::{Error, ErrorKind, Result};
+pub use ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, NULL_TASK_ID, NodeName,
+    ParseCheckpointIdError, RunId, TaskId, TaskPath, ThreadId, Timestamp,
+};
+pub use memory::MemorySaver;
+pub use mode::{ChannelMode, DeltaCounters, SnapshotFrequency, StoreConfig};
+pub use model::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource,
+    CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
+};
+pub use saver::Saver;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteSaver};

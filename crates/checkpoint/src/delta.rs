@@ -1,0 +1,466 @@
+//! The delta `messages` channel (runtime-spec §5, kernel-spec R26, R41): the value, its
+//! cadence counters, the snapshot decision, the migration seed and materialisation by replay.
+//!
+//! The channel lives here, not in the graph crate, so that the runtime can use it as a
+//! channel kind and the write-amplification benchmark can drive it without a graph.
+//!
+//! Lifecycle, as the runtime drives it:
+//! 1. **Load**: [`materialize`] (or [`DeltaMessages::restore`] on a
+//!    [`DeltaChannelHistory`]) rebuilds the value from the nearest stored value
+//!    (a snapshot, or a legacy full-mode list: the migration path) plus at most
+//!    `F` replayed writes, with one call of the batch reducer.
+//! 2. **Step**: each task's writes are persisted with `put_writes` as
+//!    [`DeltaWrite::to_blob`] (ids assigned first, [`DeltaWrite::assign_missing_ids`]);
+//!    at the barrier [`DeltaMessages::update`] applies the step's batch.
+//! 3. **Checkpoint**: [`DeltaMessages::on_checkpoint`] advances the counters and
+//!    says whether this checkpoint stores a snapshot ([`DeltaMessages::snapshot_blob`]);
+//!    the counters go into metadata with [`write_counters`].
+
+use std::sync::Arc;
+
+use antler_state_reducers::{Message, MessageWrite, merge_message_writes_owned};
+
+use crate::blob::{Blob, MessagesBlob, MessagesKind};
+use crate::error::{Error, Result};
+use crate::ids::{ChannelName, CheckpointId, ThreadId};
+use crate::mode::{DeltaCounters, SnapshotFrequency};
+use crate::model::{CheckpointConfig, CheckpointMetadata, CheckpointTuple, DeltaChannelHistory};
+use crate::saver::Saver;
+
+/// The channel name of the messages field.
+pub const MESSAGES: &str = "messages";
+
+/// The global bound on super-steps between snapshots (runtime-spec §5.4, `DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`).
+pub const DEFAULT_MAX_SUPERSTEPS_SINCE_SNAPSHOT: u32 = 5000;
+
+/// One write to a delta channel.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeltaWrite {
+    /// An ordinary write, folded by the batch reducer.
+    Write(MessageWrite),
+    /// An `Overwrite`: replaces the value and drops the step's other writes.
+    Overwrite(Vec<Message>),
+}
+
+impl From<MessageWrite> for DeltaWrite {
+    fn from(w: MessageWrite) -> Self {
+        Self::Write(w)
+    }
+}
+
+impl From<Vec<Message>> for DeltaWrite {
+    fn from(m: Vec<Message>) -> Self {
+        Self::Write(MessageWrite::Messages(m))
+    }
+}
+
+impl DeltaWrite {
+    /// Gives every id-less message a random UUIDv4 id, so that replay is deterministic
+    /// (runtime-spec §5.1 `ensure_message_ids`); call before persisting.
+    pub fn assign_missing_ids(&mut self) {
+        let list = match self {
+            Self::Write(MessageWrite::Messages(list)) | Self::Overwrite(list) => list,
+            Self::Write(MessageWrite::Null) => return,
+        };
+        for m in list {
+            if m.id.is_none() {
+                m.id = Some(uuid::Uuid::new_v4().to_string());
+            }
+        }
+    }
+
+    /// The blob to persist with `put_writes`: a message list, so bodies are stored once per thread.
+    ///
+    /// # Errors
+    /// The serde error if a message cannot be serialised.
+    pub fn to_blob(&self) -> std::result::Result<Blob, serde_json::Error> {
+        match self {
+            Self::Write(MessageWrite::Null) => Ok(Blob::Null),
+            Self::Write(MessageWrite::Messages(list)) => Blob::messages(MessagesKind::Write, list),
+            Self::Overwrite(list) => Blob::messages(MessagesKind::Overwrite, list),
+        }
+    }
+
+    /// Reads a stored write back: message lists, `Null`, or a legacy JSON write (`null`,
+    /// one message-like, or a list of them).
+    ///
+    /// # Errors
+    /// [`Error::Serialization`] or [`Error::Reducer`] (coercion) naming thread and checkpoint.
+    pub fn from_blob(
+        blob: &Blob,
+        thread_id: &ThreadId,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Self> {
+        match blob {
+            Blob::Null => Ok(Self::Write(MessageWrite::Null)),
+            Blob::Messages(MessagesBlob { kind, items }) => {
+                let list = decode_items(items, thread_id, checkpoint_id)?;
+                Ok(match kind {
+                    MessagesKind::Overwrite => Self::Overwrite(list),
+                    // A snapshot used as a write replaces nothing: treat it as messages to add.
+                    _ => Self::Write(MessageWrite::Messages(list)),
+                })
+            }
+            Blob::Json(bytes) | Blob::Bytes(bytes) => {
+                let value: serde_json::Value =
+                    serde_json::from_slice(bytes).map_err(|source| Error::Serialization {
+                        thread_id: thread_id.clone(),
+                        checkpoint_id,
+                        what: "delta channel write".into(),
+                        source,
+                    })?;
+                MessageWrite::from_json(value)
+                    .map(Self::Write)
+                    .map_err(|e| Error::Reducer {
+                        thread_id: thread_id.clone(),
+                        checkpoint_id,
+                        channel: MESSAGES.into(),
+                        source: Box::new(e),
+                    })
+            }
+        }
+    }
+}
+
+fn decode_items(
+    items: &[Arc<[u8]>],
+    thread_id: &ThreadId,
+    checkpoint_id: CheckpointId,
+) -> Result<Vec<Message>> {
+    items
+        .iter()
+        .map(|item| {
+            serde_json::from_slice::<Message>(item).map_err(|source| Error::Serialization {
+                thread_id: thread_id.clone(),
+                checkpoint_id,
+                what: "stored message".into(),
+                source,
+            })
+        })
+        .collect()
+}
+
+/// Decodes a stored value of the messages channel: a snapshot/message list, a legacy
+/// full-mode JSON list (the migration seed), or `Null` (empty).
+///
+/// # Errors
+/// [`Error::Serialization`] naming thread and checkpoint when the value is not a message list.
+pub fn decode_messages_value(
+    blob: &Blob,
+    thread_id: &ThreadId,
+    checkpoint_id: CheckpointId,
+) -> Result<Vec<Message>> {
+    match blob {
+        Blob::Null => Ok(Vec::new()),
+        Blob::Messages(MessagesBlob { items, .. }) => decode_items(items, thread_id, checkpoint_id),
+        Blob::Json(bytes) | Blob::Bytes(bytes) => {
+            serde_json::from_slice(bytes).map_err(|source| Error::Serialization {
+                thread_id: thread_id.clone(),
+                checkpoint_id,
+                what: "stored messages value".into(),
+                source,
+            })
+        }
+    }
+}
+
+/// Whether a checkpoint stores a snapshot of the channel, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SnapshotDecision {
+    /// No snapshot: the checkpoint stores no value for the channel.
+    Skip,
+    /// `updates >= F`.
+    Frequency,
+    /// `supersteps >=` the global bound.
+    SuperstepBound,
+    /// Forced: an Overwrite, a fresh thread or fork input, or unreplayed pending writes.
+    Forced,
+}
+
+impl SnapshotDecision {
+    /// Whether a snapshot is stored.
+    pub fn is_snapshot(self) -> bool {
+        !matches!(self, Self::Skip)
+    }
+}
+
+/// The delta messages channel: its value and snapshot cadence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaMessages {
+    value: Option<Vec<Message>>,
+    counters: DeltaCounters,
+    frequency: SnapshotFrequency,
+    max_supersteps: u32,
+    forced: bool,
+    written: bool,
+}
+
+/// A channel rebuilt from storage, with what it cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Materialized {
+    /// The channel.
+    pub channel: DeltaMessages,
+    /// How many stored writes were replayed (≤ F per snapshot cadence).
+    pub replayed_writes: usize,
+    /// The checkpoint whose stored value seeded the replay, if any.
+    pub seed_checkpoint: Option<CheckpointId>,
+}
+
+impl DeltaMessages {
+    /// An unavailable channel (never written on this branch) with frequency `F`.
+    pub fn new(frequency: SnapshotFrequency) -> Self {
+        Self {
+            value: None,
+            counters: DeltaCounters::default(),
+            frequency,
+            max_supersteps: DEFAULT_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
+            forced: false,
+            written: false,
+        }
+    }
+
+    /// Sets the global super-step bound (default [`DEFAULT_MAX_SUPERSTEPS_SINCE_SNAPSHOT`]).
+    #[must_use]
+    pub fn with_max_supersteps(mut self, n: u32) -> Self {
+        self.max_supersteps = n.max(1);
+        self
+    }
+
+    /// Sets the counters carried in the loaded checkpoint's metadata (default zero).
+    #[must_use]
+    pub fn with_counters(mut self, counters: DeltaCounters) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// A channel holding `value` (e.g. a migrated plain list), marked as written.
+    pub fn from_value(frequency: SnapshotFrequency, value: Vec<Message>) -> Self {
+        Self {
+            value: Some(value),
+            written: true,
+            ..Self::new(frequency)
+        }
+    }
+
+    /// Rebuilds the value from a history walk: seed (or empty) plus the writes, replayed with
+    /// one batch-reducer call; the last Overwrite, if any, becomes the base (runtime-spec §5.1).
+    ///
+    /// # Errors
+    /// A typed error naming thread and checkpoint when a stored value or write does not
+    /// decode, or the reducer rejects the replay. Never an empty value instead.
+    pub fn restore(
+        frequency: SnapshotFrequency,
+        history: &DeltaChannelHistory,
+        thread_id: &ThreadId,
+        checkpoint_id: CheckpointId,
+    ) -> Result<Self> {
+        let seed_cp = history.seed_checkpoint.unwrap_or(checkpoint_id);
+        let mut base = match &history.seed {
+            Some(blob) => decode_messages_value(blob, thread_id, seed_cp)?,
+            None => Vec::new(),
+        };
+        let mut batch: Vec<MessageWrite> = Vec::with_capacity(history.writes.len());
+        for w in &history.writes {
+            match DeltaWrite::from_blob(&w.value, thread_id, checkpoint_id)? {
+                DeltaWrite::Overwrite(list) => {
+                    base = list;
+                    batch.clear();
+                }
+                DeltaWrite::Write(mw) => batch.push(mw),
+            }
+        }
+        let value = merge_message_writes_owned(base, batch).map_err(|e| Error::Reducer {
+            thread_id: thread_id.clone(),
+            checkpoint_id,
+            channel: MESSAGES.into(),
+            source: Box::new(e),
+        })?;
+        Ok(Self {
+            value: Some(value),
+            written: true,
+            ..Self::new(frequency)
+        })
+    }
+
+    /// The current value (empty when unavailable).
+    pub fn value(&self) -> &[Message] {
+        self.value.as_deref().unwrap_or(&[])
+    }
+
+    /// Unwraps the value.
+    pub fn into_value(self) -> Vec<Message> {
+        self.value.unwrap_or_default()
+    }
+
+    /// Whether the channel has a value.
+    pub fn is_available(&self) -> bool {
+        self.value.is_some()
+    }
+
+    /// The cadence counters.
+    pub fn counters(&self) -> DeltaCounters {
+        self.counters
+    }
+
+    /// The snapshot frequency.
+    pub fn frequency(&self) -> SnapshotFrequency {
+        self.frequency
+    }
+
+    /// Applies one super-step's writes; returns whether the value changed.
+    ///
+    /// Empty → no change. One Overwrite replaces the value, drops the step's other
+    /// writes and forces a snapshot at the next checkpoint; two fail.
+    ///
+    /// # Errors
+    /// The reducer's error (`Can receive only one Overwrite value per super-step.`, unknown
+    /// removal id, …); the value is unchanged on error.
+    pub fn update(
+        &mut self,
+        writes: Vec<DeltaWrite>,
+    ) -> std::result::Result<bool, antler_state_reducers::Error> {
+        if writes.is_empty() {
+            return Ok(false);
+        }
+        let overwrites = writes
+            .iter()
+            .filter(|w| matches!(w, DeltaWrite::Overwrite(_)))
+            .count();
+        if overwrites > 1 {
+            return Err(antler_state_reducers::Error::MultipleOverwrites);
+        }
+        if overwrites == 1 {
+            if let Some(DeltaWrite::Overwrite(list)) = writes
+                .into_iter()
+                .find(|w| matches!(w, DeltaWrite::Overwrite(_)))
+            {
+                self.value = Some(list);
+            }
+            self.forced = true;
+            self.written = true;
+            return Ok(true);
+        }
+        let batch: Vec<MessageWrite> = writes
+            .into_iter()
+            .filter_map(|w| match w {
+                DeltaWrite::Write(mw) => Some(mw),
+                DeltaWrite::Overwrite(_) => None,
+            })
+            .collect();
+        let current = self.value.clone().unwrap_or_default();
+        let next = merge_message_writes_owned(current, batch)?;
+        self.value = Some(next);
+        self.written = true;
+        Ok(true)
+    }
+
+    /// Forces a snapshot at the next checkpoint (fresh-thread or fork input, unreplayed pending writes).
+    pub fn force_snapshot(&mut self) {
+        self.forced = true;
+    }
+
+    /// Advances the counters for one saved checkpoint (input, loop, update or fork; not the
+    /// exit re-save) and decides whether that checkpoint stores a snapshot (runtime-spec §5.3–§5.4).
+    /// `updated` = the channel's version moved in this step. On a snapshot the counters reset.
+    pub fn on_checkpoint(&mut self, updated: bool) -> SnapshotDecision {
+        self.counters.supersteps = self.counters.supersteps.saturating_add(1);
+        if updated {
+            self.counters.updates = self.counters.updates.saturating_add(1);
+        }
+        if !self.written || self.value.is_none() {
+            return SnapshotDecision::Skip;
+        }
+        let decision = if self.forced {
+            SnapshotDecision::Forced
+        } else if self.counters.updates >= self.frequency.get() {
+            SnapshotDecision::Frequency
+        } else if self.counters.supersteps >= self.max_supersteps {
+            SnapshotDecision::SuperstepBound
+        } else {
+            SnapshotDecision::Skip
+        };
+        if decision.is_snapshot() {
+            self.counters = DeltaCounters::default();
+            self.forced = false;
+        }
+        decision
+    }
+
+    /// The snapshot value to store in `channel_values` (a [`MessagesKind::Snapshot`] list,
+    /// whose bodies the savers store once per thread).
+    ///
+    /// # Errors
+    /// The serde error if a message cannot be serialised.
+    pub fn snapshot_blob(&self) -> std::result::Result<Blob, serde_json::Error> {
+        Blob::messages(MessagesKind::Snapshot, self.value())
+    }
+}
+
+/// The counters of `channel` in checkpoint metadata (zero when absent).
+pub fn read_counters(metadata: &CheckpointMetadata, channel: &str) -> DeltaCounters {
+    metadata
+        .counters_since_delta_snapshot
+        .get(channel)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Stores `counters` for `channel` in metadata; zero pairs are removed (runtime-spec §5.3).
+pub fn write_counters(metadata: &mut CheckpointMetadata, channel: &str, counters: DeltaCounters) {
+    if counters.is_zero() {
+        metadata.counters_since_delta_snapshot.remove(channel);
+    } else {
+        metadata
+            .counters_since_delta_snapshot
+            .insert(ChannelName::new(channel), counters);
+    }
+}
+
+/// Materialises the delta channel `channel` at the checkpoint `tuple` holds: its stored value
+/// if it has one, else seed + replay from the saver's history walk; counters from its metadata.
+///
+/// # Errors
+/// Typed errors naming thread and checkpoint for unreadable history (missing parent, cycle,
+/// corrupt blob, undecodable message) — never an empty value in their place.
+pub async fn materialize(
+    saver: &dyn Saver,
+    tuple: &CheckpointTuple,
+    channel: &str,
+    frequency: SnapshotFrequency,
+) -> Result<Materialized> {
+    let thread_id = &tuple.config.thread_id;
+    let cp = tuple.checkpoint.id;
+    let counters = read_counters(&tuple.metadata, channel);
+    if let Some(blob) = tuple.checkpoint.channel_values.get(channel) {
+        let value = decode_messages_value(blob, thread_id, cp)?;
+        return Ok(Materialized {
+            channel: DeltaMessages::from_value(frequency, value).with_counters(counters),
+            replayed_writes: 0,
+            seed_checkpoint: Some(cp),
+        });
+    }
+    if !tuple.checkpoint.channel_versions.contains_key(channel) {
+        return Ok(Materialized {
+            channel: DeltaMessages::new(frequency).with_counters(counters),
+            replayed_writes: 0,
+            seed_checkpoint: None,
+        });
+    }
+    let config = CheckpointConfig {
+        thread_id: thread_id.clone(),
+        checkpoint_ns: tuple.config.checkpoint_ns.clone(),
+        checkpoint_id: Some(cp),
+    };
+    let mut histories = saver
+        .delta_channel_history(&config, &[ChannelName::new(channel)])
+        .await?;
+    let history = histories.remove(channel).unwrap_or_default();
+    let restored =
+        DeltaMessages::restore(frequency, &history, thread_id, cp)?.with_counters(counters);
+    Ok(Materialized {
+        channel: restored,
+        replayed_writes: history.writes.len(),
+        seed_checkpoint: history.seed_checkpoint,
+    })
+}

@@ -1,0 +1,1256 @@
+//! The saver logic shared by every backend.
+//!
+//! A backend (memory, SQLite, PostgreSQL) only stores and fetches rows of five
+//! tables (see `docs/checkpoint-format.md`); everything with semantics —
+//! encoding, write ordering, the message store, the history walk, delta-safe
+//! pruning — lives here once, so the three savers cannot drift apart.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::blob::{Blob, MessagesBlob, MessagesKind};
+use crate::codec::{self, CodecError, StoredBlob};
+use crate::error::{Error, Result};
+use crate::ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, RunId, TaskId, TaskPath, ThreadId,
+};
+use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
+use crate::model::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
+    DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy, control_write_index, sort_writes,
+};
+
+/// One row of the checkpoints table.
+#[derive(Clone, Debug)]
+pub(crate) struct CheckpointRow {
+    pub(crate) thread_id: ThreadId,
+    pub(crate) ns: CheckpointNs,
+    pub(crate) id: CheckpointId,
+    pub(crate) parent: Option<CheckpointId>,
+    pub(crate) record: Vec<u8>,
+    pub(crate) metadata: Vec<u8>,
+}
+
+/// One row of the blobs table (thread and namespace implied by the call).
+#[derive(Clone, Debug)]
+pub(crate) struct BlobRow {
+    pub(crate) channel: ChannelName,
+    pub(crate) version: ChannelVersion,
+    pub(crate) data: Vec<u8>,
+}
+
+/// One row of the writes table (thread and namespace implied by the call).
+#[derive(Clone, Debug)]
+pub(crate) struct WriteRow {
+    pub(crate) checkpoint_id: CheckpointId,
+    pub(crate) task_id: TaskId,
+    pub(crate) idx: i64,
+    pub(crate) channel: ChannelName,
+    pub(crate) task_path: TaskPath,
+    pub(crate) value: Vec<u8>,
+}
+
+/// One row of the message-bodies table (thread implied by the call).
+#[derive(Clone, Debug)]
+pub(crate) struct MessageRow {
+    pub(crate) seq: u64,
+    pub(crate) body: Vec<u8>,
+}
+
+/// Payload bytes stored for one thread, by table; keys and row overhead excluded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    /// Checkpoint records and parent pointers.
+    pub checkpoint_bytes: u64,
+    /// Checkpoint metadata.
+    pub metadata_bytes: u64,
+    /// Channel value blobs (message lists count only their references here).
+    pub blob_bytes: u64,
+    /// Pending writes: channel, task path and value.
+    pub write_bytes: u64,
+    /// Message bodies, each stored once per thread.
+    pub message_bytes: u64,
+    /// Rows: checkpoints, blobs, writes, messages.
+    pub rows: u64,
+}
+
+impl StorageStats {
+    /// The sum of every payload column.
+    pub fn total(&self) -> u64 {
+        self.checkpoint_bytes
+            + self.metadata_bytes
+            + self.blob_bytes
+            + self.write_bytes
+            + self.message_bytes
+    }
+}
+
+/// The row store a saver runs on. Every method is one transaction.
+#[async_trait]
+pub(crate) trait Backend: Send + Sync + 'static {
+    async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>>;
+    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()>;
+    /// The addressed checkpoint, or the greatest id of the namespace when `id` is `None`.
+    async fn checkpoint(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+    ) -> Result<Option<CheckpointRow>>;
+    /// Checkpoints, newest (greatest id) first.
+    async fn checkpoints(
+        &self,
+        thread: Option<&ThreadId>,
+        ns: Option<&CheckpointNs>,
+        before: Option<CheckpointId>,
+    ) -> Result<Vec<CheckpointRow>>;
+    /// Up to `max` rows following parent pointers from `start` (inclusive); stops early at a missing row.
+    async fn ancestors(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        start: CheckpointId,
+        max: usize,
+    ) -> Result<Vec<CheckpointRow>>;
+    async fn blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Vec<BlobRow>>;
+    async fn writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<Vec<WriteRow>>;
+    /// Message bodies in the given `(first_seq, len)` runs; absent ones are simply missing.
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>>;
+    async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
+    /// Upserts the checkpoint row; inserts blobs if absent; inserts message rows (conflict = error).
+    async fn put_checkpoint(
+        &self,
+        row: CheckpointRow,
+        blobs: Vec<BlobRow>,
+        messages: Vec<MessageRow>,
+    ) -> Result<()>;
+    /// Stores writes (idx < 0 upsert, else insert-if-absent) if the checkpoint exists; `Ok(false)` otherwise.
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        checkpoint: CheckpointId,
+        writes: Vec<WriteRow>,
+        messages: Vec<MessageRow>,
+    ) -> Result<bool>;
+    async fn delete_thread(&self, thread: &ThreadId) -> Result<()>;
+    /// Deletes checkpoints and their writes.
+    async fn delete_checkpoints(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<()>;
+    async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;
+    /// Every blob key of a thread, with its namespace.
+    async fn blob_keys(
+        &self,
+        thread: &ThreadId,
+    ) -> Result<Vec<(CheckpointNs, ChannelName, ChannelVersion)>>;
+    async fn delete_blobs(
+        &self,
+        thread: &ThreadId,
+        keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
+    ) -> Result<()>;
+    /// Every write value of a thread (for message garbage collection).
+    async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
+    async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
+    async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()>;
+    async fn stats(&self, thread: &ThreadId) -> Result<StorageStats>;
+}
+
+struct MsgIndex {
+    next_seq: u64,
+    by_hash: HashMap<u128, u64>,
+}
+
+type IndexSlot = Arc<tokio::sync::Mutex<Option<MsgIndex>>>;
+
+/// The shared saver logic over a backend.
+pub(crate) struct Engine<B> {
+    pub(crate) backend: B,
+    config: StoreConfig,
+    indexes: Mutex<HashMap<ThreadId, IndexSlot>>,
+}
+
+fn codec_error(
+    thread: &ThreadId,
+    cp: CheckpointId,
+    what: impl Into<String>,
+    e: CodecError,
+) -> Error {
+    match e {
+        CodecError::UnknownVersion(version) => Error::UnknownFormat {
+            thread_id: thread.clone(),
+            checkpoint_id: cp,
+            what: what.into(),
+            version,
+        },
+        other => Error::Corrupt {
+            thread_id: thread.clone(),
+            checkpoint_id: cp,
+            what: what.into(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// A decoded checkpoint row.
+struct Decoded {
+    row: CheckpointRow,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+}
+
+/// A stored value waiting for its message bodies.
+enum Pending {
+    Ready(Blob),
+    Refs(MessagesKind, Vec<(u64, u64)>),
+}
+
+impl<B: Backend> Engine<B> {
+    /// Opens the engine, recording or checking the store configuration.
+    pub(crate) async fn open(backend: B, config: StoreConfig) -> Result<Self> {
+        let stored = backend.read_config().await?;
+        if config.check_against(stored)? {
+            backend
+                .write_config(config.mode, config.snapshot_frequency)
+                .await?;
+        }
+        Ok(Self {
+            backend,
+            config,
+            indexes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// An engine over a backend whose configuration needs no check (a fresh memory store).
+    pub(crate) fn new_unchecked(backend: B, config: StoreConfig) -> Self {
+        Self {
+            backend,
+            config,
+            indexes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn store_config(&self) -> StoreConfig {
+        self.config
+    }
+
+    fn slot(&self, thread: &ThreadId) -> IndexSlot {
+        let mut map = match self.indexes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        map.entry(thread.clone()).or_default().clone()
+    }
+
+    fn forget_index(&self, thread: &ThreadId) {
+        let mut map = match self.indexes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        map.remove(thread);
+    }
+
+    /// The mode gate (kernel-spec R34): a full-mode store never returns or builds on a delta checkpoint.
+    fn gate(
+        &self,
+        thread: &ThreadId,
+        id: CheckpointId,
+        metadata: &CheckpointMetadata,
+    ) -> Result<()> {
+        if self.config.mode == ChannelMode::Full && crate::mode::metadata_uses_delta(metadata) {
+            return Err(Error::CheckpointModeMismatch {
+                thread_id: thread.clone(),
+                checkpoint_id: Some(id),
+            });
+        }
+        Ok(())
+    }
+
+    /// In full mode, checks the addressed checkpoint before anything is written (R35 b).
+    async fn gate_before_write(&self, config: &CheckpointConfig) -> Result<()> {
+        if self.config.mode != ChannelMode::Full {
+            return Ok(());
+        }
+        let Some(id) = config.checkpoint_id else {
+            return Ok(());
+        };
+        if let Some(row) = self
+            .backend
+            .checkpoint(&config.thread_id, &config.checkpoint_ns, Some(id))
+            .await?
+        {
+            let metadata = codec::decode_metadata(&row.metadata)
+                .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint metadata", e))?;
+            self.gate(&config.thread_id, id, &metadata)?;
+        }
+        Ok(())
+    }
+
+    fn decode_row(&self, row: CheckpointRow) -> Result<Decoded> {
+        let checkpoint = codec::decode_record(&row.record, row.id)
+            .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint record", e))?;
+        let metadata = codec::decode_metadata(&row.metadata)
+            .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint metadata", e))?;
+        Ok(Decoded {
+            row,
+            checkpoint,
+            metadata,
+        })
+    }
+
+    async fn load_index(&self, thread: &ThreadId, cp: CheckpointId) -> Result<MsgIndex> {
+        let rows = self.backend.all_messages(thread).await?;
+        let mut by_hash = HashMap::with_capacity(rows.len());
+        let mut next_seq = 1;
+        for row in rows {
+            let body = codec::decode_body(&row.body)
+                .map_err(|e| codec_error(thread, cp, format!("message body {}", row.seq), e))?;
+            by_hash.entry(xxh3_128(body)).or_insert(row.seq);
+            next_seq = next_seq.max(row.seq + 1);
+        }
+        Ok(MsgIndex { next_seq, by_hash })
+    }
+
+    /// Encodes a value; message lists are split into bodies (new ones appended to `new_rows`) and references.
+    fn encode_value(
+        blob: &Blob,
+        index: Option<&MsgIndex>,
+        fresh: &mut HashMap<u128, u64>,
+        next_seq: &mut u64,
+        new_rows: &mut Vec<MessageRow>,
+    ) -> Vec<u8> {
+        match blob {
+            Blob::Messages(MessagesBlob { kind, items }) => {
+                let mut seqs = Vec::with_capacity(items.len());
+                for item in items {
+                    let h = xxh3_128(item);
+                    let known = index
+                        .and_then(|i| i.by_hash.get(&h))
+                        .or_else(|| fresh.get(&h));
+                    let seq = match known {
+                        Some(&s) => s,
+                        None => {
+                            let s = *next_seq;
+                            *next_seq += 1;
+                            fresh.insert(h, s);
+                            new_rows.push(MessageRow {
+                                seq: s,
+                                body: codec::encode_body(item),
+                            });
+                            s
+                        }
+                    };
+                    seqs.push(seq);
+                }
+                codec::encode_refs(*kind, &seqs)
+            }
+            other => codec::encode_inline_blob(other).unwrap_or_default(),
+        }
+    }
+
+    /// Encodes values under the thread's message index, commits with `commit`, then updates the index.
+    async fn with_messages<T, F, Fut>(
+        &self,
+        thread: &ThreadId,
+        cp: CheckpointId,
+        values: &[&Blob],
+        commit: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(Vec<Vec<u8>>, Vec<MessageRow>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let has_messages = values.iter().any(|b| matches!(b, Blob::Messages(_)));
+        if !has_messages {
+            let encoded = values
+                .iter()
+                .map(|b| codec::encode_inline_blob(b).unwrap_or_default())
+                .collect();
+            return commit(encoded, Vec::new()).await;
+        }
+        let slot = self.slot(thread);
+        let mut guard = slot.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.load_index(thread, cp).await?);
+        }
+        let (encoded, new_rows, fresh, next_seq) = {
+            let index = guard.as_ref();
+            let mut fresh = HashMap::new();
+            let mut next_seq = index.map_or(1, |i| i.next_seq);
+            let mut new_rows = Vec::new();
+            let encoded = values
+                .iter()
+                .map(|b| Self::encode_value(b, index, &mut fresh, &mut next_seq, &mut new_rows))
+                .collect::<Vec<_>>();
+            (encoded, new_rows, fresh, next_seq)
+        };
+        match commit(encoded, new_rows).await {
+            Ok(v) => {
+                if let Some(index) = guard.as_mut() {
+                    index.by_hash.extend(fresh);
+                    index.next_seq = next_seq;
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                // Another writer may have taken sequence numbers: reload next time.
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: &ChannelVersions,
+    ) -> Result<CheckpointConfig> {
+        let thread = &config.thread_id;
+        let id = checkpoint.id;
+        self.gate(thread, id, &metadata)?;
+        self.gate_before_write(config).await?;
+        let mut stored: Vec<(ChannelName, ChannelVersion, &Blob)> = Vec::new();
+        for (channel, version) in new_versions {
+            if let Some(value) = checkpoint.channel_values.get(channel) {
+                stored.push((channel.clone(), *version, value));
+            }
+        }
+        let row = CheckpointRow {
+            thread_id: thread.clone(),
+            ns: config.checkpoint_ns.clone(),
+            id,
+            parent: config.checkpoint_id,
+            record: codec::encode_record(&checkpoint),
+            metadata: codec::encode_metadata(&metadata),
+        };
+        let values: Vec<&Blob> = stored.iter().map(|(_, _, b)| *b).collect();
+        self.with_messages(thread, id, &values, |encoded, messages| {
+            let blobs = stored
+                .iter()
+                .zip(encoded)
+                .map(|((channel, version, _), data)| BlobRow {
+                    channel: channel.clone(),
+                    version: *version,
+                    data,
+                })
+                .collect();
+            self.backend.put_checkpoint(row, blobs, messages)
+        })
+        .await?;
+        Ok(CheckpointConfig {
+            thread_id: thread.clone(),
+            checkpoint_ns: config.checkpoint_ns.clone(),
+            checkpoint_id: Some(id),
+        })
+    }
+
+    pub(crate) async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(ChannelName, Blob)>,
+        task_id: &TaskId,
+        task_path: &TaskPath,
+    ) -> Result<()> {
+        let thread = &config.thread_id;
+        let Some(cp) = config.checkpoint_id else {
+            return Err(Error::CheckpointIdRequired {
+                thread_id: thread.clone(),
+                operation: "put_writes",
+            });
+        };
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.gate_before_write(config).await?;
+        let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
+        let existed = self
+            .with_messages(thread, cp, &values, |encoded, messages| {
+                let rows = writes
+                    .iter()
+                    .zip(encoded)
+                    .enumerate()
+                    .map(|(i, ((channel, _), value))| WriteRow {
+                        checkpoint_id: cp,
+                        task_id: task_id.clone(),
+                        idx: control_write_index(channel.as_str()).unwrap_or(i as i64),
+                        channel: channel.clone(),
+                        task_path: task_path.clone(),
+                        value,
+                    })
+                    .collect();
+                self.backend
+                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages)
+            })
+            .await?;
+        if !existed {
+            return Err(Error::UnknownCheckpoint {
+                thread_id: thread.clone(),
+                checkpoint_ns: config.checkpoint_ns.clone(),
+                checkpoint_id: cp,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn get_tuple(
+        &self,
+        config: &CheckpointConfig,
+    ) -> Result<Option<CheckpointTuple>> {
+        let Some(row) = self
+            .backend
+            .checkpoint(
+                &config.thread_id,
+                &config.checkpoint_ns,
+                config.checkpoint_id,
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let decoded = self.decode_row(row)?;
+        self.gate(&config.thread_id, decoded.row.id, &decoded.metadata)?;
+        Ok(self.assemble(vec![decoded]).await?.pop())
+    }
+
+    pub(crate) async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>> {
+        if query.limit == Some(0) {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .backend
+            .checkpoints(
+                query.thread_id.as_ref(),
+                query.checkpoint_ns.as_ref(),
+                query.before,
+            )
+            .await?;
+        let mut selected = Vec::new();
+        for row in rows {
+            let decoded = self.decode_row(row)?;
+            if !decoded.metadata.matches(&query.filter) {
+                continue;
+            }
+            self.gate(&decoded.row.thread_id, decoded.row.id, &decoded.metadata)?;
+            selected.push(decoded);
+            if query.limit.is_some_and(|l| selected.len() >= l) {
+                break;
+            }
+        }
+        self.assemble(selected).await
+    }
+
+    /// Loads blobs, message bodies and writes for decoded rows, keeping their order.
+    async fn assemble(&self, rows: Vec<Decoded>) -> Result<Vec<CheckpointTuple>> {
+        // Group by (thread, namespace) so that each group costs one query per table.
+        let mut groups: BTreeMap<(ThreadId, CheckpointNs), Vec<usize>> = BTreeMap::new();
+        for (i, d) in rows.iter().enumerate() {
+            groups
+                .entry((d.row.thread_id.clone(), d.row.ns.clone()))
+                .or_default()
+                .push(i);
+        }
+        let mut values: Vec<BTreeMap<ChannelName, Blob>> = vec![BTreeMap::new(); rows.len()];
+        let mut writes: Vec<Vec<PendingWrite>> = vec![Vec::new(); rows.len()];
+        for ((thread, ns), members) in groups {
+            let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
+                .iter()
+                .flat_map(|&i| {
+                    rows[i]
+                        .checkpoint
+                        .channel_versions
+                        .iter()
+                        .map(|(c, v)| (c.clone(), *v))
+                })
+                .collect();
+            let keys: Vec<_> = keys.into_iter().collect();
+            let blob_rows = self.backend.blobs(&thread, &ns, &keys).await?;
+            let first_cp = rows[members[0]].row.id;
+            let mut by_key: HashMap<(ChannelName, ChannelVersion), Pending> = HashMap::new();
+            let mut runs = Vec::new();
+            for b in blob_rows {
+                // Attribute a bad blob to a checkpoint of the group that references it.
+                let cp = members
+                    .iter()
+                    .map(|&i| &rows[i])
+                    .find(|d| d.checkpoint.channel_versions.get(&b.channel) == Some(&b.version))
+                    .map_or(first_cp, |d| d.row.id);
+                let pending = decode_pending(
+                    &thread,
+                    cp,
+                    &format!("blob of channel {} at version {}", b.channel, b.version),
+                    &b.data,
+                )?;
+                if let Pending::Refs(_, r) = &pending {
+                    runs.extend_from_slice(r);
+                }
+                by_key.insert((b.channel, b.version), pending);
+            }
+            let ids: Vec<CheckpointId> = members.iter().map(|&i| rows[i].row.id).collect();
+            let write_rows = self.backend.writes(&thread, &ns, &ids).await?;
+            let mut decoded_writes = Vec::with_capacity(write_rows.len());
+            for w in write_rows {
+                let pending = decode_pending(
+                    &thread,
+                    w.checkpoint_id,
+                    &format!("write of task {} to channel {}", w.task_id, w.channel),
+                    &w.value,
+                )?;
+                if let Pending::Refs(_, r) = &pending {
+                    runs.extend_from_slice(r);
+                }
+                decoded_writes.push((w, pending));
+            }
+            let bodies = self.fetch_bodies(&thread, first_cp, &runs).await?;
+            for &i in &members {
+                let d = &rows[i];
+                for (c, v) in &d.checkpoint.channel_versions {
+                    if let Some(p) = by_key.get(&(c.clone(), *v)) {
+                        let blob = resolve(&thread, d.row.id, p, &bodies)?;
+                        values[i].insert(c.clone(), blob);
+                    }
+                }
+            }
+            let position: HashMap<CheckpointId, usize> =
+                members.iter().map(|&i| (rows[i].row.id, i)).collect();
+            for (w, pending) in decoded_writes {
+                let Some(&i) = position.get(&w.checkpoint_id) else {
+                    continue;
+                };
+                let value = resolve(&thread, w.checkpoint_id, &pending, &bodies)?;
+                writes[i].push(PendingWrite {
+                    task_id: w.task_id,
+                    idx: w.idx,
+                    channel: w.channel,
+                    value,
+                    task_path: w.task_path,
+                });
+            }
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for ((d, vals), mut ws) in rows.into_iter().zip(values).zip(writes) {
+            sort_writes(&mut ws);
+            let mut checkpoint = d.checkpoint;
+            checkpoint.channel_values = vals;
+            let config = CheckpointConfig {
+                thread_id: d.row.thread_id.clone(),
+                checkpoint_ns: d.row.ns.clone(),
+                checkpoint_id: Some(d.row.id),
+            };
+            let parent_config = d.row.parent.map(|p| CheckpointConfig {
+                thread_id: d.row.thread_id.clone(),
+                checkpoint_ns: d.row.ns.clone(),
+                checkpoint_id: Some(p),
+            });
+            out.push(CheckpointTuple {
+                config,
+                checkpoint,
+                metadata: d.metadata,
+                parent_config,
+                pending_writes: ws,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn fetch_bodies(
+        &self,
+        thread: &ThreadId,
+        cp: CheckpointId,
+        runs: &[(u64, u64)],
+    ) -> Result<HashMap<u64, Arc<[u8]>>> {
+        if runs.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let merged = merge_runs(runs);
+        let rows = self.backend.messages(thread, &merged).await?;
+        let mut out = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let body = codec::decode_body(&row.body)
+                .map_err(|e| codec_error(thread, cp, format!("message body {}", row.seq), e))?;
+            out.insert(row.seq, Arc::from(body));
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[ChannelName],
+    ) -> Result<BTreeMap<ChannelName, DeltaChannelHistory>> {
+        let thread = &config.thread_id;
+        let ns = &config.checkpoint_ns;
+        let mut out: BTreeMap<ChannelName, DeltaChannelHistory> = channels
+            .iter()
+            .map(|c| (c.clone(), DeltaChannelHistory::default()))
+            .collect();
+        let Some(target) = self
+            .backend
+            .checkpoint(thread, ns, config.checkpoint_id)
+            .await?
+        else {
+            return match config.checkpoint_id {
+                Some(id) => Err(Error::UnknownCheckpoint {
+                    thread_id: thread.clone(),
+                    checkpoint_ns: ns.clone(),
+                    checkpoint_id: id,
+                }),
+                None => Ok(out),
+            };
+        };
+        let walk = self
+            .walk(
+                thread,
+                ns,
+                &target,
+                channels.iter().cloned().collect(),
+                true,
+            )
+            .await?;
+        let mut runs = Vec::new();
+        let mut seeds = BTreeMap::new();
+        for (c, (cp, bytes)) in walk.seeds {
+            let p = decode_pending(thread, cp, &format!("blob of channel {c}"), &bytes)?;
+            if let Pending::Refs(_, r) = &p {
+                runs.extend_from_slice(r);
+            }
+            seeds.insert(c, (cp, p));
+        }
+        let mut writes = Vec::new();
+        for (c, chunks) in walk.writes {
+            for w in chunks.into_iter().rev().flatten() {
+                let p = decode_pending(
+                    thread,
+                    w.checkpoint_id,
+                    &format!("write of task {} to channel {}", w.task_id, w.channel),
+                    &w.value,
+                )?;
+                if let Pending::Refs(_, r) = &p {
+                    runs.extend_from_slice(r);
+                }
+                writes.push((c.clone(), w, p));
+            }
+        }
+        let bodies = self.fetch_bodies(thread, target.id, &runs).await?;
+        for (c, (cp, p)) in seeds {
+            if let Some(h) = out.get_mut(&c) {
+                h.seed = Some(resolve(thread, cp, &p, &bodies)?);
+                h.seed_checkpoint = Some(cp);
+            }
+        }
+        for (c, w, p) in writes {
+            let value = resolve(thread, w.checkpoint_id, &p, &bodies)?;
+            if let Some(h) = out.get_mut(&c) {
+                h.writes.push(PendingWrite {
+                    task_id: w.task_id,
+                    idx: w.idx,
+                    channel: w.channel,
+                    value,
+                    task_path: w.task_path,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Follows parent pointers from `target`'s parent until each channel finds a stored value.
+    ///
+    /// Returns, per channel, the seed `(checkpoint, stored bytes)` and the writes of every
+    /// visited ancestor in walk order (nearest first, each chunk sorted), plus the visited ids.
+    /// With `strict`, a missing parent is an error; otherwise the walk stops there.
+    async fn walk(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        target: &CheckpointRow,
+        channels: BTreeSet<ChannelName>,
+        strict: bool,
+    ) -> Result<Walk> {
+        let mut walk = Walk {
+            seeds: BTreeMap::new(),
+            writes: channels.iter().map(|c| (c.clone(), Vec::new())).collect(),
+            visited: Vec::new(),
+        };
+        let mut remaining = channels;
+        let mut seen: HashSet<CheckpointId> = HashSet::from([target.id]);
+        let mut child = target.id;
+        let mut next = target.parent;
+        let page = (2 * self.config.snapshot_frequency.get() as usize + 4).min(512);
+        while !remaining.is_empty() {
+            let Some(start) = next else { break };
+            let rows = self.backend.ancestors(thread, ns, start, page).await?;
+            if rows.is_empty() {
+                if strict {
+                    return Err(Error::MissingParent {
+                        thread_id: thread.clone(),
+                        checkpoint_id: child,
+                        parent_id: start,
+                    });
+                }
+                break;
+            }
+            let mut decoded = Vec::with_capacity(rows.len());
+            let mut expected = Some(start);
+            for row in rows {
+                if expected != Some(row.id) {
+                    break;
+                }
+                if !seen.insert(row.id) {
+                    return Err(Error::ParentCycle {
+                        thread_id: thread.clone(),
+                        checkpoint_id: row.id,
+                    });
+                }
+                expected = row.parent;
+                let d = self.decode_row(row)?;
+                decoded.push(d);
+            }
+            let keys: BTreeSet<(ChannelName, ChannelVersion)> = decoded
+                .iter()
+                .flat_map(|d| {
+                    remaining.iter().filter_map(|c| {
+                        d.checkpoint
+                            .channel_versions
+                            .get(c)
+                            .map(|v| (c.clone(), *v))
+                    })
+                })
+                .collect();
+            let keys: Vec<_> = keys.into_iter().collect();
+            let blobs: HashMap<(ChannelName, ChannelVersion), Vec<u8>> = self
+                .backend
+                .blobs(thread, ns, &keys)
+                .await?
+                .into_iter()
+                .map(|b| ((b.channel, b.version), b.data))
+                .collect();
+            let ids: Vec<CheckpointId> = decoded.iter().map(|d| d.row.id).collect();
+            let mut by_cp: HashMap<CheckpointId, Vec<WriteRow>> = HashMap::new();
+            for w in self.backend.writes(thread, ns, &ids).await? {
+                by_cp.entry(w.checkpoint_id).or_default().push(w);
+            }
+            for d in &decoded {
+                walk.visited.push(d.row.id);
+                child = d.row.id;
+                next = d.row.parent;
+                let mut here = by_cp.remove(&d.row.id).unwrap_or_default();
+                here.sort_by(|a, b| {
+                    (a.task_path.as_str(), a.task_id.as_str(), a.idx).cmp(&(
+                        b.task_path.as_str(),
+                        b.task_id.as_str(),
+                        b.idx,
+                    ))
+                });
+                for c in remaining.clone() {
+                    let chunk: Vec<WriteRow> =
+                        here.iter().filter(|w| w.channel == c).cloned().collect();
+                    if let Some(list) = walk.writes.get_mut(&c) {
+                        list.push(chunk);
+                    }
+                    if let Some(v) = d.checkpoint.channel_versions.get(&c) {
+                        if let Some(bytes) = blobs.get(&(c.clone(), *v)) {
+                            walk.seeds.insert(c.clone(), (d.row.id, bytes.clone()));
+                            remaining.remove(&c);
+                        }
+                    }
+                }
+                if remaining.is_empty() {
+                    break;
+                }
+            }
+            if expected.is_some() && decoded.len() < page && !remaining.is_empty() {
+                // The backend stopped before the page was full: the next parent is missing.
+                if let Some(missing) = expected {
+                    if strict {
+                        return Err(Error::MissingParent {
+                            thread_id: thread.clone(),
+                            checkpoint_id: child,
+                            parent_id: missing,
+                        });
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(walk)
+    }
+
+    /// The ancestors a checkpoint needs to stay readable: those the walk visits
+    /// for every channel that has a version but no stored value.
+    async fn needed_ancestors(&self, d: &Decoded) -> Result<Vec<CheckpointId>> {
+        let keys: Vec<(ChannelName, ChannelVersion)> = d
+            .checkpoint
+            .channel_versions
+            .iter()
+            .map(|(c, v)| (c.clone(), *v))
+            .collect();
+        let stored: HashSet<ChannelName> = self
+            .backend
+            .blobs(&d.row.thread_id, &d.row.ns, &keys)
+            .await?
+            .into_iter()
+            .map(|b| b.channel)
+            .collect();
+        let missing: BTreeSet<ChannelName> = d
+            .checkpoint
+            .channel_versions
+            .keys()
+            .filter(|c| !stored.contains(*c))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .walk(&d.row.thread_id, &d.row.ns, &d.row, missing, false)
+            .await?
+            .visited)
+    }
+
+    pub(crate) async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
+        let slot = self.slot(thread);
+        let mut guard = slot.lock().await;
+        let r = self.backend.delete_thread(thread).await;
+        *guard = None;
+        drop(guard);
+        self.forget_index(thread);
+        r
+    }
+
+    pub(crate) async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
+        let slot = self.slot(target);
+        let mut guard = slot.lock().await;
+        let r = self.backend.copy_thread(source, target).await;
+        *guard = None;
+        r
+    }
+
+    /// Deletes `doomed` checkpoints of one thread after checking that no remaining checkpoint needs them.
+    async fn delete_checked(
+        &self,
+        thread: &ThreadId,
+        all: Vec<Decoded>,
+        doomed: &HashSet<(CheckpointNs, CheckpointId)>,
+    ) -> Result<()> {
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        for d in all
+            .iter()
+            .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
+        {
+            for needed in self.needed_ancestors(d).await? {
+                if doomed.contains(&(d.row.ns.clone(), needed)) {
+                    return Err(Error::WouldBreakDeltaHistory {
+                        thread_id: thread.clone(),
+                        checkpoint_id: d.row.id,
+                        needed_id: needed,
+                    });
+                }
+            }
+        }
+        let mut by_ns: BTreeMap<CheckpointNs, Vec<CheckpointId>> = BTreeMap::new();
+        for (ns, id) in doomed {
+            by_ns.entry(ns.clone()).or_default().push(*id);
+        }
+        let slot = self.slot(thread);
+        let mut guard = slot.lock().await;
+        for (ns, ids) in by_ns {
+            self.backend.delete_checkpoints(thread, &ns, &ids).await?;
+        }
+        let r = self.collect_garbage(thread, &all, doomed).await;
+        *guard = None;
+        r
+    }
+
+    /// Deletes blobs no remaining checkpoint references and message bodies no remaining blob or write references.
+    async fn collect_garbage(
+        &self,
+        thread: &ThreadId,
+        all: &[Decoded],
+        doomed: &HashSet<(CheckpointNs, CheckpointId)>,
+    ) -> Result<()> {
+        let live: HashSet<(CheckpointNs, ChannelName, ChannelVersion)> = all
+            .iter()
+            .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
+            .flat_map(|d| {
+                d.checkpoint
+                    .channel_versions
+                    .iter()
+                    .map(|(c, v)| (d.row.ns.clone(), c.clone(), *v))
+            })
+            .collect();
+        let dead: Vec<_> = self
+            .backend
+            .blob_keys(thread)
+            .await?
+            .into_iter()
+            .filter(|k| !live.contains(k))
+            .collect();
+        if !dead.is_empty() {
+            self.backend.delete_blobs(thread, &dead).await?;
+        }
+        let mut referenced: HashSet<u64> = HashSet::new();
+        let anchor = all.first().map_or(CheckpointId::from_u128(0), |d| d.row.id);
+        let values = self
+            .backend
+            .all_blob_values(thread)
+            .await?
+            .into_iter()
+            .chain(self.backend.all_write_values(thread).await?);
+        for bytes in values {
+            if let Ok(StoredBlob::Refs(_, runs)) = codec::decode_blob(&bytes) {
+                for (start, len) in runs {
+                    referenced.extend(start..start.saturating_add(len));
+                }
+            }
+        }
+        let dead_messages: Vec<u64> = self
+            .backend
+            .all_messages(thread)
+            .await?
+            .into_iter()
+            .map(|m| m.seq)
+            .filter(|s| !referenced.contains(s))
+            .collect();
+        let _ = anchor;
+        if !dead_messages.is_empty() {
+            self.backend.delete_messages(thread, &dead_messages).await?;
+        }
+        Ok(())
+    }
+
+    async fn decoded_thread(&self, thread: &ThreadId) -> Result<Vec<Decoded>> {
+        self.backend
+            .checkpoints(Some(thread), None, None)
+            .await?
+            .into_iter()
+            .map(|r| self.decode_row(r))
+            .collect()
+    }
+
+    pub(crate) async fn delete_for_runs(&self, run_ids: &[RunId]) -> Result<()> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let runs: HashSet<&RunId> = run_ids.iter().collect();
+        let mut threads: BTreeSet<ThreadId> = BTreeSet::new();
+        for row in self.backend.checkpoints(None, None, None).await? {
+            let thread = row.thread_id.clone();
+            let d = self.decode_row(row)?;
+            if d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)) {
+                threads.insert(thread);
+            }
+        }
+        for thread in threads {
+            let all = self.decoded_thread(&thread).await?;
+            let doomed: HashSet<(CheckpointNs, CheckpointId)> = all
+                .iter()
+                .filter(|d| d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)))
+                .map(|d| (d.row.ns.clone(), d.row.id))
+                .collect();
+            self.delete_checked(&thread, all, &doomed).await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn prune(
+        &self,
+        thread_ids: &[ThreadId],
+        strategy: PruneStrategy,
+    ) -> Result<()> {
+        for thread in thread_ids {
+            match strategy {
+                PruneStrategy::Delete => self.delete_thread(thread).await?,
+                PruneStrategy::KeepLatest => {
+                    let all = self.decoded_thread(thread).await?;
+                    let mut keep: HashSet<(CheckpointNs, CheckpointId)> = HashSet::new();
+                    let mut latest: BTreeMap<CheckpointNs, usize> = BTreeMap::new();
+                    for (i, d) in all.iter().enumerate() {
+                        let e = latest.entry(d.row.ns.clone()).or_insert(i);
+                        if all[*e].row.id < d.row.id {
+                            *e = i;
+                        }
+                    }
+                    for &i in latest.values() {
+                        let d = &all[i];
+                        keep.insert((d.row.ns.clone(), d.row.id));
+                        for id in self.needed_ancestors(d).await? {
+                            keep.insert((d.row.ns.clone(), id));
+                        }
+                    }
+                    let doomed: HashSet<_> = all
+                        .iter()
+                        .map(|d| (d.row.ns.clone(), d.row.id))
+                        .filter(|k| !keep.contains(k))
+                        .collect();
+                    self.delete_checked(thread, all, &doomed).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        self.backend.stats(thread).await
+    }
+}
+
+struct Walk {
+    seeds: BTreeMap<ChannelName, (CheckpointId, Vec<u8>)>,
+    writes: BTreeMap<ChannelName, Vec<Vec<WriteRow>>>,
+    visited: Vec<CheckpointId>,
+}
+
+fn decode_pending(
+    thread: &ThreadId,
+    cp: CheckpointId,
+    what: &str,
+    bytes: &[u8],
+) -> Result<Pending> {
+    match codec::decode_blob(bytes).map_err(|e| codec_error(thread, cp, what, e))? {
+        StoredBlob::Inline(b) => Ok(Pending::Ready(b)),
+        StoredBlob::Refs(kind, runs) => Ok(Pending::Refs(kind, runs)),
+    }
+}
+
+fn resolve(
+    thread: &ThreadId,
+    cp: CheckpointId,
+    p: &Pending,
+    bodies: &HashMap<u64, Arc<[u8]>>,
+) -> Result<Blob> {
+    match p {
+        Pending::Ready(b) => Ok(b.clone()),
+        Pending::Refs(kind, runs) => {
+            let total: u64 = runs.iter().map(|(_, l)| *l).sum();
+            let mut items = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
+            for &(start, len) in runs {
+                for seq in start..start.saturating_add(len) {
+                    let body = bodies.get(&seq).ok_or_else(|| Error::Corrupt {
+                        thread_id: thread.clone(),
+                        checkpoint_id: cp,
+                        what: "message list".into(),
+                        detail: format!("message body {seq} is missing"),
+                    })?;
+                    items.push(body.clone());
+                }
+            }
+            Ok(Blob::Messages(MessagesBlob { kind: *kind, items }))
+        }
+    }
+}
+
+/// Sorts and merges overlapping or adjacent runs.
+fn merge_runs(runs: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut sorted = runs.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for (start, len) in sorted {
+        let end = start.saturating_add(len);
+        match out.last_mut() {
+            Some((s, l)) if *s + *l >= start => {
+                let e = (*s + *l).max(end);
+                *l = e - *s;
+            }
+            _ => out.push((start, len)),
+        }
+    }
+    out
+}
+
+/// Implements [`Saver`](crate::Saver) for a newtype `$ty` with an `engine: Engine<_>` field.
+macro_rules! impl_saver {
+    ($ty:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::saver::Saver for $ty {
+            async fn get_tuple(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+            ) -> $crate::Result<Option<$crate::model::CheckpointTuple>> {
+                self.engine.get_tuple(config).await
+            }
+            async fn list(
+                &self,
+                query: &$crate::model::ListQuery,
+            ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
+                self.engine.list(query).await
+            }
+            async fn put(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+                checkpoint: $crate::model::Checkpoint,
+                metadata: $crate::model::CheckpointMetadata,
+                new_versions: &$crate::model::ChannelVersions,
+            ) -> $crate::Result<$crate::model::CheckpointConfig> {
+                self.engine
+                    .put(config, checkpoint, metadata, new_versions)
+                    .await
+            }
+            async fn put_writes(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+                writes: Vec<($crate::ids::ChannelName, $crate::blob::Blob)>,
+                task_id: &$crate::ids::TaskId,
+                task_path: &$crate::ids::TaskPath,
+            ) -> $crate::Result<()> {
+                self.engine
+                    .put_writes(config, writes, task_id, task_path)
+                    .await
+            }
+            async fn delete_thread(&self, thread_id: &$crate::ids::ThreadId) -> $crate::Result<()> {
+                self.engine.delete_thread(thread_id).await
+            }
+            async fn delete_for_runs(&self, run_ids: &[$crate::ids::RunId]) -> $crate::Result<()> {
+                self.engine.delete_for_runs(run_ids).await
+            }
+            async fn copy_thread(
+                &self,
+                source: &$crate::ids::ThreadId,
+                target: &$crate::ids::ThreadId,
+            ) -> $crate::Result<()> {
+                self.engine.copy_thread(source, target).await
+            }
+            async fn prune(
+                &self,
+                thread_ids: &[$crate::ids::ThreadId],
+                strategy: $crate::model::PruneStrategy,
+            ) -> $crate::Result<()> {
+                self.engine.prune(thread_ids, strategy).await
+            }
+            async fn delta_channel_history(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+                channels: &[$crate::ids::ChannelName],
+            ) -> $crate::Result<
+                std::collections::BTreeMap<
+                    $crate::ids::ChannelName,
+                    $crate::model::DeltaChannelHistory,
+                >,
+            > {
+                self.engine.delta_channel_history(config, channels).await
+            }
+            fn store_config(&self) -> $crate::mode::StoreConfig {
+                self.engine.store_config()
+            }
+        }
+    };
+}
+pub(crate) use impl_saver;

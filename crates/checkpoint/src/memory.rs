@@ -1,0 +1,465 @@
+//! The in-memory saver: the same engine and byte formats as the database savers, on ordered maps.
+//!
+//! Useful for tests and ephemeral graphs; it measures stored bytes exactly like the
+//! database savers because it stores the same encoded rows.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::engine::{
+    Backend, BlobRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow, impl_saver,
+};
+use crate::error::Result;
+use crate::ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, TaskId, TaskPath, ThreadId,
+};
+use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
+
+type CpKey = (ThreadId, CheckpointNs, CheckpointId);
+type BlobKey = (ThreadId, CheckpointNs, ChannelName, ChannelVersion);
+type WriteKey = (ThreadId, CheckpointNs, CheckpointId, TaskId, i64);
+
+#[derive(Default, Clone)]
+struct Tables {
+    config: Option<(ChannelMode, SnapshotFrequency)>,
+    checkpoints: BTreeMap<CpKey, (Option<CheckpointId>, Vec<u8>, Vec<u8>)>,
+    blobs: BTreeMap<BlobKey, Vec<u8>>,
+    writes: BTreeMap<WriteKey, (ChannelName, TaskPath, Vec<u8>)>,
+    messages: BTreeMap<(ThreadId, u64), Vec<u8>>,
+}
+
+/// The map-backed row store.
+#[derive(Default)]
+pub(crate) struct MemoryBackend {
+    tables: Mutex<Tables>,
+}
+
+impl MemoryBackend {
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        match self.tables.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+fn row(k: &CpKey, v: &(Option<CheckpointId>, Vec<u8>, Vec<u8>)) -> CheckpointRow {
+    CheckpointRow {
+        thread_id: k.0.clone(),
+        ns: k.1.clone(),
+        id: k.2,
+        parent: v.0,
+        record: v.1.clone(),
+        metadata: v.2.clone(),
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>> {
+        Ok(self.lock().config)
+    }
+
+    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
+        self.lock().config = Some((mode, frequency));
+        Ok(())
+    }
+
+    async fn checkpoint(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+    ) -> Result<Option<CheckpointRow>> {
+        let t = self.lock();
+        Ok(match id {
+            Some(id) => {
+                let k = (thread.clone(), ns.clone(), id);
+                t.checkpoints.get(&k).map(|v| row(&k, v))
+            }
+            None => t
+                .checkpoints
+                .range(
+                    (thread.clone(), ns.clone(), CheckpointId::from_u128(0))
+                        ..=(
+                            thread.clone(),
+                            ns.clone(),
+                            CheckpointId::from_u128(u128::MAX),
+                        ),
+                )
+                .next_back()
+                .map(|(k, v)| row(k, v)),
+        })
+    }
+
+    async fn checkpoints(
+        &self,
+        thread: Option<&ThreadId>,
+        ns: Option<&CheckpointNs>,
+        before: Option<CheckpointId>,
+    ) -> Result<Vec<CheckpointRow>> {
+        let t = self.lock();
+        let mut rows: Vec<CheckpointRow> = t
+            .checkpoints
+            .iter()
+            .filter(|(k, _)| {
+                thread.is_none_or(|th| &k.0 == th)
+                    && ns.is_none_or(|n| &k.1 == n)
+                    && before.is_none_or(|b| k.2 < b)
+            })
+            .map(|(k, v)| row(k, v))
+            .collect();
+        rows.sort_by(|a, b| b.id.cmp(&a.id));
+        Ok(rows)
+    }
+
+    async fn ancestors(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        start: CheckpointId,
+        max: usize,
+    ) -> Result<Vec<CheckpointRow>> {
+        let t = self.lock();
+        let mut out = Vec::new();
+        let mut next = Some(start);
+        while let Some(id) = next {
+            if out.len() >= max {
+                break;
+            }
+            let k = (thread.clone(), ns.clone(), id);
+            let Some(v) = t.checkpoints.get(&k) else {
+                break;
+            };
+            out.push(row(&k, v));
+            next = v.0;
+        }
+        Ok(out)
+    }
+
+    async fn blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Vec<BlobRow>> {
+        let t = self.lock();
+        Ok(keys
+            .iter()
+            .filter_map(|(c, v)| {
+                t.blobs
+                    .get(&(thread.clone(), ns.clone(), c.clone(), *v))
+                    .map(|data| BlobRow {
+                        channel: c.clone(),
+                        version: *v,
+                        data: data.clone(),
+                    })
+            })
+            .collect())
+    }
+
+    async fn writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<Vec<WriteRow>> {
+        let t = self.lock();
+        let mut out = Vec::new();
+        for id in ids {
+            let lo = (thread.clone(), ns.clone(), *id, TaskId::new(""), i64::MIN);
+            for (k, v) in t.writes.range(lo..) {
+                if k.0 != *thread || k.1 != *ns || k.2 != *id {
+                    break;
+                }
+                out.push(WriteRow {
+                    checkpoint_id: *id,
+                    task_id: k.3.clone(),
+                    idx: k.4,
+                    channel: v.0.clone(),
+                    task_path: v.1.clone(),
+                    value: v.2.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>> {
+        let t = self.lock();
+        let mut out = Vec::new();
+        for &(start, len) in runs {
+            let end = start.saturating_add(len);
+            for ((_, seq), body) in t
+                .messages
+                .range((thread.clone(), start)..(thread.clone(), end))
+            {
+                out.push(MessageRow {
+                    seq: *seq,
+                    body: body.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
+        self.messages(thread, &[(0, u64::MAX)]).await
+    }
+
+    async fn put_checkpoint(
+        &self,
+        row: CheckpointRow,
+        blobs: Vec<BlobRow>,
+        messages: Vec<MessageRow>,
+    ) -> Result<()> {
+        let mut t = self.lock();
+        for m in &messages {
+            if t.messages.contains_key(&(row.thread_id.clone(), m.seq)) {
+                return Err(crate::Error::Conflict {
+                    thread_id: row.thread_id.clone(),
+                    detail: format!("message sequence {} is taken", m.seq),
+                });
+            }
+        }
+        for m in messages {
+            t.messages.insert((row.thread_id.clone(), m.seq), m.body);
+        }
+        for b in blobs {
+            t.blobs
+                .entry((row.thread_id.clone(), row.ns.clone(), b.channel, b.version))
+                .or_insert(b.data);
+        }
+        t.checkpoints.insert(
+            (row.thread_id, row.ns, row.id),
+            (row.parent, row.record, row.metadata),
+        );
+        Ok(())
+    }
+
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        checkpoint: CheckpointId,
+        writes: Vec<WriteRow>,
+        messages: Vec<MessageRow>,
+    ) -> Result<bool> {
+        let mut t = self.lock();
+        if !t
+            .checkpoints
+            .contains_key(&(thread.clone(), ns.clone(), checkpoint))
+        {
+            return Ok(false);
+        }
+        for m in &messages {
+            if t.messages.contains_key(&(thread.clone(), m.seq)) {
+                return Err(crate::Error::Conflict {
+                    thread_id: thread.clone(),
+                    detail: format!("message sequence {} is taken", m.seq),
+                });
+            }
+        }
+        for m in messages {
+            t.messages.insert((thread.clone(), m.seq), m.body);
+        }
+        for w in writes {
+            let k = (thread.clone(), ns.clone(), checkpoint, w.task_id, w.idx);
+            if w.idx < 0 || !t.writes.contains_key(&k) {
+                t.writes.insert(k, (w.channel, w.task_path, w.value));
+            }
+        }
+        Ok(true)
+    }
+
+    async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
+        let mut t = self.lock();
+        t.checkpoints.retain(|k, _| &k.0 != thread);
+        t.blobs.retain(|k, _| &k.0 != thread);
+        t.writes.retain(|k, _| &k.0 != thread);
+        t.messages.retain(|k, _| &k.0 != thread);
+        Ok(())
+    }
+
+    async fn delete_checkpoints(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<()> {
+        let mut t = self.lock();
+        for id in ids {
+            t.checkpoints.remove(&(thread.clone(), ns.clone(), *id));
+        }
+        t.writes
+            .retain(|k, _| !(&k.0 == thread && &k.1 == ns && ids.contains(&k.2)));
+        Ok(())
+    }
+
+    async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
+        let mut t = self.lock();
+        let cps: Vec<_> = t
+            .checkpoints
+            .iter()
+            .filter(|(k, _)| &k.0 == source)
+            .map(|(k, v)| ((target.clone(), k.1.clone(), k.2), v.clone()))
+            .collect();
+        let blobs: Vec<_> = t
+            .blobs
+            .iter()
+            .filter(|(k, _)| &k.0 == source)
+            .map(|(k, v)| ((target.clone(), k.1.clone(), k.2.clone(), k.3), v.clone()))
+            .collect();
+        let writes: Vec<_> = t
+            .writes
+            .iter()
+            .filter(|(k, _)| &k.0 == source)
+            .map(|(k, v)| {
+                (
+                    (target.clone(), k.1.clone(), k.2, k.3.clone(), k.4),
+                    v.clone(),
+                )
+            })
+            .collect();
+        let msgs: Vec<_> = t
+            .messages
+            .iter()
+            .filter(|(k, _)| &k.0 == source)
+            .map(|(k, v)| ((target.clone(), k.1), v.clone()))
+            .collect();
+        t.checkpoints.extend(cps);
+        t.blobs.extend(blobs);
+        t.writes.extend(writes);
+        t.messages.extend(msgs);
+        Ok(())
+    }
+
+    async fn blob_keys(
+        &self,
+        thread: &ThreadId,
+    ) -> Result<Vec<(CheckpointNs, ChannelName, ChannelVersion)>> {
+        Ok(self
+            .lock()
+            .blobs
+            .keys()
+            .filter(|k| &k.0 == thread)
+            .map(|k| (k.1.clone(), k.2.clone(), k.3))
+            .collect())
+    }
+
+    async fn delete_blobs(
+        &self,
+        thread: &ThreadId,
+        keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
+    ) -> Result<()> {
+        let mut t = self.lock();
+        for (ns, c, v) in keys {
+            t.blobs.remove(&(thread.clone(), ns.clone(), c.clone(), *v));
+        }
+        Ok(())
+    }
+
+    async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .lock()
+            .writes
+            .iter()
+            .filter(|(k, _)| &k.0 == thread)
+            .map(|(_, v)| v.2.clone())
+            .collect())
+    }
+
+    async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .lock()
+            .blobs
+            .iter()
+            .filter(|(k, _)| &k.0 == thread)
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
+        let mut t = self.lock();
+        for s in seqs {
+            t.messages.remove(&(thread.clone(), *s));
+        }
+        Ok(())
+    }
+
+    async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        let t = self.lock();
+        let mut s = StorageStats::default();
+        for (k, v) in t.checkpoints.iter().filter(|(k, _)| &k.0 == thread) {
+            let _ = k;
+            s.checkpoint_bytes += v.1.len() as u64 + if v.0.is_some() { 16 } else { 0 };
+            s.metadata_bytes += v.2.len() as u64;
+            s.rows += 1;
+        }
+        for (_, v) in t.blobs.iter().filter(|(k, _)| &k.0 == thread) {
+            s.blob_bytes += v.len() as u64;
+            s.rows += 1;
+        }
+        for (_, v) in t.writes.iter().filter(|(k, _)| &k.0 == thread) {
+            s.write_bytes += (v.0.as_str().len() + v.1.as_str().len() + v.2.len()) as u64;
+            s.rows += 1;
+        }
+        for (_, v) in t.messages.iter().filter(|(k, _)| &k.0 == thread) {
+            s.message_bytes += v.len() as u64;
+            s.rows += 1;
+        }
+        Ok(s)
+    }
+}
+
+/// The in-memory saver.
+///
+/// ```
+/// # tokio_test_block_on(async {
+/// use antler_checkpoint::{MemorySaver, StoreConfig, Saver, CheckpointConfig};
+/// let saver = MemorySaver::new(StoreConfig::full());
+/// assert!(saver.get_tuple(&CheckpointConfig::latest("t1")).await?.is_none());
+/// # Ok::<(), antler_checkpoint::Error>(())
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+/// # }
+/// ```
+pub struct MemorySaver {
+    engine: Engine<MemoryBackend>,
+}
+
+impl MemorySaver {
+    /// An empty store recording `config`.
+    pub fn new(config: StoreConfig) -> Self {
+        let mut tables = Tables::default();
+        tables.config = Some((config.mode, config.snapshot_frequency));
+        // Opening a fresh map never waits and never fails: the engine only reads the config back.
+        let backend = MemoryBackend {
+            tables: Mutex::new(tables),
+        };
+        Self {
+            engine: Engine::new_unchecked(backend, config),
+        }
+    }
+
+    /// Payload bytes stored for a thread.
+    ///
+    /// # Errors
+    /// Never fails for the memory saver; the signature matches the database savers.
+    pub async fn storage_stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        self.engine.stats(thread).await
+    }
+}
+
+impl std::fmt::Debug for MemorySaver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemorySaver")
+            .field("config", &self.engine.store_config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl_saver!(MemorySaver);

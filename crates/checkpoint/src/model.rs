@@ -1,0 +1,328 @@
+//! The checkpoint data model of runtime-spec §4: checkpoints, metadata, tuples, pending writes and queries.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::blob::Blob;
+use crate::ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, NodeName, RunId, TaskId, TaskPath,
+    ThreadId, Timestamp,
+};
+use crate::mode::{ChannelMode, DeltaCounters};
+
+/// The checkpoint format version the runtime writes (runtime-spec §4.1: `v = 4`).
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 4;
+
+/// Reserved channel names (runtime-spec §1).
+pub mod channels {
+    /// Graph input.
+    pub const INPUT: &str = "__input__";
+    /// An interrupt raised by a task (control write, upsert, idx −3).
+    pub const INTERRUPT: &str = "__interrupt__";
+    /// A resume value (control write, upsert, idx −4).
+    pub const RESUME: &str = "__resume__";
+    /// A task error (control write, upsert, idx −1).
+    pub const ERROR: &str = "__error__";
+    /// The node whose error handler must run on resume.
+    pub const ERROR_SOURCE_NODE: &str = "__error_source_node__";
+    /// Marker of a task that finished without writes.
+    pub const NO_WRITES: &str = "__no_writes__";
+    /// The `Send` topic.
+    pub const TASKS: &str = "__pregel_tasks";
+    /// A function's return value.
+    pub const RETURN: &str = "__return__";
+    /// The previous return value (functional API).
+    pub const PREVIOUS: &str = "__previous__";
+    /// A scheduled task (control write, upsert, idx −2).
+    pub const SCHEDULED: &str = "__scheduled__";
+    /// The graph's start channel.
+    pub const START: &str = "__start__";
+}
+
+/// The fixed index of a control write, or `None` for a regular channel
+/// (the reference's `WRITES_IDX_MAP`): control writes are upserts, regular
+/// writes are insert-if-absent (runtime-spec §4.2).
+pub fn control_write_index(channel: &str) -> Option<i64> {
+    match channel {
+        channels::ERROR => Some(-1),
+        channels::SCHEDULED => Some(-2),
+        channels::INTERRUPT => Some(-3),
+        channels::RESUME => Some(-4),
+        _ => None,
+    }
+}
+
+/// One checkpoint: the state of every channel after a super-step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    /// Format version ([`CHECKPOINT_FORMAT_VERSION`]).
+    pub v: u32,
+    /// The checkpoint id.
+    pub id: CheckpointId,
+    /// When it was created.
+    pub ts: Timestamp,
+    /// Stored channel values. On `put`, only channels listed in `new_versions` are
+    /// stored; on read, every channel whose current version has a stored value.
+    /// A delta channel without a snapshot at this checkpoint is absent: that means
+    /// "rebuild from history", never "empty".
+    pub channel_values: BTreeMap<ChannelName, Blob>,
+    /// The version of every channel.
+    pub channel_versions: BTreeMap<ChannelName, ChannelVersion>,
+    /// For each node, the channel versions it last consumed.
+    pub versions_seen: BTreeMap<NodeName, BTreeMap<ChannelName, ChannelVersion>>,
+    /// The channels updated by the step that produced this checkpoint (sorted), if known.
+    pub updated_channels: Option<Vec<ChannelName>>,
+}
+
+impl Checkpoint {
+    /// An empty checkpoint with a fresh id and the current time.
+    pub fn empty() -> Self {
+        Self {
+            v: CHECKPOINT_FORMAT_VERSION,
+            id: CheckpointId::generate(),
+            ts: Timestamp::now(),
+            channel_values: BTreeMap::new(),
+            channel_versions: BTreeMap::new(),
+            versions_seen: BTreeMap::new(),
+            updated_channels: None,
+        }
+    }
+}
+
+/// Where a checkpoint came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CheckpointSource {
+    /// The input checkpoint of a run.
+    Input,
+    /// A checkpoint after a super-step.
+    Loop,
+    /// A checkpoint written by `update_state`.
+    Update,
+    /// A copy made to start a new branch (time travel).
+    Fork,
+}
+
+impl CheckpointSource {
+    /// The reference's string form (`input`, `loop`, `update`, `fork`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Input => "input",
+            Self::Loop => "loop",
+            Self::Update => "update",
+            Self::Fork => "fork",
+        }
+    }
+
+    /// Parses the string form.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "input" => Self::Input,
+            "loop" => Self::Loop,
+            "update" => Self::Update,
+            "fork" => Self::Fork,
+            _ => return None,
+        })
+    }
+}
+
+/// The metadata key of the DeerFlow mode marker (kernel-spec R32).
+pub const CHANNEL_MODE_METADATA_KEY: &str = "deerflow_checkpoint_channel_mode";
+/// The metadata key of the delta counters (runtime-spec §5.3).
+pub const COUNTERS_METADATA_KEY: &str = "counters_since_delta_snapshot";
+
+/// Checkpoint metadata: the well-known keys typed, everything else in [`CheckpointMetadata::extra`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckpointMetadata {
+    /// Where the checkpoint came from.
+    pub source: Option<CheckpointSource>,
+    /// The step (−1 = the first input checkpoint of a thread; −2 = the synthetic empty start).
+    pub step: i64,
+    /// Namespace → checkpoint id of the enclosing graphs.
+    pub parents: BTreeMap<CheckpointNs, CheckpointId>,
+    /// The run that wrote the checkpoint.
+    pub run_id: Option<RunId>,
+    /// Per delta channel: updates and super-steps since its last snapshot (only non-zero pairs).
+    pub counters_since_delta_snapshot: BTreeMap<ChannelName, DeltaCounters>,
+    /// The mode marker (kernel-spec R32): `Some(Delta)` for delta runs; absence means full.
+    pub channel_mode: Option<ChannelMode>,
+    /// Free keys copied from the run config (strings, numbers, …), kept in insertion order.
+    pub extra: Map<String, Value>,
+}
+
+impl CheckpointMetadata {
+    /// The reference's dict view of the metadata, used by `list` filters.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut map = Map::new();
+        if let Some(source) = self.source {
+            map.insert("source".into(), Value::from(source.as_str()));
+        }
+        map.insert("step".into(), Value::from(self.step));
+        let parents: Map<String, Value> = self
+            .parents
+            .iter()
+            .map(|(ns, id)| (ns.to_string(), Value::from(id.to_string())))
+            .collect();
+        map.insert("parents".into(), Value::Object(parents));
+        if let Some(run_id) = &self.run_id {
+            map.insert("run_id".into(), Value::from(run_id.as_str()));
+        }
+        if !self.counters_since_delta_snapshot.is_empty() {
+            let counters: Map<String, Value> = self
+                .counters_since_delta_snapshot
+                .iter()
+                .map(|(c, n)| {
+                    (
+                        c.to_string(),
+                        Value::from(vec![Value::from(n.updates), Value::from(n.supersteps)]),
+                    )
+                })
+                .collect();
+            map.insert(COUNTERS_METADATA_KEY.into(), Value::Object(counters));
+        }
+        if let Some(mode) = self.channel_mode {
+            map.insert(CHANNEL_MODE_METADATA_KEY.into(), Value::from(mode.as_str()));
+        }
+        for (k, v) in &self.extra {
+            map.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        map
+    }
+
+    /// Whether every `(key, value)` of `filter` equals the metadata's value for that key.
+    pub fn matches(&self, filter: &Map<String, Value>) -> bool {
+        if filter.is_empty() {
+            return true;
+        }
+        let json = self.to_json();
+        filter.iter().all(|(k, v)| json.get(k) == Some(v))
+    }
+}
+
+/// Addresses a thread's checkpoint: `checkpoint_id = None` means the latest.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CheckpointConfig {
+    /// The thread.
+    pub thread_id: ThreadId,
+    /// The namespace (root = `""`).
+    pub checkpoint_ns: CheckpointNs,
+    /// A specific checkpoint, or `None` for the latest.
+    pub checkpoint_id: Option<CheckpointId>,
+}
+
+impl CheckpointConfig {
+    /// The latest checkpoint of `thread_id` in the root namespace.
+    pub fn latest(thread_id: impl Into<ThreadId>) -> Self {
+        Self {
+            thread_id: thread_id.into(),
+            checkpoint_ns: CheckpointNs::root(),
+            checkpoint_id: None,
+        }
+    }
+
+    /// Sets the namespace (builder-lite).
+    #[must_use]
+    pub fn with_ns(mut self, ns: impl Into<CheckpointNs>) -> Self {
+        self.checkpoint_ns = ns.into();
+        self
+    }
+
+    /// Sets the checkpoint id (builder-lite).
+    #[must_use]
+    pub fn with_checkpoint_id(mut self, id: CheckpointId) -> Self {
+        self.checkpoint_id = Some(id);
+        self
+    }
+}
+
+/// One pending write: a task's write to a channel, attached to the checkpoint its step started from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingWrite {
+    /// The task that wrote it.
+    pub task_id: TaskId,
+    /// The write's index within the task (control writes have fixed negative indexes).
+    pub idx: i64,
+    /// The channel written.
+    pub channel: ChannelName,
+    /// The value written.
+    pub value: Blob,
+    /// The task path (sort key).
+    pub task_path: TaskPath,
+}
+
+/// The reference's `writes_sort_key`: `(task_path, task_id, idx)`.
+pub(crate) fn sort_writes(writes: &mut [PendingWrite]) {
+    writes.sort_by(|a, b| {
+        (a.task_path.as_str(), a.task_id.as_str(), a.idx).cmp(&(
+            b.task_path.as_str(),
+            b.task_id.as_str(),
+            b.idx,
+        ))
+    });
+}
+
+/// A checkpoint with its address, metadata, parent and pending writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointTuple {
+    /// The address, with `checkpoint_id` set.
+    pub config: CheckpointConfig,
+    /// The checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Its metadata.
+    pub metadata: CheckpointMetadata,
+    /// The parent's address, if any.
+    pub parent_config: Option<CheckpointConfig>,
+    /// Pending writes in `(task_path, task_id, idx)` order.
+    pub pending_writes: Vec<PendingWrite>,
+}
+
+/// What the delta history walk found for one channel (runtime-spec §5.5).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct DeltaChannelHistory {
+    /// The nearest stored value on the path (snapshot or legacy plain value), if any.
+    pub seed: Option<Blob>,
+    /// The writes to replay on top of the seed, oldest first.
+    pub writes: Vec<PendingWrite>,
+    /// The checkpoint that held the seed, if any.
+    pub seed_checkpoint: Option<CheckpointId>,
+}
+
+/// A `list` query; every field narrows the result.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListQuery {
+    /// Only this thread (all threads when `None`).
+    pub thread_id: Option<ThreadId>,
+    /// Only this namespace (all namespaces when `None`).
+    pub checkpoint_ns: Option<CheckpointNs>,
+    /// Only checkpoints whose metadata has these key/value pairs.
+    pub filter: Map<String, Value>,
+    /// Only checkpoints with an id less than this one.
+    pub before: Option<CheckpointId>,
+    /// At most this many (after filtering).
+    pub limit: Option<usize>,
+}
+
+impl ListQuery {
+    /// Every checkpoint of `thread_id`, newest first.
+    pub fn thread(thread_id: impl Into<ThreadId>) -> Self {
+        Self {
+            thread_id: Some(thread_id.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// What `prune` does with each thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PruneStrategy {
+    /// Keep the latest checkpoint of each namespace (and, for delta channels,
+    /// every ancestor back to the seed so the state stays readable).
+    KeepLatest,
+    /// Delete every checkpoint of the thread.
+    Delete,
+}
+
+/// The channel versions that moved since the last stored checkpoint: `put` stores blobs only for these.
+pub type ChannelVersions = BTreeMap<ChannelName, ChannelVersion>;

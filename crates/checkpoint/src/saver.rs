@@ -1,0 +1,86 @@
+//! The [`Saver`] trait: the storage contract the runtime relies on (runtime-spec §4.2, §5.5, §5.8).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::blob::Blob;
+use crate::error::Result;
+use crate::ids::{ChannelName, RunId, TaskId, TaskPath, ThreadId};
+use crate::mode::StoreConfig;
+use crate::model::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
+    DeltaChannelHistory, ListQuery, PruneStrategy,
+};
+
+/// A checkpoint store. Object safe (`Arc<dyn Saver>`), `Send + Sync`, async.
+///
+/// Contract, shared by every implementation and pinned by the conformance suite
+/// (`antler_checkpoint::testing`, feature `test-util`):
+///
+/// - **put** stores `checkpoint` under `config.thread_id`/`config.checkpoint_ns`;
+///   `config.checkpoint_id` is the *parent*. Values are stored only for the
+///   channels in `new_versions`; a channel whose version did not move keeps
+///   the value stored with that version earlier. Returns the new address.
+/// - **put_writes** attaches writes of one task to an existing checkpoint
+///   (an unknown checkpoint is an error). Regular writes are keyed
+///   `(task_id, idx)` and insert-if-absent; control writes (`__error__`,
+///   `__scheduled__`, `__interrupt__`, `__resume__`) take fixed negative
+///   indexes and are upserts.
+/// - **get_tuple** returns the addressed checkpoint, or the latest of the
+///   namespace when `checkpoint_id` is `None`; pending writes in
+///   `(task_path, task_id, idx)` order. Absent → `Ok(None)`; unreadable → `Err`,
+///   never an empty state.
+/// - **list** returns newest first (by checkpoint id), filtered, then limited.
+/// - **delete_for_runs**, **copy_thread** and **prune** keep every remaining
+///   delta checkpoint readable (runtime-spec §5.8) or fail; they never
+///   silently truncate history.
+/// - **delta_channel_history** is the walk of runtime-spec §5.5.
+#[async_trait]
+pub trait Saver: Send + Sync {
+    /// The addressed checkpoint (latest when no id), or `None` when it does not exist.
+    async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>>;
+
+    /// Checkpoints matching `query`, newest first.
+    async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>>;
+
+    /// Stores a checkpoint whose parent is `config.checkpoint_id`; see the trait docs.
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: &ChannelVersions,
+    ) -> Result<CheckpointConfig>;
+
+    /// Stores the writes of one task against the checkpoint `config` addresses.
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(ChannelName, Blob)>,
+        task_id: &TaskId,
+        task_path: &TaskPath,
+    ) -> Result<()>;
+
+    /// Deletes every checkpoint, write and blob of a thread (all namespaces). Unknown thread → no-op.
+    async fn delete_thread(&self, thread_id: &ThreadId) -> Result<()>;
+
+    /// Deletes the checkpoints (and their writes) written by the given runs.
+    async fn delete_for_runs(&self, run_ids: &[RunId]) -> Result<()>;
+
+    /// Copies every checkpoint, write and blob of `source` to `target`. Unknown source → no-op.
+    async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;
+
+    /// Prunes the given threads with `strategy`.
+    async fn prune(&self, thread_ids: &[ThreadId], strategy: PruneStrategy) -> Result<()>;
+
+    /// The delta history walk (runtime-spec §5.5) from `config`'s checkpoint for each channel.
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[ChannelName],
+    ) -> Result<BTreeMap<ChannelName, DeltaChannelHistory>>;
+
+    /// The mode and snapshot frequency this saver was opened with (and the store records).
+    fn store_config(&self) -> StoreConfig;
+}

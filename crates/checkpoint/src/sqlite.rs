@@ -1,0 +1,752 @@
+//! The SQLite saver (feature `sqlite`, the embedded default): a file (WAL) or `:memory:`.
+//!
+//! One connection behind a mutex, driven on tokio's blocking pool so no async
+//! thread ever blocks on IO. Schema changes are numbered migrations tracked in
+//! `PRAGMA user_version`; a database with a newer schema than this build knows is refused.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::engine::{
+    Backend, BlobRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow, impl_saver,
+};
+use crate::error::{Error, Result};
+use crate::ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, TaskId, TaskPath, ThreadId,
+};
+use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
+
+/// Schema migrations; index + 1 = the `user_version` after applying it.
+const MIGRATIONS: &[&str] = &[
+    // 1: the five tables of docs/checkpoint-format.md.
+    "CREATE TABLE antler_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+     CREATE TABLE checkpoints (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BLOB NOT NULL,
+        parent_id BLOB, record BLOB NOT NULL, metadata BLOB NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)) WITHOUT ROWID;
+     CREATE TABLE blobs (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, channel TEXT NOT NULL, version INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)) WITHOUT ROWID;
+     CREATE TABLE writes (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BLOB NOT NULL,
+        task_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)) WITHOUT ROWID;
+     CREATE TABLE messages (
+        thread_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,
+        PRIMARY KEY (thread_id, seq)) WITHOUT ROWID;",
+];
+
+/// The schema version this build writes.
+pub const SQLITE_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+fn sql_err(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error {
+    move |e| Error::backend(context, e)
+}
+
+fn id_bytes(id: CheckpointId) -> [u8; 16] {
+    id.to_bytes()
+}
+
+fn id_from(thread: &str, bytes: Vec<u8>) -> Result<CheckpointId> {
+    let arr: [u8; 16] = bytes.try_into().map_err(|b: Vec<u8>| Error::Backend {
+        context: format!("sqlite: thread {thread}: checkpoint id column"),
+        source: format!("expected 16 bytes, found {}", b.len()).into(),
+    })?;
+    Ok(CheckpointId::from_bytes(arr))
+}
+
+fn i64_of(v: u64, what: &str) -> Result<i64> {
+    i64::try_from(v)
+        .map_err(|_| Error::InvalidArgument(format!("{what} {v} does not fit the store")))
+}
+
+fn u64_of(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
+}
+
+/// Applies pending migrations; refuses a newer schema.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let current: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sql_err("sqlite: reading schema version"))?;
+    if current > SQLITE_SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            supported: SQLITE_SCHEMA_VERSION,
+        });
+    }
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
+        let tx = conn.transaction().map_err(sql_err("sqlite: migration"))?;
+        tx.execute_batch(sql)
+            .map_err(sql_err(format!("sqlite: migration {}", i + 1)))?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)
+            .map_err(sql_err("sqlite: migration"))?;
+        tx.commit().map_err(sql_err("sqlite: migration"))?;
+    }
+    Ok(())
+}
+
+pub(crate) struct SqliteBackend {
+    conn: Arc<Mutex<Connection>>,
+    path: Option<PathBuf>,
+}
+
+impl SqliteBackend {
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = match conn.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| Error::backend("sqlite: blocking task", e))?
+    }
+}
+
+fn read_row(
+    thread: &str,
+    ns: &str,
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String)> {
+    let _ = (thread, ns);
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+type RawRow = (Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String);
+
+fn to_row(raw: RawRow) -> Result<CheckpointRow> {
+    let (id, parent, record, metadata, thread, ns) = raw;
+    Ok(CheckpointRow {
+        id: id_from(&thread, id)?,
+        parent: parent.map(|p| id_from(&thread, p)).transpose()?,
+        thread_id: ThreadId::new(thread),
+        ns: CheckpointNs::new(ns),
+        record,
+        metadata,
+    })
+}
+
+fn insert_messages(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &ThreadId,
+    messages: &[MessageRow],
+) -> Result<()> {
+    let mut stmt = tx
+        .prepare_cached("INSERT INTO messages (thread_id, seq, body) VALUES (?1, ?2, ?3)")
+        .map_err(sql_err("sqlite: insert messages"))?;
+    for m in messages {
+        stmt.execute(params![
+            thread.as_str(),
+            i64_of(m.seq, "message sequence")?,
+            m.body
+        ])
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Error::Conflict {
+                    thread_id: thread.clone(),
+                    detail: format!("message sequence {} was taken by another writer", m.seq),
+                }
+            }
+            other => Error::backend(format!("sqlite: thread {thread}: insert message"), other),
+        })?;
+    }
+    Ok(())
+}
+
+const ROW_COLS: &str = "checkpoint_id, parent_id, record, metadata, thread_id, checkpoint_ns";
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>> {
+        self.run(|c| {
+            let get = |k: &str| -> Result<Option<String>> {
+                c.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql_err("sqlite: reading store configuration"))
+            };
+            let (Some(mode), Some(freq)) = (get("channel_mode")?, get("snapshot_frequency")?)
+            else {
+                return Ok(None);
+            };
+            let mode = ChannelMode::parse(&mode).ok_or_else(|| {
+                Error::InvalidArgument(format!("store records unknown channel mode {mode:?}"))
+            })?;
+            let freq = freq
+                .parse::<u32>()
+                .map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "store records invalid snapshot frequency {freq:?}"
+                    ))
+                })
+                .and_then(SnapshotFrequency::new)?;
+            Ok(Some((mode, freq)))
+        })
+        .await
+    }
+
+    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
+        self.run(move |c| {
+            let tx = c
+                .transaction()
+                .map_err(sql_err("sqlite: recording store configuration"))?;
+            for (k, v) in [
+                ("channel_mode", mode.as_str().to_owned()),
+                ("snapshot_frequency", frequency.to_string()),
+            ] {
+                tx.execute(
+                    "INSERT OR REPLACE INTO antler_meta (key, value) VALUES (?1, ?2)",
+                    params![k, v],
+                )
+                .map_err(sql_err("sqlite: recording store configuration"))?;
+            }
+            tx.commit()
+                .map_err(sql_err("sqlite: recording store configuration"))
+        })
+        .await
+    }
+
+    async fn checkpoint(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+    ) -> Result<Option<CheckpointRow>> {
+        let (thread, ns) = (thread.to_string(), ns.to_string());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: reading checkpoint");
+            let raw = match id {
+                Some(id) => c
+                    .prepare_cached(&format!("SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"))
+                    .and_then(|mut s| s.query_row(params![thread, ns, id_bytes(id)], |r| read_row(&thread, &ns, r)).optional()),
+                None => c
+                    .prepare_cached(&format!("SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 ORDER BY checkpoint_id DESC LIMIT 1"))
+                    .and_then(|mut s| s.query_row(params![thread, ns], |r| read_row(&thread, &ns, r)).optional()),
+            }
+            .map_err(sql_err(ctx))?;
+            raw.map(to_row).transpose()
+        })
+        .await
+    }
+
+    async fn checkpoints(
+        &self,
+        thread: Option<&ThreadId>,
+        ns: Option<&CheckpointNs>,
+        before: Option<CheckpointId>,
+    ) -> Result<Vec<CheckpointRow>> {
+        let (thread, ns) = (thread.map(ToString::to_string), ns.map(ToString::to_string));
+        self.run(move |c| {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {ROW_COLS} FROM checkpoints WHERE (?1 IS NULL OR thread_id = ?1) AND (?2 IS NULL OR checkpoint_ns = ?2) AND (?3 IS NULL OR checkpoint_id < ?3) ORDER BY checkpoint_id DESC"
+                ))
+                .map_err(sql_err("sqlite: listing checkpoints"))?;
+            let rows = stmt
+                .query_map(params![thread, ns, before.map(id_bytes)], |r| read_row("", "", r))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                .map_err(sql_err("sqlite: listing checkpoints"))?;
+            rows.into_iter().map(to_row).collect()
+        })
+        .await
+    }
+
+    async fn ancestors(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        start: CheckpointId,
+        max: usize,
+    ) -> Result<Vec<CheckpointRow>> {
+        let (thread, ns) = (thread.to_string(), ns.to_string());
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.run(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "WITH RECURSIVE chain(checkpoint_id, parent_id, record, metadata, depth) AS (
+                        SELECT checkpoint_id, parent_id, record, metadata, 0 FROM checkpoints
+                         WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
+                        UNION ALL
+                        SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
+                          FROM chain JOIN checkpoints c
+                            ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.parent_id
+                         WHERE chain.depth + 1 < ?4)
+                     SELECT checkpoint_id, parent_id, record, metadata, ?1, ?2 FROM chain ORDER BY depth",
+                )
+                .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
+            let rows = stmt
+                .query_map(params![thread, ns, id_bytes(start), max], |r| read_row("", "", r))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
+            rows.into_iter().map(to_row).collect()
+        })
+        .await
+    }
+
+    async fn blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Vec<BlobRow>> {
+        let (thread, ns, keys) = (thread.to_string(), ns.to_string(), keys.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: reading blobs");
+            let mut stmt = c
+                .prepare_cached("SELECT data FROM blobs WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?4")
+                .map_err(sql_err(ctx.clone()))?;
+            let mut out = Vec::new();
+            for (channel, version) in keys {
+                let data: Option<Vec<u8>> = stmt
+                    .query_row(params![thread, ns, channel.as_str(), i64_of(version.get(), "channel version")?], |r| r.get(0))
+                    .optional()
+                    .map_err(sql_err(ctx.clone()))?;
+                if let Some(data) = data {
+                    out.push(BlobRow { channel, version, data });
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<Vec<WriteRow>> {
+        let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: reading writes");
+            let mut stmt = c
+                .prepare_cached("SELECT task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3")
+                .map_err(sql_err(ctx.clone()))?;
+            let mut out = Vec::new();
+            for id in ids {
+                let rows = stmt
+                    .query_map(params![thread, ns, id_bytes(id)], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get::<_, Vec<u8>>(4)?))
+                    })
+                    .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                    .map_err(sql_err(ctx.clone()))?;
+                out.extend(rows.into_iter().map(|(task, idx, channel, path, value)| WriteRow {
+                    checkpoint_id: id,
+                    task_id: TaskId::new(task),
+                    idx,
+                    channel: ChannelName::new(channel),
+                    task_path: TaskPath::new(path),
+                    value,
+                }));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>> {
+        let (thread, runs) = (thread.to_string(), runs.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: reading messages");
+            let mut stmt = c
+                .prepare_cached("SELECT seq, body FROM messages WHERE thread_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq")
+                .map_err(sql_err(ctx.clone()))?;
+            let mut out = Vec::new();
+            for (start, len) in runs {
+                let end = i64::try_from(start.saturating_add(len)).unwrap_or(i64::MAX);
+                let lo = i64::try_from(start).unwrap_or(i64::MAX);
+                let rows = stmt
+                    .query_map(params![thread, lo, end], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                    .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                    .map_err(sql_err(ctx.clone()))?;
+                for (seq, body) in rows {
+                    out.push(MessageRow { seq: u64_of(seq, "message sequence")?, body });
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
+        self.messages(thread, &[(0, i64::MAX as u64)]).await
+    }
+
+    async fn put_checkpoint(
+        &self,
+        row: CheckpointRow,
+        blobs: Vec<BlobRow>,
+        messages: Vec<MessageRow>,
+    ) -> Result<()> {
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            insert_messages(&tx, &row.thread_id, &messages)?;
+            {
+                let mut stmt = tx
+                    .prepare_cached("INSERT OR IGNORE INTO blobs (thread_id, checkpoint_ns, channel, version, data) VALUES (?1, ?2, ?3, ?4, ?5)")
+                    .map_err(sql_err(ctx.clone()))?;
+                for b in &blobs {
+                    stmt.execute(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), i64_of(b.version.get(), "channel version")?, b.data])
+                        .map_err(sql_err(ctx.clone()))?;
+                }
+                tx.prepare_cached("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                    .and_then(|mut s| s.execute(params![row.thread_id.as_str(), row.ns.as_str(), id_bytes(row.id), row.parent.map(id_bytes), row.record, row.metadata]))
+                    .map_err(sql_err(ctx.clone()))?;
+            }
+            tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        checkpoint: CheckpointId,
+        writes: Vec<WriteRow>,
+        messages: Vec<MessageRow>,
+    ) -> Result<bool> {
+        let (thread, ns) = (thread.clone(), ns.clone());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: writing writes of checkpoint {checkpoint}");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let exists: Option<i64> = tx
+                .prepare_cached("SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3")
+                .and_then(|mut s| s.query_row(params![thread.as_str(), ns.as_str(), id_bytes(checkpoint)], |r| r.get(0)).optional())
+                .map_err(sql_err(ctx.clone()))?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+            insert_messages(&tx, &thread, &messages)?;
+            for w in &writes {
+                let verb = if w.idx < 0 { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };
+                tx.prepare_cached(&format!(
+                    "{verb} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ))
+                .and_then(|mut s| {
+                    s.execute(params![thread.as_str(), ns.as_str(), id_bytes(checkpoint), w.task_id.as_str(), w.idx, w.channel.as_str(), w.task_path.as_str(), w.value])
+                })
+                .map_err(sql_err(ctx.clone()))?;
+            }
+            tx.commit().map_err(sql_err(ctx))?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: deleting");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            for table in ["checkpoints", "blobs", "writes", "messages"] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE thread_id = ?1"),
+                    [&thread],
+                )
+                .map_err(sql_err(ctx.clone()))?;
+            }
+            tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn delete_checkpoints(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<()> {
+        let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: deleting checkpoints");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            for id in ids {
+                for table in ["checkpoints", "writes"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"), params![thread, ns, id_bytes(id)])
+                        .map_err(sql_err(ctx.clone()))?;
+                }
+            }
+            tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
+        let (source, target) = (source.to_string(), target.to_string());
+        self.run(move |c| {
+            let ctx = format!("sqlite: copying thread {source} to {target}");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            for sql in [
+                "INSERT OR REPLACE INTO checkpoints SELECT ?2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",
+                "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",
+                "INSERT OR REPLACE INTO writes SELECT ?2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1",
+                "INSERT OR REPLACE INTO messages SELECT ?2, seq, body FROM messages WHERE thread_id = ?1",
+            ] {
+                tx.execute(sql, params![source, target]).map_err(sql_err(ctx.clone()))?;
+            }
+            tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn blob_keys(
+        &self,
+        thread: &ThreadId,
+    ) -> Result<Vec<(CheckpointNs, ChannelName, ChannelVersion)>> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: listing blobs");
+            let rows = c
+                .prepare("SELECT checkpoint_ns, channel, version FROM blobs WHERE thread_id = ?1")
+                .and_then(|mut s| {
+                    s.query_map([&thread], |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, i64>(2)?,
+                        ))
+                    })
+                    .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                })
+                .map_err(sql_err(ctx))?;
+            rows.into_iter()
+                .map(|(ns, c, v)| {
+                    Ok((
+                        CheckpointNs::new(ns),
+                        ChannelName::new(c),
+                        ChannelVersion::new(u64_of(v, "channel version")?),
+                    ))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn delete_blobs(
+        &self,
+        thread: &ThreadId,
+        keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
+    ) -> Result<()> {
+        let (thread, keys) = (thread.to_string(), keys.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: deleting blobs");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            for (ns, ch, v) in keys {
+                tx.execute(
+                    "DELETE FROM blobs WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?4",
+                    params![thread, ns.as_str(), ch.as_str(), i64_of(v.get(), "channel version")?],
+                )
+                .map_err(sql_err(ctx.clone()))?;
+            }
+            tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            c.prepare("SELECT value FROM writes WHERE thread_id = ?1")
+                .and_then(|mut s| {
+                    s.query_map([&thread], |r| r.get(0))
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                })
+                .map_err(sql_err(format!("sqlite: thread {thread}: reading writes")))
+        })
+        .await
+    }
+
+    async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            c.prepare("SELECT data FROM blobs WHERE thread_id = ?1")
+                .and_then(|mut s| {
+                    s.query_map([&thread], |r| r.get(0))
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                })
+                .map_err(sql_err(format!("sqlite: thread {thread}: reading blobs")))
+        })
+        .await
+    }
+
+    async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
+        let (thread, seqs) = (thread.to_string(), seqs.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: deleting messages");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            for s in seqs {
+                tx.execute(
+                    "DELETE FROM messages WHERE thread_id = ?1 AND seq = ?2",
+                    params![thread, i64_of(s, "message sequence")?],
+                )
+                .map_err(sql_err(ctx.clone()))?;
+            }
+            tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: measuring");
+            let q = |sql: &str| -> Result<(i64, i64, i64)> {
+                c.query_row(sql, [&thread], |r| Ok((r.get::<_, Option<i64>>(0)?.unwrap_or(0), r.get::<_, Option<i64>>(1)?.unwrap_or(0), r.get(2)?)))
+                    .map_err(sql_err(ctx.clone()))
+            };
+            let (cp, md, n1) = q("SELECT SUM(length(record) + COALESCE(length(parent_id), 0)), SUM(length(metadata)), COUNT(*) FROM checkpoints WHERE thread_id = ?1")?;
+            let (bl, _, n2) = q("SELECT SUM(length(data)), 0, COUNT(*) FROM blobs WHERE thread_id = ?1")?;
+            let (wr, _, n3) = q("SELECT SUM(length(CAST(channel AS BLOB)) + length(CAST(task_path AS BLOB)) + length(value)), 0, COUNT(*) FROM writes WHERE thread_id = ?1")?;
+            let (ms, _, n4) = q("SELECT SUM(length(body)), 0, COUNT(*) FROM messages WHERE thread_id = ?1")?;
+            let u = |v: i64| u64::try_from(v).unwrap_or(0);
+            Ok(StorageStats {
+                checkpoint_bytes: u(cp),
+                metadata_bytes: u(md),
+                blob_bytes: u(bl),
+                write_bytes: u(wr),
+                message_bytes: u(ms),
+                rows: u(n1 + n2 + n3 + n4),
+            })
+        })
+        .await
+    }
+}
+
+/// The SQLite saver.
+///
+/// ```
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(f)
+/// # }
+/// # block_on(async {
+/// use antler_checkpoint::{CheckpointConfig, Saver, SqliteSaver, StoreConfig};
+/// let saver = SqliteSaver::open_in_memory(StoreConfig::full()).await?;
+/// assert!(saver.get_tuple(&CheckpointConfig::latest("t1")).await?.is_none());
+/// # Ok::<(), antler_checkpoint::Error>(())
+/// # }).expect("example");
+/// ```
+pub struct SqliteSaver {
+    engine: Engine<SqliteBackend>,
+}
+
+impl SqliteSaver {
+    /// Opens (creating if needed) the database file at `path` in WAL mode, applies migrations,
+    /// and records or checks the store configuration.
+    ///
+    /// # Errors
+    /// [`Error::StoreConfigMismatch`] when the store was created with another mode or
+    /// frequency; [`Error::SchemaTooNew`]; [`Error::Backend`] for IO/SQL failures.
+    pub async fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let p = path.clone();
+        let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
+            let ctx = format!("sqlite: opening {}", p.display());
+            let mut conn = Connection::open(&p).map_err(sql_err(ctx.clone()))?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(sql_err(ctx.clone()))?;
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(sql_err(ctx.clone()))?;
+            conn.busy_timeout(std::time::Duration::from_secs(5))
+                .map_err(sql_err(ctx))?;
+            migrate(&mut conn)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| Error::backend("sqlite: blocking task", e))??;
+        Self::from_connection(conn, Some(path), config).await
+    }
+
+    /// Opens a private in-memory database (`:memory:`).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if SQLite cannot allocate the database.
+    pub async fn open_in_memory(config: StoreConfig) -> Result<Self> {
+        let mut conn = Connection::open_in_memory().map_err(sql_err("sqlite: opening :memory:"))?;
+        migrate(&mut conn)?;
+        Self::from_connection(conn, None, config).await
+    }
+
+    async fn from_connection(
+        conn: Connection,
+        path: Option<PathBuf>,
+        config: StoreConfig,
+    ) -> Result<Self> {
+        let backend = SqliteBackend {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+        };
+        Ok(Self {
+            engine: Engine::open(backend, config).await?,
+        })
+    }
+
+    /// Payload bytes stored for a thread (keys and row overhead excluded).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL failure.
+    pub async fn storage_stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        self.engine.stats(thread).await
+    }
+
+    /// Checkpoints the WAL, runs `VACUUM`, and returns the database file size in bytes
+    /// (`None` for `:memory:`).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL or IO failure.
+    pub async fn vacuum(&self) -> Result<Option<u64>> {
+        let path = self.engine.backend.path.clone();
+        self.engine
+            .backend
+            .run(move |c| {
+                c.execute_batch(
+                    "PRAGMA wal_checkpoint(TRUNCATE); VACUUM; PRAGMA wal_checkpoint(TRUNCATE);",
+                )
+                .map_err(sql_err("sqlite: vacuum"))?;
+                path.map(|p| {
+                    std::fs::metadata(&p)
+                        .map(|m| m.len())
+                        .map_err(|e| Error::backend(format!("sqlite: size of {}", p.display()), e))
+                })
+                .transpose()
+            })
+            .await
+    }
+}
+
+impl std::fmt::Debug for SqliteSaver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSaver")
+            .field("path", &self.engine.backend.path)
+            .field("config", &self.engine.store_config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl_saver!(SqliteSaver);

@@ -1,0 +1,1857 @@
+//! The saver conformance suite (feature `test-util`): runtime-spec §7's groups — put,
+//! put_writes, get_tuple, list, delete_thread, delete_for_runs, copy_thread, prune,
+//! delta history — plus antler's own obligations (typed errors, delta-safe pruning).
+//!
+//! Every case is a public async function taking a fresh, empty saver.
+//! [`conformance_suite!`](crate::conformance_suite) turns them into one `#[test]` each:
+//!
+//! ```
+//! antler_checkpoint::conformance_suite!(|| async {
+//!     Some(Box::new(antler_checkpoint::MemorySaver::new(antler_checkpoint::StoreConfig::full()))
+//!         as Box<dyn antler_checkpoint::Saver>)
+//! });
+//! # fn main() {}
+//! ```
+//!
+//! A factory returns `None` to skip (for example PostgreSQL without `DATABASE_URL`);
+//! it should say so on stderr, and fail instead under `CI=true`.
+#![expect(
+    clippy::unwrap_used,
+    clippy::missing_panics_doc,
+    reason = "conformance cases are test assertions: a failed expectation panics the test"
+)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use serde_json::{Value, json};
+
+use crate::blob::{Blob, MessagesKind};
+use crate::error::ErrorKind;
+use crate::ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, RunId, TaskId, TaskPath, ThreadId,
+};
+use crate::model::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource, ListQuery,
+    PendingWrite, PruneStrategy,
+};
+use crate::saver::Saver;
+
+/// Runs a future to completion on a fresh current-thread runtime (what each generated test does).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("invariant: a current-thread runtime builds")
+        .block_on(future)
+}
+
+/// Expands to one `#[test]` per conformance case, each on a fresh saver from `$factory`
+/// (an expression callable as `$factory().await -> Option<Box<dyn Saver>>`).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($factory:expr) => {
+        $crate::__conformance_cases!($factory;
+            put_returns_config, put_roundtrip, put_preserves_channel_values, put_preserves_channel_versions,
+            put_preserves_versions_seen, put_preserves_metadata, put_root_namespace, put_child_namespace,
+            put_default_namespace, put_multiple_checkpoints_same_thread, put_multiple_threads_isolated,
+            put_parent_config, put_incremental_channel_update, put_new_channel_added, put_channel_removed,
+            put_preserves_run_id, put_preserves_versions_seen_values,
+            put_writes_basic, put_writes_multiple_writes_same_task, put_writes_multiple_tasks,
+            put_writes_preserves_task_id, put_writes_preserves_channel_and_value, put_writes_task_path,
+            put_writes_idempotent, put_writes_special_channels, put_writes_across_namespaces,
+            put_writes_cleared_on_next_checkpoint,
+            get_tuple_nonexistent_returns_none, get_tuple_latest_when_no_checkpoint_id,
+            get_tuple_specific_checkpoint_id, get_tuple_config_structure, get_tuple_checkpoint_fields,
+            get_tuple_metadata, get_tuple_parent_config, get_tuple_pending_writes, get_tuple_respects_namespace,
+            get_tuple_nonexistent_checkpoint_id,
+            list_all, list_by_thread, list_by_namespace, list_ordering, list_metadata_filter_single_key,
+            list_metadata_filter_step, list_before, list_limit, list_limit_plus_before,
+            list_combined_thread_and_filter, list_empty_result, list_includes_pending_writes,
+            list_multiple_namespaces, list_metadata_filter_multiple_keys, list_metadata_filter_no_match,
+            list_metadata_custom_keys,
+            delete_thread_removes_checkpoints, delete_thread_removes_writes, delete_thread_removes_all_namespaces,
+            delete_thread_preserves_other_threads, delete_thread_nonexistent_noop,
+            delete_for_runs_single, delete_for_runs_multiple, delete_for_runs_preserves_other_runs,
+            delete_for_runs_removes_writes, delete_for_runs_empty_list_noop, delete_for_runs_nonexistent_noop,
+            delete_for_runs_across_namespaces,
+            copy_thread_basic, copy_thread_all_checkpoints, copy_thread_preserves_metadata,
+            copy_thread_preserves_namespaces, copy_thread_preserves_writes, copy_thread_preserves_ordering,
+            copy_thread_source_unchanged, copy_thread_nonexistent_source,
+            prune_keep_latest_single_thread, prune_keep_latest_multiple_threads,
+            prune_keep_latest_across_namespaces, prune_keep_latest_preserves_writes, prune_delete_all,
+            prune_preserves_other_threads, prune_empty_list_noop, prune_nonexistent_noop,
+            history_returns_writes_oldest_first, history_seed_is_nearest_snapshot,
+            history_excludes_target_pending_writes, history_multi_channel, history_empty_channels_returns_empty,
+            history_walk_to_root_no_seed, history_migration_plain_value_as_seed,
+            history_seed_ancestor_own_writes_are_replayed,
+            antler_put_writes_unknown_checkpoint_is_error, antler_history_missing_parent_is_error,
+            antler_history_parent_cycle_is_error, antler_history_version_bump_without_value_keeps_older_seed,
+            antler_history_null_value_is_a_seed, antler_history_unknown_checkpoint_is_error,
+            antler_messages_blob_round_trips, antler_prune_keep_latest_keeps_delta_history,
+            antler_delete_for_runs_refuses_to_break_delta_history, antler_copy_thread_keeps_delta_history,
+            antler_writes_sorted_by_task_path_then_task_id_then_idx
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::testing::block_on(async {
+                    let factory = $factory;
+                    if let Some(saver) = factory().await {
+                        $crate::testing::$case(&*saver).await;
+                    }
+                });
+            }
+        )*
+    };
+}
+
+/// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
+pub const CASE_COUNT: usize = 100;
+
+// ---- fixtures -------------------------------------------------------------------------------
+
+fn thread(name: &str) -> ThreadId {
+    ThreadId::new(name)
+}
+
+fn cfg(thread_id: &str, ns: &str, id: Option<CheckpointId>) -> CheckpointConfig {
+    CheckpointConfig {
+        thread_id: thread(thread_id),
+        checkpoint_ns: CheckpointNs::new(ns),
+        checkpoint_id: id,
+    }
+}
+
+/// A checkpoint whose channels have the given versions and JSON values.
+pub fn checkpoint(channels: &[(&str, u64, Value)]) -> Checkpoint {
+    let mut cp = Checkpoint::empty();
+    for (name, version, value) in channels {
+        cp.channel_versions
+            .insert(ChannelName::new(*name), ChannelVersion::new(*version));
+        cp.channel_values
+            .insert(ChannelName::new(*name), Blob::json(value).unwrap());
+    }
+    cp
+}
+
+/// Metadata with a source, a step and optionally a run id.
+pub fn metadata(source: CheckpointSource, step: i64, run: Option<&str>) -> CheckpointMetadata {
+    CheckpointMetadata {
+        source: Some(source),
+        step,
+        run_id: run.map(RunId::new),
+        ..CheckpointMetadata::default()
+    }
+}
+
+async fn put_all(
+    saver: &dyn Saver,
+    at: CheckpointConfig,
+    cp: Checkpoint,
+    meta: CheckpointMetadata,
+) -> CheckpointConfig {
+    let versions: ChannelVersions = cp.channel_versions.clone();
+    saver.put(&at, cp, meta, &versions).await.unwrap()
+}
+
+/// Puts a linear chain of `n` checkpoints (channel `a` = step number) and returns their configs.
+async fn chain(
+    saver: &dyn Saver,
+    thread_id: &str,
+    ns: &str,
+    n: usize,
+    run: Option<&str>,
+) -> Vec<CheckpointConfig> {
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for i in 0..n {
+        let parent = out.last().and_then(|c| c.checkpoint_id);
+        let cp = checkpoint(&[("a", i as u64 + 1, json!(i))]);
+        let source = if i == 0 {
+            CheckpointSource::Input
+        } else {
+            CheckpointSource::Loop
+        };
+        let c = put_all(
+            saver,
+            cfg(thread_id, ns, parent),
+            cp,
+            metadata(source, i as i64 - 1, run),
+        )
+        .await;
+        out.push(c);
+    }
+    out
+}
+
+async fn write(
+    saver: &dyn Saver,
+    at: &CheckpointConfig,
+    task: &str,
+    path: &str,
+    writes: &[(&str, Value)],
+) {
+    let writes = writes
+        .iter()
+        .map(|(c, v)| (ChannelName::new(*c), Blob::json(v).unwrap()))
+        .collect();
+    saver
+        .put_writes(at, writes, &TaskId::new(task), &TaskPath::new(path))
+        .await
+        .unwrap();
+}
+
+async fn get(saver: &dyn Saver, at: &CheckpointConfig) -> crate::model::CheckpointTuple {
+    saver
+        .get_tuple(at)
+        .await
+        .unwrap()
+        .expect("checkpoint exists")
+}
+
+fn json_of(b: &Blob) -> Value {
+    b.decode_json().unwrap()
+}
+
+fn ids(tuples: &[crate::model::CheckpointTuple]) -> Vec<CheckpointId> {
+    tuples.iter().map(|t| t.checkpoint.id).collect()
+}
+
+fn write_values(ws: &[PendingWrite]) -> Vec<(String, String, Value)> {
+    ws.iter()
+        .map(|w| {
+            (
+                w.task_id.to_string(),
+                w.channel.to_string(),
+                json_of(&w.value),
+            )
+        })
+        .collect()
+}
+
+async fn count(saver: &dyn Saver, q: ListQuery) -> usize {
+    saver.list(&q).await.unwrap().len()
+}
+
+// ---- put ------------------------------------------------------------------------------------
+
+/// `put` returns the thread, namespace and the new checkpoint's id.
+pub async fn put_returns_config(saver: &dyn Saver) {
+    let cp = checkpoint(&[("a", 1, json!(1))]);
+    let id = cp.id;
+    let c = put_all(saver, cfg("t", "", None), cp, CheckpointMetadata::default()).await;
+    assert_eq!(c, cfg("t", "", Some(id)));
+}
+
+/// A stored checkpoint reads back equal.
+pub async fn put_roundtrip(saver: &dyn Saver) {
+    let mut cp = checkpoint(&[("a", 1, json!("x")), ("b", 2, json!([1, 2]))]);
+    cp.updated_channels = Some(vec!["a".into()]);
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        cp.clone(),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert_eq!(get(saver, &c).await.checkpoint, cp);
+}
+
+/// Values of every JSON shape and raw bytes survive.
+pub async fn put_preserves_channel_values(saver: &dyn Saver) {
+    let mut cp = checkpoint(&[
+        ("s", 1, json!("text ü")),
+        ("n", 1, json!(1.5)),
+        ("l", 1, json!([1, "two", null])),
+        ("d", 1, json!({"z": 1, "a": {"b": [true]}})),
+        ("nul", 1, Value::Null),
+    ]);
+    cp.channel_versions.insert("raw".into(), 1.into());
+    cp.channel_values
+        .insert("raw".into(), Blob::bytes(vec![0u8, 255, 7]));
+    cp.channel_versions.insert("none".into(), 1.into());
+    cp.channel_values.insert("none".into(), Blob::Null);
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        cp.clone(),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert_eq!(
+        get(saver, &c).await.checkpoint.channel_values,
+        cp.channel_values
+    );
+}
+
+/// Channel versions survive.
+pub async fn put_preserves_channel_versions(saver: &dyn Saver) {
+    let cp = checkpoint(&[("a", 7, json!(1)), ("b", 12, json!(2))]);
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        cp.clone(),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert_eq!(
+        get(saver, &c).await.checkpoint.channel_versions,
+        cp.channel_versions
+    );
+}
+
+/// `versions_seen` survives.
+pub async fn put_preserves_versions_seen(saver: &dyn Saver) {
+    let mut cp = checkpoint(&[("a", 1, json!(1))]);
+    cp.versions_seen
+        .entry("node".into())
+        .or_default()
+        .insert("a".into(), 1.into());
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        cp.clone(),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert_eq!(
+        get(saver, &c).await.checkpoint.versions_seen,
+        cp.versions_seen
+    );
+}
+
+/// Metadata (typed keys and free keys) survives.
+pub async fn put_preserves_metadata(saver: &dyn Saver) {
+    let mut m = metadata(CheckpointSource::Update, 4, Some("run-1"));
+    m.parents
+        .insert(CheckpointNs::root(), CheckpointId::generate());
+    m.extra.insert("user".into(), json!("ann"));
+    m.extra.insert("score".into(), json!(3));
+    let c = put_all(saver, cfg("t", "", None), checkpoint(&[]), m.clone()).await;
+    assert_eq!(get(saver, &c).await.metadata, m);
+}
+
+/// The root namespace is `""`.
+pub async fn put_root_namespace(saver: &dyn Saver) {
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert!(c.checkpoint_ns.is_root());
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", None))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// A child namespace is separate from the root.
+pub async fn put_child_namespace(saver: &dyn Saver) {
+    let c = put_all(
+        saver,
+        cfg("t", "child:1", None),
+        checkpoint(&[]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert_eq!(c.checkpoint_ns.as_str(), "child:1");
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "child:1", None))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", None))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// `CheckpointConfig::latest` addresses the root namespace.
+pub async fn put_default_namespace(saver: &dyn Saver) {
+    let c = put_all(
+        saver,
+        CheckpointConfig::latest("t"),
+        checkpoint(&[]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert_eq!(get(saver, &cfg("t", "", None)).await.config, c);
+}
+
+/// Several checkpoints on one thread: each readable, the last is latest.
+pub async fn put_multiple_checkpoints_same_thread(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 3, None).await;
+    for (i, c) in cs.iter().enumerate() {
+        assert_eq!(
+            json_of(&get(saver, c).await.checkpoint.channel_values["a"]),
+            json!(i)
+        );
+    }
+    assert_eq!(get(saver, &cfg("t", "", None)).await.config, cs[2]);
+}
+
+/// Threads do not see each other.
+pub async fn put_multiple_threads_isolated(saver: &dyn Saver) {
+    let a = chain(saver, "t1", "", 1, None).await;
+    let b = chain(saver, "t2", "", 2, None).await;
+    assert_eq!(get(saver, &cfg("t1", "", None)).await.config, a[0]);
+    assert_eq!(get(saver, &cfg("t2", "", None)).await.config, b[1]);
+    assert_eq!(count(saver, ListQuery::thread("t1")).await, 1);
+}
+
+/// The config passed to `put` becomes the parent.
+pub async fn put_parent_config(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 2, None).await;
+    assert_eq!(get(saver, &cs[1]).await.parent_config, Some(cs[0].clone()));
+    assert_eq!(get(saver, &cs[0]).await.parent_config, None);
+}
+
+/// A channel not in `new_versions` loads from the version stored earlier.
+pub async fn put_incremental_channel_update(saver: &dyn Saver) {
+    let c1 = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[("a", 1, json!("a1")), ("b", 1, json!("b1"))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    let mut cp2 = checkpoint(&[("a", 2, json!("a2"))]);
+    cp2.channel_versions.insert("b".into(), 1.into());
+    let new_versions: ChannelVersions = [(ChannelName::new("a"), ChannelVersion::new(2))].into();
+    let c2 = saver
+        .put(&c1, cp2, CheckpointMetadata::default(), &new_versions)
+        .await
+        .unwrap();
+    let t = get(saver, &c2).await;
+    assert_eq!(json_of(&t.checkpoint.channel_values["a"]), json!("a2"));
+    assert_eq!(json_of(&t.checkpoint.channel_values["b"]), json!("b1"));
+}
+
+/// A channel that appears later is stored and read.
+pub async fn put_new_channel_added(saver: &dyn Saver) {
+    let c1 = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[("a", 1, json!(1))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    let mut cp2 = checkpoint(&[("c", 2, json!("new"))]);
+    cp2.channel_versions.insert("a".into(), 1.into());
+    let nv: ChannelVersions = [(ChannelName::new("c"), ChannelVersion::new(2))].into();
+    let c2 = saver
+        .put(&c1, cp2, CheckpointMetadata::default(), &nv)
+        .await
+        .unwrap();
+    let t = get(saver, &c2).await;
+    assert_eq!(t.checkpoint.channel_values.len(), 2);
+    assert_eq!(json_of(&t.checkpoint.channel_values["c"]), json!("new"));
+}
+
+/// A channel dropped from `channel_versions` is not read back.
+pub async fn put_channel_removed(saver: &dyn Saver) {
+    let c1 = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[("a", 1, json!(1)), ("b", 1, json!(2))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    let mut cp2 = Checkpoint::empty();
+    cp2.channel_versions.insert("a".into(), 1.into());
+    let c2 = saver
+        .put(
+            &c1,
+            cp2,
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    let t = get(saver, &c2).await;
+    assert!(!t.checkpoint.channel_values.contains_key("b"));
+    assert!(t.checkpoint.channel_values.contains_key("a"));
+}
+
+/// `run_id` survives.
+pub async fn put_preserves_run_id(saver: &dyn Saver) {
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[]),
+        metadata(
+            CheckpointSource::Loop,
+            1,
+            Some("0e4f8a52-1d2b-4c3a-9f7e-5b6a7c8d9e0f"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        get(saver, &c).await.metadata.run_id,
+        Some(RunId::new("0e4f8a52-1d2b-4c3a-9f7e-5b6a7c8d9e0f"))
+    );
+}
+
+/// Every node and channel entry of `versions_seen` keeps its exact version.
+pub async fn put_preserves_versions_seen_values(saver: &dyn Saver) {
+    let mut cp = checkpoint(&[("a", 3, json!(1)), ("b", 5, json!(1))]);
+    cp.versions_seen
+        .entry("n1".into())
+        .or_default()
+        .insert("a".into(), 2.into());
+    cp.versions_seen
+        .entry("n1".into())
+        .or_default()
+        .insert("b".into(), 5.into());
+    cp.versions_seen
+        .entry("__interrupt__".into())
+        .or_default()
+        .insert("a".into(), 3.into());
+    cp.versions_seen.entry("empty".into()).or_default();
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        cp.clone(),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    let seen = get(saver, &c).await.checkpoint.versions_seen;
+    assert_eq!(seen, cp.versions_seen);
+    assert_eq!(seen["n1"]["b"], ChannelVersion::new(5));
+}
+
+// ---- put_writes -----------------------------------------------------------------------------
+
+/// A write shows up as a pending write of its checkpoint.
+pub async fn put_writes_basic(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "task1", "", &[("a", json!(5))]).await;
+    assert_eq!(
+        write_values(&get(saver, &c).await.pending_writes),
+        vec![("task1".into(), "a".into(), json!(5))]
+    );
+}
+
+/// Several writes of one task keep their order (idx 0, 1, …).
+pub async fn put_writes_multiple_writes_same_task(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(
+        saver,
+        &c,
+        "task1",
+        "",
+        &[("a", json!(1)), ("b", json!(2)), ("a", json!(3))],
+    )
+    .await;
+    let ws = get(saver, &c).await.pending_writes;
+    assert_eq!(ws.iter().map(|w| w.idx).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(
+        write_values(&ws)
+            .into_iter()
+            .map(|w| w.2)
+            .collect::<Vec<_>>(),
+        vec![json!(1), json!(2), json!(3)]
+    );
+}
+
+/// Writes of several tasks are all kept.
+pub async fn put_writes_multiple_tasks(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "task1", "", &[("a", json!(1))]).await;
+    write(saver, &c, "task2", "", &[("a", json!(2))]).await;
+    assert_eq!(get(saver, &c).await.pending_writes.len(), 2);
+}
+
+/// The task id survives (including the NULL task).
+pub async fn put_writes_preserves_task_id(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    saver
+        .put_writes(
+            &c,
+            vec![("a".into(), Blob::json(&1).unwrap())],
+            &TaskId::null(),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap();
+    let ws = get(saver, &c).await.pending_writes;
+    assert!(ws[0].task_id.is_null());
+}
+
+/// Channel and value survive.
+pub async fn put_writes_preserves_channel_and_value(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    let v = json!({"nested": [1, {"k": "v"}]});
+    write(saver, &c, "task1", "", &[("chan", v.clone())]).await;
+    let w = &get(saver, &c).await.pending_writes[0];
+    assert_eq!(w.channel.as_str(), "chan");
+    assert_eq!(json_of(&w.value), v);
+}
+
+/// The task path is stored, and writes are ordered by it.
+pub async fn put_writes_task_path(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "zzz", "~__pregel_pull, a", &[("a", json!(1))]).await;
+    write(saver, &c, "aaa", "~__pregel_pull, b", &[("a", json!(2))]).await;
+    let ws = get(saver, &c).await.pending_writes;
+    assert_eq!(ws[0].task_path.as_str(), "~__pregel_pull, a");
+    assert_eq!(ws[0].task_id.as_str(), "zzz");
+    assert_eq!(ws[1].task_id.as_str(), "aaa");
+}
+
+/// A regular write is insert-if-absent: the first one wins.
+pub async fn put_writes_idempotent(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "task1", "", &[("a", json!("first"))]).await;
+    write(saver, &c, "task1", "", &[("a", json!("second"))]).await;
+    let ws = get(saver, &c).await.pending_writes;
+    assert_eq!(ws.len(), 1);
+    assert_eq!(json_of(&ws[0].value), json!("first"));
+}
+
+/// Control writes take fixed negative indexes and are upserts.
+pub async fn put_writes_special_channels(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "task1", "", &[("__error__", json!("boom"))]).await;
+    write(
+        saver,
+        &c,
+        "task1",
+        "",
+        &[("__error__", json!("boom again"))],
+    )
+    .await;
+    write(
+        saver,
+        &c,
+        "task2",
+        "",
+        &[("__interrupt__", json!([{"value": "ask"}]))],
+    )
+    .await;
+    write(saver, &c, "task2", "", &[("__resume__", json!("answer"))]).await;
+    let ws = get(saver, &c).await.pending_writes;
+    let by_channel: BTreeMap<String, (i64, Value)> = ws
+        .iter()
+        .map(|w| (w.channel.to_string(), (w.idx, json_of(&w.value))))
+        .collect();
+    assert_eq!(by_channel["__error__"], (-1, json!("boom again")));
+    assert_eq!(by_channel["__interrupt__"].0, -3);
+    assert_eq!(by_channel["__resume__"].0, -4);
+    assert_eq!(ws.len(), 3);
+}
+
+/// Writes in one namespace are invisible in another.
+pub async fn put_writes_across_namespaces(saver: &dyn Saver) {
+    let root = chain(saver, "t", "", 1, None).await.remove(0);
+    let child = chain(saver, "t", "child:1", 1, None).await.remove(0);
+    write(saver, &root, "task1", "", &[("a", json!("root"))]).await;
+    write(saver, &child, "task1", "", &[("a", json!("child"))]).await;
+    assert_eq!(
+        json_of(&get(saver, &root).await.pending_writes[0].value),
+        json!("root")
+    );
+    assert_eq!(
+        json_of(&get(saver, &child).await.pending_writes[0].value),
+        json!("child")
+    );
+    assert_eq!(get(saver, &child).await.pending_writes.len(), 1);
+}
+
+/// A new checkpoint starts without pending writes; the old ones stay on its parent.
+pub async fn put_writes_cleared_on_next_checkpoint(saver: &dyn Saver) {
+    let c1 = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c1, "task1", "", &[("a", json!(1))]).await;
+    let c2 = put_all(
+        saver,
+        c1.clone(),
+        checkpoint(&[("a", 2, json!(1))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    assert!(get(saver, &c2).await.pending_writes.is_empty());
+    assert_eq!(get(saver, &c1).await.pending_writes.len(), 1);
+}
+
+// ---- get_tuple ------------------------------------------------------------------------------
+
+/// An unknown thread reads as `None`.
+pub async fn get_tuple_nonexistent_returns_none(saver: &dyn Saver) {
+    assert!(
+        saver
+            .get_tuple(&cfg("nope", "", None))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Without an id, the latest checkpoint is returned.
+pub async fn get_tuple_latest_when_no_checkpoint_id(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 3, None).await;
+    assert_eq!(
+        get(saver, &cfg("t", "", None)).await.checkpoint.id,
+        cs[2].checkpoint_id.unwrap()
+    );
+}
+
+/// With an id, that checkpoint is returned.
+pub async fn get_tuple_specific_checkpoint_id(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 3, None).await;
+    assert_eq!(
+        get(saver, &cs[1]).await.checkpoint.id,
+        cs[1].checkpoint_id.unwrap()
+    );
+}
+
+/// The tuple's config names thread, namespace and id.
+pub async fn get_tuple_config_structure(saver: &dyn Saver) {
+    let c = chain(saver, "t", "ns:1", 1, None).await.remove(0);
+    let t = get(saver, &cfg("t", "ns:1", None)).await;
+    assert_eq!(t.config, c);
+    assert!(t.config.checkpoint_id.is_some());
+}
+
+/// Format version, id, timestamp and updated channels are returned.
+pub async fn get_tuple_checkpoint_fields(saver: &dyn Saver) {
+    let mut cp = checkpoint(&[("a", 1, json!(1))]);
+    cp.updated_channels = Some(vec!["a".into()]);
+    let (id, ts) = (cp.id, cp.ts);
+    let c = put_all(saver, cfg("t", "", None), cp, CheckpointMetadata::default()).await;
+    let t = get(saver, &c).await.checkpoint;
+    assert_eq!(
+        (t.v, t.id, t.ts),
+        (crate::model::CHECKPOINT_FORMAT_VERSION, id, ts)
+    );
+    assert_eq!(t.updated_channels, Some(vec![ChannelName::new("a")]));
+}
+
+/// Metadata is returned.
+pub async fn get_tuple_metadata(saver: &dyn Saver) {
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    let m = get(saver, &c).await.metadata;
+    assert_eq!((m.source, m.step), (Some(CheckpointSource::Input), -1));
+}
+
+/// The parent config is returned.
+pub async fn get_tuple_parent_config(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 3, None).await;
+    assert_eq!(get(saver, &cs[2]).await.parent_config, Some(cs[1].clone()));
+}
+
+/// Pending writes are returned.
+pub async fn get_tuple_pending_writes(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "task1", "", &[("a", json!(1)), ("b", json!(2))]).await;
+    assert_eq!(
+        get(saver, &cfg("t", "", None)).await.pending_writes.len(),
+        2
+    );
+}
+
+/// The namespace narrows the lookup.
+pub async fn get_tuple_respects_namespace(saver: &dyn Saver) {
+    let root = chain(saver, "t", "", 2, None).await;
+    let child = chain(saver, "t", "sub:x", 1, None).await;
+    assert_eq!(get(saver, &cfg("t", "", None)).await.config, root[1]);
+    assert_eq!(get(saver, &cfg("t", "sub:x", None)).await.config, child[0]);
+    let cross = cfg("t", "sub:x", root[0].checkpoint_id);
+    assert!(saver.get_tuple(&cross).await.unwrap().is_none());
+}
+
+/// An unknown id reads as `None`.
+pub async fn get_tuple_nonexistent_checkpoint_id(saver: &dyn Saver) {
+    chain(saver, "t", "", 1, None).await;
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", Some(CheckpointId::generate())))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+// ---- list -----------------------------------------------------------------------------------
+
+/// An empty query lists every checkpoint of every thread.
+pub async fn list_all(saver: &dyn Saver) {
+    chain(saver, "t1", "", 2, None).await;
+    chain(saver, "t2", "", 3, None).await;
+    assert_eq!(count(saver, ListQuery::default()).await, 5);
+}
+
+/// A thread query lists only that thread.
+pub async fn list_by_thread(saver: &dyn Saver) {
+    chain(saver, "t1", "", 2, None).await;
+    chain(saver, "t2", "", 3, None).await;
+    let l = saver.list(&ListQuery::thread("t2")).await.unwrap();
+    assert_eq!(l.len(), 3);
+    assert!(l.iter().all(|t| t.config.thread_id.as_str() == "t2"));
+}
+
+/// A namespace narrows the list.
+pub async fn list_by_namespace(saver: &dyn Saver) {
+    chain(saver, "t", "", 2, None).await;
+    chain(saver, "t", "c:1", 1, None).await;
+    let q = ListQuery {
+        checkpoint_ns: Some(CheckpointNs::new("c:1")),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(count(saver, q).await, 1);
+    let q = ListQuery {
+        checkpoint_ns: Some(CheckpointNs::root()),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(count(saver, q).await, 2);
+}
+
+/// Newest first.
+pub async fn list_ordering(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 4, None).await;
+    let l = saver.list(&ListQuery::thread("t")).await.unwrap();
+    let expected: Vec<_> = cs.iter().rev().map(|c| c.checkpoint_id.unwrap()).collect();
+    assert_eq!(ids(&l), expected);
+}
+
+/// A one-key metadata filter.
+pub async fn list_metadata_filter_single_key(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    let q = ListQuery {
+        filter: json!({"source": "input"}).as_object().unwrap().clone(),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(count(saver, q).await, 1);
+}
+
+/// A filter on `step`.
+pub async fn list_metadata_filter_step(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    let q = ListQuery {
+        filter: json!({"step": 1}).as_object().unwrap().clone(),
+        ..ListQuery::thread("t")
+    };
+    let l = saver.list(&q).await.unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].metadata.step, 1);
+}
+
+/// `before` lists only older checkpoints.
+pub async fn list_before(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 4, None).await;
+    let q = ListQuery {
+        before: cs[2].checkpoint_id,
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(
+        ids(&saver.list(&q).await.unwrap()),
+        vec![cs[1].checkpoint_id.unwrap(), cs[0].checkpoint_id.unwrap()]
+    );
+}
+
+/// `limit` caps the result, newest first.
+pub async fn list_limit(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 4, None).await;
+    let q = ListQuery {
+        limit: Some(2),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(
+        ids(&saver.list(&q).await.unwrap()),
+        vec![cs[3].checkpoint_id.unwrap(), cs[2].checkpoint_id.unwrap()]
+    );
+    let q = ListQuery {
+        limit: Some(0),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(count(saver, q).await, 0);
+}
+
+/// `limit` and `before` combine.
+pub async fn list_limit_plus_before(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 5, None).await;
+    let q = ListQuery {
+        limit: Some(2),
+        before: cs[3].checkpoint_id,
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(
+        ids(&saver.list(&q).await.unwrap()),
+        vec![cs[2].checkpoint_id.unwrap(), cs[1].checkpoint_id.unwrap()]
+    );
+}
+
+/// Thread and filter combine.
+pub async fn list_combined_thread_and_filter(saver: &dyn Saver) {
+    chain(saver, "t1", "", 3, None).await;
+    chain(saver, "t2", "", 3, None).await;
+    let q = ListQuery {
+        filter: json!({"source": "loop"}).as_object().unwrap().clone(),
+        ..ListQuery::thread("t1")
+    };
+    let l = saver.list(&q).await.unwrap();
+    assert_eq!(l.len(), 2);
+    assert!(l.iter().all(|t| t.config.thread_id.as_str() == "t1"));
+}
+
+/// An unknown thread lists nothing.
+pub async fn list_empty_result(saver: &dyn Saver) {
+    chain(saver, "t", "", 2, None).await;
+    assert_eq!(count(saver, ListQuery::thread("other")).await, 0);
+}
+
+/// Listed tuples carry their pending writes.
+pub async fn list_includes_pending_writes(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 2, None).await;
+    write(saver, &cs[0], "task1", "", &[("a", json!("w"))]).await;
+    let l = saver.list(&ListQuery::thread("t")).await.unwrap();
+    assert!(l[0].pending_writes.is_empty());
+    assert_eq!(json_of(&l[1].pending_writes[0].value), json!("w"));
+}
+
+/// Without a namespace, every namespace of the thread is listed.
+pub async fn list_multiple_namespaces(saver: &dyn Saver) {
+    chain(saver, "t", "", 2, None).await;
+    chain(saver, "t", "a:1", 1, None).await;
+    chain(saver, "t", "b:2", 2, None).await;
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 5);
+}
+
+/// Every key of a multi-key filter must match.
+pub async fn list_metadata_filter_multiple_keys(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, Some("r1")).await;
+    let q = ListQuery {
+        filter: json!({"source": "loop", "step": 1, "run_id": "r1"})
+            .as_object()
+            .unwrap()
+            .clone(),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(count(saver, q).await, 1);
+}
+
+/// A filter that matches nothing lists nothing.
+pub async fn list_metadata_filter_no_match(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    let q = ListQuery {
+        filter: json!({"source": "fork"}).as_object().unwrap().clone(),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(count(saver, q).await, 0);
+}
+
+/// Free metadata keys can be filtered on.
+pub async fn list_metadata_custom_keys(saver: &dyn Saver) {
+    let mut m = metadata(CheckpointSource::Loop, 0, None);
+    m.extra.insert("user".into(), json!("ann"));
+    put_all(saver, cfg("t", "", None), checkpoint(&[]), m).await;
+    put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[]),
+        metadata(CheckpointSource::Loop, 1, None),
+    )
+    .await;
+    let q = ListQuery {
+        filter: json!({"user": "ann"}).as_object().unwrap().clone(),
+        ..ListQuery::thread("t")
+    };
+    let l = saver.list(&q).await.unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].metadata.extra["user"], json!("ann"));
+}
+
+// ---- delete_thread --------------------------------------------------------------------------
+
+/// Deleting a thread removes its checkpoints.
+pub async fn delete_thread_removes_checkpoints(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    saver.delete_thread(&thread("t")).await.unwrap();
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", None))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 0);
+}
+
+/// Deleting a thread removes its writes (a re-put checkpoint has none).
+pub async fn delete_thread_removes_writes(saver: &dyn Saver) {
+    let cp = checkpoint(&[("a", 1, json!(1))]);
+    let c = put_all(
+        saver,
+        cfg("t", "", None),
+        cp.clone(),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    write(saver, &c, "task1", "", &[("a", json!(2))]).await;
+    saver.delete_thread(&thread("t")).await.unwrap();
+    let c = put_all(saver, cfg("t", "", None), cp, CheckpointMetadata::default()).await;
+    assert!(get(saver, &c).await.pending_writes.is_empty());
+}
+
+/// Deleting a thread removes every namespace.
+pub async fn delete_thread_removes_all_namespaces(saver: &dyn Saver) {
+    chain(saver, "t", "", 1, None).await;
+    chain(saver, "t", "child:1", 2, None).await;
+    saver.delete_thread(&thread("t")).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 0);
+}
+
+/// Other threads survive.
+pub async fn delete_thread_preserves_other_threads(saver: &dyn Saver) {
+    chain(saver, "t1", "", 2, None).await;
+    let keep = chain(saver, "t2", "", 2, None).await;
+    write(saver, &keep[1], "task1", "", &[("a", json!(1))]).await;
+    saver.delete_thread(&thread("t1")).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t2")).await, 2);
+    assert_eq!(get(saver, &keep[1]).await.pending_writes.len(), 1);
+}
+
+/// Deleting an unknown thread is a no-op.
+pub async fn delete_thread_nonexistent_noop(saver: &dyn Saver) {
+    chain(saver, "t", "", 1, None).await;
+    saver.delete_thread(&thread("nope")).await.unwrap();
+    assert_eq!(count(saver, ListQuery::default()).await, 1);
+}
+
+// ---- delete_for_runs ------------------------------------------------------------------------
+
+async fn two_runs(
+    saver: &dyn Saver,
+    t: &str,
+    ns: &str,
+) -> (Vec<CheckpointConfig>, Vec<CheckpointConfig>) {
+    // Run r2's checkpoints are children of r1's, so deleting r2 never strands r1.
+    let r1 = chain(saver, t, ns, 2, Some("r1")).await;
+    let mut r2 = Vec::new();
+    let mut parent = r1[1].clone();
+    for i in 0..2u64 {
+        let c = put_all(
+            saver,
+            parent.clone(),
+            checkpoint(&[("a", 10 + i, json!(i))]),
+            metadata(CheckpointSource::Loop, 10 + i as i64, Some("r2")),
+        )
+        .await;
+        parent = c.clone();
+        r2.push(c);
+    }
+    (r1, r2)
+}
+
+/// The checkpoints of one run are deleted.
+pub async fn delete_for_runs_single(saver: &dyn Saver) {
+    let (r1, _) = two_runs(saver, "t", "").await;
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    assert_eq!(
+        ids(&saver.list(&ListQuery::thread("t")).await.unwrap()),
+        vec![r1[1].checkpoint_id.unwrap(), r1[0].checkpoint_id.unwrap()]
+    );
+}
+
+/// Several runs at once.
+pub async fn delete_for_runs_multiple(saver: &dyn Saver) {
+    two_runs(saver, "t", "").await;
+    saver
+        .delete_for_runs(&[RunId::new("r1"), RunId::new("r2")])
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 0);
+}
+
+/// Other runs survive.
+pub async fn delete_for_runs_preserves_other_runs(saver: &dyn Saver) {
+    two_runs(saver, "t", "").await;
+    chain(saver, "u", "", 2, Some("r3")).await;
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("u")).await, 2);
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
+}
+
+/// Writes of deleted checkpoints go too.
+pub async fn delete_for_runs_removes_writes(saver: &dyn Saver) {
+    let (r1, r2) = two_runs(saver, "t", "").await;
+    write(saver, &r2[0], "task1", "", &[("a", json!(1))]).await;
+    write(saver, &r1[1], "task1", "", &[("a", json!(2))]).await;
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    let all = saver.list(&ListQuery::thread("t")).await.unwrap();
+    let writes: usize = all.iter().map(|t| t.pending_writes.len()).sum();
+    assert_eq!(writes, 1);
+}
+
+/// An empty list deletes nothing.
+pub async fn delete_for_runs_empty_list_noop(saver: &dyn Saver) {
+    two_runs(saver, "t", "").await;
+    saver.delete_for_runs(&[]).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 4);
+}
+
+/// An unknown run deletes nothing.
+pub async fn delete_for_runs_nonexistent_noop(saver: &dyn Saver) {
+    two_runs(saver, "t", "").await;
+    saver.delete_for_runs(&[RunId::new("nope")]).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 4);
+}
+
+/// A run's checkpoints are deleted in every namespace.
+pub async fn delete_for_runs_across_namespaces(saver: &dyn Saver) {
+    two_runs(saver, "t", "").await;
+    two_runs(saver, "t", "child:1").await;
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    assert_eq!(
+        count(
+            saver,
+            ListQuery {
+                checkpoint_ns: Some("child:1".into()),
+                ..ListQuery::thread("t")
+            }
+        )
+        .await,
+        2
+    );
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 4);
+}
+
+// ---- copy_thread ----------------------------------------------------------------------------
+
+/// The latest checkpoint is copied.
+pub async fn copy_thread_basic(saver: &dyn Saver) {
+    let cs = chain(saver, "src", "", 2, None).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    let t = get(saver, &cfg("dst", "", None)).await;
+    assert_eq!(t.checkpoint.id, cs[1].checkpoint_id.unwrap());
+    assert_eq!(json_of(&t.checkpoint.channel_values["a"]), json!(1));
+    assert_eq!(t.config.thread_id.as_str(), "dst");
+}
+
+/// Every checkpoint is copied.
+pub async fn copy_thread_all_checkpoints(saver: &dyn Saver) {
+    chain(saver, "src", "", 4, None).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::thread("dst")).await, 4);
+}
+
+/// Metadata is copied.
+pub async fn copy_thread_preserves_metadata(saver: &dyn Saver) {
+    let mut m = metadata(CheckpointSource::Update, 7, Some("r"));
+    m.extra.insert("k".into(), json!("v"));
+    put_all(saver, cfg("src", "", None), checkpoint(&[]), m.clone()).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    assert_eq!(get(saver, &cfg("dst", "", None)).await.metadata, m);
+}
+
+/// Namespaces are copied.
+pub async fn copy_thread_preserves_namespaces(saver: &dyn Saver) {
+    chain(saver, "src", "", 1, None).await;
+    chain(saver, "src", "sub:1", 2, None).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    assert_eq!(
+        count(
+            saver,
+            ListQuery {
+                checkpoint_ns: Some("sub:1".into()),
+                ..ListQuery::thread("dst")
+            }
+        )
+        .await,
+        2
+    );
+}
+
+/// Pending writes are copied.
+pub async fn copy_thread_preserves_writes(saver: &dyn Saver) {
+    let cs = chain(saver, "src", "", 1, None).await;
+    write(saver, &cs[0], "task1", "p", &[("a", json!("w"))]).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    let ws = get(saver, &cfg("dst", "", cs[0].checkpoint_id))
+        .await
+        .pending_writes;
+    assert_eq!(
+        write_values(&ws),
+        vec![("task1".into(), "a".into(), json!("w"))]
+    );
+    assert_eq!(ws[0].task_path.as_str(), "p");
+}
+
+/// Order and parent pointers are kept.
+pub async fn copy_thread_preserves_ordering(saver: &dyn Saver) {
+    chain(saver, "src", "", 3, None).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    let a = saver.list(&ListQuery::thread("src")).await.unwrap();
+    let b = saver.list(&ListQuery::thread("dst")).await.unwrap();
+    assert_eq!(ids(&a), ids(&b));
+    assert_eq!(
+        b[0].parent_config.as_ref().and_then(|p| p.checkpoint_id),
+        Some(b[1].checkpoint.id)
+    );
+}
+
+/// The source is unchanged.
+pub async fn copy_thread_source_unchanged(saver: &dyn Saver) {
+    chain(saver, "src", "", 2, None).await;
+    let before = saver.list(&ListQuery::thread("src")).await.unwrap();
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    assert_eq!(saver.list(&ListQuery::thread("src")).await.unwrap(), before);
+}
+
+/// Copying an unknown thread creates nothing.
+pub async fn copy_thread_nonexistent_source(saver: &dyn Saver) {
+    saver
+        .copy_thread(&thread("nope"), &thread("dst"))
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::thread("dst")).await, 0);
+}
+
+// ---- prune ----------------------------------------------------------------------------------
+
+/// Keep-latest leaves one checkpoint.
+pub async fn prune_keep_latest_single_thread(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 4, None).await;
+    saver
+        .prune(&[thread("t")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&saver.list(&ListQuery::thread("t")).await.unwrap()),
+        vec![cs[3].checkpoint_id.unwrap()]
+    );
+    assert_eq!(
+        json_of(&get(saver, &cs[3]).await.checkpoint.channel_values["a"]),
+        json!(3)
+    );
+}
+
+/// Keep-latest on several threads.
+pub async fn prune_keep_latest_multiple_threads(saver: &dyn Saver) {
+    chain(saver, "t1", "", 3, None).await;
+    chain(saver, "t2", "", 2, None).await;
+    saver
+        .prune(&[thread("t1"), thread("t2")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::default()).await, 2);
+}
+
+/// Keep-latest keeps the latest of each namespace.
+pub async fn prune_keep_latest_across_namespaces(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    chain(saver, "t", "sub:1", 3, None).await;
+    saver
+        .prune(&[thread("t")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
+}
+
+/// The kept checkpoint keeps its pending writes.
+pub async fn prune_keep_latest_preserves_writes(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 3, None).await;
+    write(saver, &cs[2], "task1", "", &[("a", json!("keep"))]).await;
+    write(saver, &cs[0], "task1", "", &[("a", json!("drop"))]).await;
+    saver
+        .prune(&[thread("t")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(&get(saver, &cs[2]).await.pending_writes[0].value),
+        json!("keep")
+    );
+}
+
+/// The delete strategy removes the thread.
+pub async fn prune_delete_all(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    saver
+        .prune(&[thread("t")], PruneStrategy::Delete)
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 0);
+}
+
+/// Unlisted threads are untouched.
+pub async fn prune_preserves_other_threads(saver: &dyn Saver) {
+    chain(saver, "t1", "", 3, None).await;
+    chain(saver, "t2", "", 3, None).await;
+    saver
+        .prune(&[thread("t1")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t2")).await, 3);
+}
+
+/// An empty thread list prunes nothing.
+pub async fn prune_empty_list_noop(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    saver.prune(&[], PruneStrategy::Delete).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 3);
+}
+
+/// Pruning an unknown thread is a no-op.
+pub async fn prune_nonexistent_noop(saver: &dyn Saver) {
+    chain(saver, "t", "", 2, None).await;
+    saver
+        .prune(&[thread("nope")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(count(saver, ListQuery::default()).await, 2);
+}
+
+// ---- delta history --------------------------------------------------------------------------
+
+/// One step of a delta fixture chain.
+pub struct Step {
+    /// A snapshot value of channel `ch` stored at this checkpoint (a JSON list), if any.
+    pub snapshot: Option<Value>,
+    /// Writes to channel `ch` stored against this checkpoint (by one task each).
+    pub writes: Vec<Value>,
+}
+
+/// Builds a delta chain on channel `ch`: every checkpoint bumps the channel's version; only
+/// snapshot steps store a value (a `Snapshot` message list when `messages`, else JSON).
+pub async fn delta_chain(
+    saver: &dyn Saver,
+    t: &str,
+    ch: &str,
+    steps: &[Step],
+) -> Vec<CheckpointConfig> {
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        let mut cp = Checkpoint::empty();
+        let v = ChannelVersion::new(i as u64 + 1);
+        cp.channel_versions.insert(ch.into(), v);
+        if let Some(value) = &s.snapshot {
+            let blob = match value.as_array() {
+                Some(items) => Blob::messages(MessagesKind::Snapshot, items).unwrap(),
+                None => Blob::json(value).unwrap(),
+            };
+            cp.channel_values.insert(ch.into(), blob);
+        }
+        let parent = out.last().cloned().unwrap_or_else(|| cfg(t, "", None));
+        let nv: ChannelVersions = [(ChannelName::new(ch), v)].into();
+        // No mode marker: the walk is the same in both modes, and the suite runs on full-mode stores too.
+        let m = metadata(CheckpointSource::Loop, i as i64, None);
+        let c = saver.put(&parent, cp, m, &nv).await.unwrap();
+        for (k, w) in s.writes.iter().enumerate() {
+            let blob = Blob::messages(MessagesKind::Write, std::slice::from_ref(w)).unwrap();
+            saver
+                .put_writes(
+                    &c,
+                    vec![(ch.into(), blob)],
+                    &TaskId::new(format!("task-{i}-{k}")),
+                    &TaskPath::new(format!("~{k}")),
+                )
+                .await
+                .unwrap();
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn step(snapshot: Option<Value>, writes: &[Value]) -> Step {
+    Step {
+        snapshot,
+        writes: writes.to_vec(),
+    }
+}
+
+async fn history(
+    saver: &dyn Saver,
+    at: &CheckpointConfig,
+    chs: &[&str],
+) -> BTreeMap<ChannelName, crate::model::DeltaChannelHistory> {
+    let chs: Vec<ChannelName> = chs.iter().map(|c| ChannelName::new(*c)).collect();
+    saver.delta_channel_history(at, &chs).await.unwrap()
+}
+
+fn flat(h: &crate::model::DeltaChannelHistory) -> Vec<Value> {
+    h.writes
+        .iter()
+        .flat_map(|w| match json_of(&w.value) {
+            Value::Array(items) => items,
+            other => vec![other],
+        })
+        .collect()
+}
+
+/// Writes come back oldest first.
+pub async fn history_returns_writes_oldest_first(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(None, &[json!("a")]),
+            step(None, &[json!("b"), json!("c")]),
+            step(None, &[json!("d")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    let h = history(saver, &cs[3], &["m"]).await;
+    assert_eq!(
+        flat(&h["m"]),
+        vec![json!("a"), json!("b"), json!("c"), json!("d")]
+    );
+    assert!(h["m"].seed.is_none());
+}
+
+/// The seed is the nearest snapshot on the path.
+pub async fn history_seed_is_nearest_snapshot(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(Some(json!(["s0"])), &[json!("a")]),
+            step(Some(json!(["s0", "a"])), &[json!("b")]),
+            step(None, &[json!("c")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    let h = history(saver, &cs[3], &["m"]).await;
+    assert_eq!(json_of(h["m"].seed.as_ref().unwrap()), json!(["s0", "a"]));
+    assert_eq!(h["m"].seed_checkpoint, cs[1].checkpoint_id);
+    assert_eq!(flat(&h["m"]), vec![json!("b"), json!("c")]);
+}
+
+/// The target's own writes are not part of its history.
+pub async fn history_excludes_target_pending_writes(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[step(None, &[json!("a")]), step(None, &[json!("own")])],
+    )
+    .await;
+    assert_eq!(
+        flat(&history(saver, &cs[1], &["m"]).await["m"]),
+        vec![json!("a")]
+    );
+}
+
+/// Each channel stops at its own nearest stored value.
+pub async fn history_multi_channel(saver: &dyn Saver) {
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for i in 0..4u64 {
+        let mut cp = Checkpoint::empty();
+        let v = ChannelVersion::new(i + 1);
+        cp.channel_versions.insert("x".into(), v);
+        cp.channel_versions.insert("y".into(), v);
+        if i == 0 {
+            cp.channel_values
+                .insert("y".into(), Blob::json(&json!(["y0"])).unwrap());
+        }
+        if i == 2 {
+            cp.channel_values
+                .insert("x".into(), Blob::json(&json!(["x2"])).unwrap());
+        }
+        let parent = out.last().cloned().unwrap_or_else(|| cfg("t", "", None));
+        let c = put_all(saver, parent, cp, CheckpointMetadata::default()).await;
+        write(
+            saver,
+            &c,
+            &format!("task{i}"),
+            "",
+            &[("x", json!(format!("x{i}"))), ("y", json!(format!("y{i}")))],
+        )
+        .await;
+        out.push(c);
+    }
+    let h = history(saver, &out[3], &["x", "y"]).await;
+    assert_eq!(json_of(h["x"].seed.as_ref().unwrap()), json!(["x2"]));
+    assert_eq!(flat(&h["x"]), vec![json!("x2")]);
+    assert_eq!(json_of(h["y"].seed.as_ref().unwrap()), json!(["y0"]));
+    assert_eq!(flat(&h["y"]), vec![json!("y0"), json!("y1"), json!("y2")]);
+}
+
+/// No channels asked, nothing returned.
+pub async fn history_empty_channels_returns_empty(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[step(None, &[json!("a")]), step(None, &[])],
+    )
+    .await;
+    assert!(
+        saver
+            .delta_channel_history(&cs[1], &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Reaching the root without a stored value gives no seed and every write.
+pub async fn history_walk_to_root_no_seed(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(None, &[json!("a")]),
+            step(None, &[json!("b")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    let h = history(saver, &cs[2], &["m"]).await;
+    assert!(h["m"].seed.is_none() && h["m"].seed_checkpoint.is_none());
+    assert_eq!(flat(&h["m"]).len(), 2);
+}
+
+/// A legacy plain (full-mode JSON) value is a seed.
+pub async fn history_migration_plain_value_as_seed(saver: &dyn Saver) {
+    let c0 = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[("m", 1, json!(["p1", "p2"]))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    // The first delta step: same version (unchanged by the input step), delta writes on top.
+    let mut cp1 = Checkpoint::empty();
+    cp1.channel_versions.insert("m".into(), 1.into());
+    let c1 = saver
+        .put(
+            &c0,
+            cp1,
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    let blob = Blob::messages(MessagesKind::Write, &[json!("d1")]).unwrap();
+    saver
+        .put_writes(
+            &c1,
+            vec![("m".into(), blob)],
+            &TaskId::new("task"),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap();
+    let mut cp2 = Checkpoint::empty();
+    cp2.channel_versions.insert("m".into(), 2.into());
+    let nv: ChannelVersions = [(ChannelName::new("m"), ChannelVersion::new(2))].into();
+    let c2 = saver
+        .put(&c1, cp2, CheckpointMetadata::default(), &nv)
+        .await
+        .unwrap();
+    let h = history(saver, &c2, &["m"]).await;
+    assert_eq!(json_of(h["m"].seed.as_ref().unwrap()), json!(["p1", "p2"]));
+    assert_eq!(flat(&h["m"]), vec![json!("d1")]);
+}
+
+/// The seed ancestor's own writes are part of the history.
+pub async fn history_seed_ancestor_own_writes_are_replayed(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(Some(json!(["s"])), &[json!("after-seed")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    let h = history(saver, &cs[1], &["m"]).await;
+    assert_eq!(json_of(h["m"].seed.as_ref().unwrap()), json!(["s"]));
+    assert_eq!(flat(&h["m"]), vec![json!("after-seed")]);
+}
+
+// ---- antler's own obligations ---------------------------------------------------------------
+
+/// A write for an unknown checkpoint is a typed error naming it.
+pub async fn antler_put_writes_unknown_checkpoint_is_error(saver: &dyn Saver) {
+    chain(saver, "t", "", 1, None).await;
+    let missing = CheckpointId::generate();
+    let err = saver
+        .put_writes(
+            &cfg("t", "", Some(missing)),
+            vec![("a".into(), Blob::Null)],
+            &TaskId::new("x"),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(
+        err.to_string().contains(&missing.to_string()) && err.to_string().contains("thread t"),
+        "{err}"
+    );
+}
+
+/// A walk that meets a missing parent fails naming thread and checkpoints.
+pub async fn antler_history_missing_parent_is_error(saver: &dyn Saver) {
+    let ghost = CheckpointId::generate();
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("m".into(), 1.into());
+    let c = saver
+        .put(
+            &cfg("t", "", Some(ghost)),
+            cp,
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    let err = saver
+        .delta_channel_history(&c, &["m".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains(&ghost.to_string()), "{err}");
+}
+
+/// A parent cycle is an error, not an endless walk.
+pub async fn antler_history_parent_cycle_is_error(saver: &dyn Saver) {
+    let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
+    for (id, parent) in [(a, b), (b, a)] {
+        let mut cp = Checkpoint::empty();
+        cp.id = id;
+        cp.channel_versions.insert("m".into(), 1.into());
+        saver
+            .put(
+                &cfg("t", "", Some(parent)),
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+    }
+    let err = saver
+        .delta_channel_history(&cfg("t", "", Some(a)), &["m".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+}
+
+/// A version bump without a stored value does not hide an older seed.
+pub async fn antler_history_version_bump_without_value_keeps_older_seed(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(Some(json!(["seed"])), &[json!("w0")]),
+            step(None, &[json!("w1")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    let h = history(saver, &cs[2], &["m"]).await;
+    assert_eq!(json_of(h["m"].seed.as_ref().unwrap()), json!(["seed"]));
+    assert_eq!(flat(&h["m"]), vec![json!("w0"), json!("w1")]);
+}
+
+/// A stored `Null` is a value (a seed), unlike an absent one.
+pub async fn antler_history_null_value_is_a_seed(saver: &dyn Saver) {
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("m".into(), 1.into());
+    cp.channel_values.insert("m".into(), Blob::Null);
+    let c0 = put_all(saver, cfg("t", "", None), cp, CheckpointMetadata::default()).await;
+    let mut cp1 = Checkpoint::empty();
+    cp1.channel_versions.insert("m".into(), 2.into());
+    let c1 = saver
+        .put(
+            &c0,
+            cp1,
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    let h = history(saver, &c1, &["m"]).await;
+    assert_eq!(h["m"].seed, Some(Blob::Null));
+}
+
+/// A walk from an unknown checkpoint is an error; from an empty thread it is empty.
+pub async fn antler_history_unknown_checkpoint_is_error(saver: &dyn Saver) {
+    let err = saver
+        .delta_channel_history(&cfg("t", "", Some(CheckpointId::generate())), &["m".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let h = history(saver, &cfg("t", "", None), &["m"]).await;
+    assert!(h["m"].seed.is_none() && h["m"].writes.is_empty());
+}
+
+/// Message lists round-trip item by item, including repeated and shared items.
+pub async fn antler_messages_blob_round_trips(saver: &dyn Saver) {
+    let items = vec![
+        json!({"type": "human", "content": "hi", "id": "1"}),
+        json!({"type": "ai", "content": "yo", "id": "2"}),
+        json!({"type": "human", "content": "hi", "id": "1"}),
+    ];
+    let blob = Blob::messages(MessagesKind::Snapshot, &items).unwrap();
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("messages".into(), 1.into());
+    cp.channel_values.insert("messages".into(), blob.clone());
+    let c = put_all(saver, cfg("t", "", None), cp, CheckpointMetadata::default()).await;
+    let w = Blob::messages(MessagesKind::Write, &items[1..]).unwrap();
+    saver
+        .put_writes(
+            &c,
+            vec![("messages".into(), w.clone())],
+            &TaskId::new("task"),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap();
+    let t = get(saver, &c).await;
+    assert_eq!(t.checkpoint.channel_values["messages"], blob);
+    assert_eq!(t.pending_writes[0].value, w);
+    saver.copy_thread(&thread("t"), &thread("u")).await.unwrap();
+    assert_eq!(
+        get(saver, &cfg("u", "", None))
+            .await
+            .checkpoint
+            .channel_values["messages"],
+        blob
+    );
+}
+
+/// Keep-latest keeps every ancestor a delta head needs, so the history is unchanged.
+pub async fn antler_prune_keep_latest_keeps_delta_history(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(Some(json!(["s0"])), &[json!("a")]),
+            step(None, &[json!("b")]),
+            step(Some(json!(["s0", "a", "b"])), &[json!("c")]),
+            step(None, &[json!("d")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    let before = history(saver, &cs[4], &["m"]).await;
+    saver
+        .prune(&[thread("t")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(history(saver, &cs[4], &["m"]).await, before);
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 3);
+    assert!(saver.get_tuple(&cs[0]).await.unwrap().is_none());
+}
+
+/// Deleting a run whose checkpoints a later delta checkpoint replays from fails and deletes nothing.
+pub async fn antler_delete_for_runs_refuses_to_break_delta_history(saver: &dyn Saver) {
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for (i, run) in ["r1", "r1", "r2", "r2"].iter().enumerate() {
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("m".into(), ChannelVersion::new(i as u64 + 1));
+        let parent = out.last().cloned().unwrap_or_else(|| cfg("t", "", None));
+        let c = saver
+            .put(
+                &parent,
+                cp,
+                metadata(CheckpointSource::Loop, i as i64, Some(run)),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        write(saver, &c, "task", "", &[("m", json!(i))]).await;
+        out.push(c);
+    }
+    let err = saver
+        .delete_for_runs(&[RunId::new("r1")])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 4);
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
+}
+
+/// A copied delta thread has the same history.
+pub async fn antler_copy_thread_keeps_delta_history(saver: &dyn Saver) {
+    let cs = delta_chain(
+        saver,
+        "t",
+        "m",
+        &[
+            step(Some(json!(["s0"])), &[json!("a")]),
+            step(None, &[json!("b")]),
+            step(None, &[]),
+        ],
+    )
+    .await;
+    saver.copy_thread(&thread("t"), &thread("u")).await.unwrap();
+    let a = history(saver, &cs[2], &["m"]).await;
+    let b = history(saver, &cfg("u", "", cs[2].checkpoint_id), &["m"]).await;
+    assert_eq!(a, b);
+}
+
+/// Pending writes sort by task path, then task id, then index; writes without a path first.
+pub async fn antler_writes_sorted_by_task_path_then_task_id_then_idx(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(saver, &c, "b", "~1", &[("a", json!(1)), ("a", json!(2))]).await;
+    write(saver, &c, "a", "~1", &[("a", json!(3))]).await;
+    write(saver, &c, "z", "", &[("a", json!(4))]).await;
+    write(saver, &c, "c", "~0", &[("__error__", json!(5))]).await;
+    let order: Vec<Value> = get(saver, &c)
+        .await
+        .pending_writes
+        .iter()
+        .map(|w| json_of(&w.value))
+        .collect();
+    assert_eq!(
+        order,
+        vec![json!(4), json!(5), json!(3), json!(1), json!(2)]
+    );
+}

@@ -1,0 +1,5 @@
+//! Integration tests of antler-checkpoint: the conformance suite on every saver, mode gate,
+//! corruption and format tests. One binary, one module per area.
+
+mod memory;
+mod sqlite;
