@@ -105,6 +105,19 @@ pub enum Error {
         /// The conflicting one.
         second: String,
     },
+    /// The agent graph could not be declared (a conflicting state field, …).
+    #[error("agent graph: {0}")]
+    Graph(#[source] antler_graph::BuildError),
+    /// A hook jumped somewhere it did not declare in `can_jump_to`.
+    #[error("middleware {middleware} jumped from {hook} to `{target}` without declaring it")]
+    UndeclaredJump {
+        /// The middleware.
+        middleware: String,
+        /// The hook.
+        hook: &'static str,
+        /// The target.
+        target: &'static str,
+    },
     /// A chat model call failed.
     #[error("model call failed: {0}")]
     Model(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -134,7 +147,10 @@ impl Error {
     /// The coarse kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Model(_) | Error::Tool { .. } | Error::Hook { .. } => ErrorKind::Runtime,
+            Error::Model(_)
+            | Error::Tool { .. }
+            | Error::Hook { .. }
+            | Error::UndeclaredJump { .. } => ErrorKind::Runtime,
             _ => ErrorKind::Order,
         }
     }

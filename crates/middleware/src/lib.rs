@@ -29,16 +29,18 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use antler_middleware::{Anchors, ChainBuilder, Middleware, MiddlewareKind};
+//! use antler_middleware::{Anchors, ChainBuilder, Middleware, MiddlewareKind, NodeHooks};
 //!
 //! struct Plain(&'static str);
 //! impl Middleware for Plain {
 //!     fn kind(&self) -> MiddlewareKind { MiddlewareKind::new(self.0) }
+//!     fn node_hooks(&self) -> NodeHooks { NodeHooks::NONE }
 //! }
 //! struct AfterAudit;
 //! impl Middleware for AfterAudit {
 //!     fn kind(&self) -> MiddlewareKind { MiddlewareKind::new("AfterAudit") }
 //!     fn anchors(&self) -> Anchors { Anchors::next(MiddlewareKind::new("Audit")) }
+//!     fn node_hooks(&self) -> NodeHooks { NodeHooks::NONE }
 //! }
 //!
 //! let mut b = ChainBuilder::new();
@@ -53,12 +55,20 @@
 //! ```
 #![warn(missing_docs)]
 
+mod agent;
 mod chain;
 mod error;
 mod hook;
 mod kind;
+mod model;
+mod tool;
 
+pub use agent::{AgentGraph, JUMP_TO, MESSAGES, MODEL_NODE, TOOLS_NODE};
 pub use chain::{Chain, ChainBuilder, OrderingConstraint, PlacementDiagnostic, PlacementRule};
 pub use error::{Error, ErrorKind, Result};
-pub use hook::Middleware;
+pub use hook::{
+    HookUpdate, JumpTo, Middleware, ModelNext, NodeHook, NodeHooks, StateField, ToolNext,
+};
 pub use kind::{Anchors, MiddlewareId, MiddlewareKind, kinds};
+pub use model::{ChatModel, ModelChunk, ModelRequest, ModelResponse, ModelSettings, ToolSchema};
+pub use tool::{Tool, ToolOutcome, ToolRequest};

@@ -1,3 +1,4 @@
 //! Integration tests of `antler-middleware`.
 
+mod dispatch;
 mod order;

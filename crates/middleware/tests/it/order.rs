@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use antler_middleware::{
-    Anchors, Chain, ChainBuilder, Error, Middleware, MiddlewareId, MiddlewareKind,
+    Anchors, Chain, ChainBuilder, Error, Middleware, MiddlewareId, MiddlewareKind, NodeHooks,
     OrderingConstraint, PlacementRule, kinds,
 };
 use expect_test::{Expect, expect};
@@ -33,6 +33,9 @@ impl Middleware for Mw {
     }
     fn anchors(&self) -> Anchors {
         self.anchors.clone()
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::NONE
     }
 }
 
