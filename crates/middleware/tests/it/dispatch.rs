@@ -593,3 +593,55 @@ fn public_futures_are_send() {
     let fut = graph.invoke(Update::new(), &config);
     is_send(&fut);
 }
+
+/// Streams three tokens, then the message.
+struct Streaming;
+
+#[async_trait]
+impl ChatModel for Streaming {
+    fn name(&self) -> &str {
+        "streaming"
+    }
+    async fn invoke(&self, _: &ModelRequest) -> Result<Message, BoxError> {
+        Ok(Message::ai("Hello world!").with_id("a"))
+    }
+    fn stream<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+    ) -> futures::stream::BoxStream<'a, Result<antler_middleware::ModelChunk, BoxError>> {
+        use antler_middleware::ModelChunk;
+        use futures::StreamExt;
+        let tokens = ["Hello", " world", "!"].map(|t| Ok(ModelChunk::Token(t.to_owned())));
+        let last = futures::stream::once(async move { self.invoke(request).await.map(ModelChunk::Message) });
+        futures::stream::iter(tokens).chain(last).boxed()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn model_tokens_reach_the_custom_stream_in_order() {
+    use antler_graph::{StreamEvent, StreamItem, StreamModes};
+    use futures::StreamExt;
+    let graph = AgentGraph::new(ChainBuilder::new().build().unwrap(), Arc::new(Streaming))
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let modes = StreamModes { custom: true, ..StreamModes::default() };
+    let config = RunConfig::new("t");
+    let items: Vec<_> = graph
+        .stream(Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]), &config, modes)
+        .collect()
+        .await;
+    let tokens: Vec<_> = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamItem::Event(StreamEvent::Custom { node, value })) if node.as_str() == "model" => {
+                value["text"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tokens, ["Hello", " world", "!"]);
+    let Some(Ok(StreamItem::Done(out))) = items.last() else { panic!("the stream ends with the outcome") };
+    assert_eq!(out.values.get(&MESSAGES).unwrap()[1].content.text(), "Hello world!");
+}
