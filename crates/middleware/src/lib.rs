@@ -56,6 +56,8 @@
 #![warn(missing_docs)]
 
 mod agent;
+#[doc = include_str!("../../../docs/middleware.md")]
+pub mod guide {}
 mod chain;
 mod error;
 mod hook;

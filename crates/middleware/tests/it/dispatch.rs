@@ -612,7 +612,10 @@ impl ChatModel for Streaming {
         use antler_middleware::ModelChunk;
         use futures::StreamExt;
         let tokens = ["Hello", " world", "!"].map(|t| Ok(ModelChunk::Token(t.to_owned())));
-        let last = futures::stream::once(async move { self.invoke(request).await.map(ModelChunk::Message) });
+        let last =
+            futures::stream::once(
+                async move { self.invoke(request).await.map(ModelChunk::Message) },
+            );
         futures::stream::iter(tokens).chain(last).boxed()
     }
 }
@@ -626,22 +629,36 @@ async fn model_tokens_reach_the_custom_stream_in_order() {
         .unwrap()
         .compile()
         .unwrap();
-    let modes = StreamModes { custom: true, ..StreamModes::default() };
+    let modes = StreamModes {
+        custom: true,
+        ..StreamModes::default()
+    };
     let config = RunConfig::new("t");
     let items: Vec<_> = graph
-        .stream(Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]), &config, modes)
+        .stream(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &config,
+            modes,
+        )
         .collect()
         .await;
     let tokens: Vec<_> = items
         .iter()
         .filter_map(|i| match i {
-            Ok(StreamItem::Event(StreamEvent::Custom { node, value })) if node.as_str() == "model" => {
+            Ok(StreamItem::Event(StreamEvent::Custom { node, value }))
+                if node.as_str() == "model" =>
+            {
                 value["text"].as_str().map(str::to_owned)
             }
             _ => None,
         })
         .collect();
     assert_eq!(tokens, ["Hello", " world", "!"]);
-    let Some(Ok(StreamItem::Done(out))) = items.last() else { panic!("the stream ends with the outcome") };
-    assert_eq!(out.values.get(&MESSAGES).unwrap()[1].content.text(), "Hello world!");
+    let Some(Ok(StreamItem::Done(out))) = items.last() else {
+        panic!("the stream ends with the outcome")
+    };
+    assert_eq!(
+        out.values.get(&MESSAGES).unwrap()[1].content.text(),
+        "Hello world!"
+    );
 }
