@@ -3,6 +3,7 @@
 
 mod checklist;
 mod common;
+mod crash;
 mod reference_traces;
 mod streaming;
 mod traces;
