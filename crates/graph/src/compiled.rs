@@ -671,11 +671,50 @@ impl StreamModes {
     }
 }
 
+/// Per-thread hot state: the live channels at the thread's head checkpoint as this process left them,
+/// so the next run on the head skips rebuilding channels from stored values.
+#[derive(Default)]
+pub(crate) struct HotCache {
+    pub(crate) entries: std::sync::Mutex<HashMap<ThreadId, (CheckpointId, crate::run::Live)>>,
+    pub(crate) hits: std::sync::atomic::AtomicU64,
+}
+
+/// Threads kept in the hot-state cache before it is cleared.
+const HOT_CACHE_THREADS: usize = 1024;
+
+impl HotCache {
+    pub(crate) fn get(&self, thread: &ThreadId, id: &CheckpointId) -> Option<crate::run::Live> {
+        let g = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let hit = g
+            .get(thread)
+            .filter(|(cid, _)| cid == id)
+            .map(|(_, live)| live.clone());
+        if hit.is_some() {
+            self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        hit
+    }
+    pub(crate) fn put(&self, thread: &ThreadId, id: CheckpointId, live: crate::run::Live) {
+        let mut g = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.len() >= HOT_CACHE_THREADS && !g.contains_key(thread) {
+            g.clear();
+        }
+        g.insert(thread.clone(), (id, live));
+    }
+}
+
 /// A validated graph, ready to run on threads.
 #[derive(Clone)]
 pub struct CompiledGraph {
     pub(crate) g: Arc<Graph>,
     pub(crate) cp: Option<Arc<dyn Checkpointer>>,
+    pub(crate) cache: Arc<HotCache>,
 }
 
 impl CompiledGraph {
@@ -683,12 +722,14 @@ impl CompiledGraph {
         Self {
             g: Arc::new(Graph::build(b)),
             cp: None,
+            cache: Arc::default(),
         }
     }
 
     /// Attaches a checkpointer (without one, runs keep no history and cannot be resumed).
     pub fn with_checkpointer(mut self, cp: Arc<dyn Checkpointer>) -> Self {
         self.cp = Some(cp);
+        self.cache = Arc::default();
         self
     }
 
@@ -697,6 +738,7 @@ impl CompiledGraph {
         crate::run::run(
             &self.g,
             self.cp.as_deref(),
+            &self.cache,
             input.into(),
             config,
             None,
@@ -721,6 +763,7 @@ impl CompiledGraph {
             let r = crate::run::run(
                 &this.g,
                 this.cp.as_deref(),
+                &this.cache,
                 input,
                 &config,
                 Some(&tx),
@@ -768,6 +811,11 @@ impl CompiledGraph {
             as_node,
         )
         .await
+    }
+
+    /// How many runs started from the per-thread hot-state cache instead of rebuilding channels.
+    pub fn hot_cache_hits(&self) -> u64 {
+        self.cache.hits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Node names, in declaration order (without `__start__`).

@@ -682,6 +682,7 @@ enum TaskResult {
 pub(crate) async fn run(
     g: &Graph,
     cp: Option<&dyn Checkpointer>,
+    cache: &crate::compiled::HotCache,
     input: Input,
     cfg: &RunConfig,
     tx: Option<&UnboundedSender<Result<StreamItem>>>,
@@ -696,21 +697,28 @@ pub(crate) async fn run(
         exit_writes: Vec::new(),
     };
     let em = Emitter { tx, modes };
-    let r = run_inner(g, cp, input, cfg, &mut persist, &em).await;
+    let r = run_inner(g, cp, cache, input, cfg, &mut persist, &em).await;
     // Exit durability: persist on every exit path (normal, error, interrupt).
     persist.flush().await?;
-    r
+    let (outcome, head) = r?;
+    if let (Some(_), Some((id, mut live))) = (cp, head) {
+        // Invariant: the cached channels equal what restoring `id` from the store gives.
+        live.stored.clone_from(&live.versions);
+        cache.put(&cfg.thread_id, id, live);
+    }
+    Ok(outcome)
 }
 
 #[allow(clippy::too_many_lines)]
 async fn run_inner(
     g: &Graph,
     cp: Option<&dyn Checkpointer>,
+    cache: &crate::compiled::HotCache,
     input: Input,
     cfg: &RunConfig,
     persist: &mut Persist<'_>,
     em: &Emitter<'_>,
-) -> Result<RunOutcome> {
+) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
     let saved = match cp {
         Some(cp) => cp.get_tuple(thread, cfg.checkpoint_id.as_ref()).await?,
@@ -723,9 +731,13 @@ async fn run_inner(
         });
     }
     let explicit = cfg.checkpoint_id.is_some();
+    let mut dirty = false;
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
         Some(t) => (
-            Live::restore(g, &t.checkpoint)?,
+            match cache.get(thread, &t.checkpoint.id).filter(|_| !explicit) {
+                Some(live) => live,
+                None => Live::restore(g, &t.checkpoint)?,
+            },
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step,
             Some(t.checkpoint.source),
@@ -818,11 +830,13 @@ async fn run_inner(
             }],
         )?;
         live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
+        dirty = true;
     }
     let shared = Arc::new(shared);
 
     if resuming {
         mark_interrupt_seen(&mut live);
+        dirty = true;
         if replay {
             let newest = match cp {
                 Some(cp) => cp.get_tuple(thread, None).await?.map(|t| t.checkpoint.id),
@@ -835,7 +849,7 @@ async fn run_inner(
                 let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Fork)?;
                 persist.put(rec).await?;
                 live.mark_stored(persist.durability);
-                live.mark_stored(persist.durability);
+                dirty = false;
                 emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Fork);
                 ckpt_id = Some(id);
                 step += 1;
@@ -867,6 +881,7 @@ async fn run_inner(
         let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Input)?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
+        dirty = false;
         emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Input);
         ckpt_id = Some(id);
         step += 1;
@@ -905,11 +920,7 @@ async fn run_inner(
             .map(|(t, _)| t)
             .collect();
         if should_interrupt(g, &live, &g.interrupt_before, &to_run) {
-            return Ok(RunOutcome {
-                values: live.state_view(g),
-                interrupts: Vec::new(),
-                checkpoint_id: ckpt_id,
-            });
+            return Ok(finish(g, live, ckpt_id, dirty, Vec::new()));
         }
         execute(
             g,
@@ -959,11 +970,7 @@ async fn run_inner(
             let mut scratch = live.clone();
             apply_writes(g, &mut scratch, &batch)?;
             em.send(StreamEvent::Interrupted(interrupts.clone()));
-            return Ok(RunOutcome {
-                values: live.state_view(g),
-                interrupts,
-                checkpoint_id: ckpt_id,
-            });
+            return Ok(finish(g, live, ckpt_id, dirty, interrupts));
         }
         let updated = apply_writes(g, &mut live, &batch)?;
         live.updated = Some(updated);
@@ -998,6 +1005,7 @@ async fn run_inner(
         let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Loop)?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
+        dirty = false;
         emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Loop);
         if em.modes.values {
             em.send(StreamEvent::Values(live.state_view(g)));
@@ -1010,18 +1018,32 @@ async fn run_inner(
         pending.clear();
         let ran: Vec<&Task> = tasks.iter().collect();
         if should_interrupt(g, &live, &g.interrupt_after, &ran) {
-            return Ok(RunOutcome {
-                values: live.state_view(g),
-                interrupts: Vec::new(),
-                checkpoint_id: ckpt_id,
-            });
+            return Ok(finish(g, live, ckpt_id, dirty, Vec::new()));
         }
     }
-    Ok(RunOutcome {
+    Ok(finish(g, live, ckpt_id, dirty, Vec::new()))
+}
+
+/// The outcome, plus the head's live channels for the hot-state cache when they are exactly the
+/// stored head (not `dirty` with NULL-task writes or resume bookkeeping applied since the last put).
+fn finish(
+    g: &Graph,
+    live: Live,
+    ckpt_id: Option<CheckpointId>,
+    dirty: bool,
+    interrupts: Vec<Interrupt>,
+) -> (RunOutcome, Option<(CheckpointId, Live)>) {
+    let outcome = RunOutcome {
         values: live.state_view(g),
-        interrupts: Vec::new(),
-        checkpoint_id: ckpt_id,
-    })
+        interrupts,
+        checkpoint_id: ckpt_id.clone(),
+    };
+    let head = if dirty {
+        None
+    } else {
+        ckpt_id.map(|id| (id, live))
+    };
+    (outcome, head)
 }
 
 fn emit_checkpoint(

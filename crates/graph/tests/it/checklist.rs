@@ -723,3 +723,69 @@ fn public_futures_are_send() {
     assert_send(&graph.update_state(&cfg, Update::new(), None));
     assert_send(&graph.stream(Update::new(), &cfg, antler_graph::StreamModes::all()));
 }
+
+fn cache_graph(store: Arc<dyn antler_graph::Checkpointer>) -> antler_graph::CompiledGraph {
+    const ASKED: Key<bool> = Key::from_static("asked");
+    let mut g = graph();
+    g.channel(&ASKED, ChannelSpec::last_value()).unwrap();
+    g.add_node("ask", |s: State, ctx: Context| async move {
+        if s.get(&ASKED) == Some(&true) {
+            return Ok(Update::new().set(&ASKED, false));
+        }
+        let answer = ctx.interrupt(json!("?"))?;
+        Ok(Update::new()
+            .set(&ASKED, true)
+            .set(&LOG, log(&[&format!("answer {answer}")])))
+    });
+    g.add_node("count", |_s, _c| async { Ok(Update::new().set(&N, 1)) });
+    g.add_edge("__start__", "ask")
+        .add_edge("__start__", "count")
+        .add_edge("ask", "__end__");
+    g.compile().unwrap().with_checkpointer(store)
+}
+
+/// The per-thread hot-state cache: a run that starts from the cache behaves exactly like one that
+/// rebuilds the channels from the store.
+#[tokio::test]
+async fn hot_cache_hit_gives_the_same_state_as_a_cold_read() {
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let warm = cache_graph(store.clone());
+    let ops: Vec<Input> = vec![
+        Update::new().set(&LOG, log(&["t1"])).into(),
+        Command::resume(json!("x")).into(),
+        Update::new().set(&LOG, log(&["t2"])).into(),
+        Update::new().set(&LOG, log(&["t3"])).into(),
+        Command::resume(json!("y")).into(),
+        Input::Continue,
+    ];
+    for op in ops {
+        let w = warm
+            .invoke(op.clone(), &RunConfig::new("warm"))
+            .await
+            .unwrap();
+        // A fresh compiled graph has an empty cache: it must rebuild from the store.
+        let cold = cache_graph(store.clone());
+        let c = cold.invoke(op, &RunConfig::new("cold")).await.unwrap();
+        assert_eq!(format!("{:?}", w.values), format!("{:?}", c.values));
+        assert_eq!(w.interrupts.len(), c.interrupts.len());
+        let ws = warm
+            .get_state(&RunConfig::new("warm"))
+            .await
+            .unwrap()
+            .unwrap();
+        let cs = cold
+            .get_state(&RunConfig::new("cold"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ws.next, cs.next);
+        assert_eq!(ws.step, cs.step);
+        assert_eq!(cold.hot_cache_hits(), 0);
+    }
+    assert!(
+        warm.hot_cache_hits() >= 3,
+        "warm runs started from the cache ({})",
+        warm.hot_cache_hits()
+    );
+}
