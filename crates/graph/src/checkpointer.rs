@@ -60,6 +60,17 @@ pub struct CheckpointRecord {
     pub updated_channels: Option<Vec<String>>,
     /// On `put`: the channels whose version moved since the previous stored checkpoint.
     pub new_versions: std::collections::BTreeSet<String>,
+    /// Delta channels' `(updates, supersteps)` since their last snapshot; zero pairs omitted (spec §5.3).
+    pub counters: BTreeMap<String, (u32, u32)>,
+}
+
+/// What the history walk found for one delta channel (runtime-spec §5.5).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeltaHistory {
+    /// The nearest stored value on the path, if any.
+    pub seed: Option<Json>,
+    /// Writes to replay on top of the seed, oldest first.
+    pub writes: Vec<Json>,
 }
 
 /// A write of a task of the step that starts at some checkpoint.
@@ -119,6 +130,15 @@ pub trait Checkpointer: Send + Sync {
         task_path: &str,
         writes: Vec<(String, Json)>,
     ) -> Result<()>;
+    /// The delta history walk (runtime-spec §5.5) from `checkpoint` for each channel: starting at its
+    /// parent, nearest first, collect each ancestor's writes to the channel, stop at the first ancestor
+    /// with a stored value (the seed); writes returned oldest first.
+    async fn delta_history(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>>;
 }
 
 #[derive(Default)]
@@ -126,6 +146,8 @@ struct ThreadData {
     checkpoints: BTreeMap<CheckpointId, CheckpointRecord>,
     // (channel, version) → value: unchanged channels are stored once.
     blobs: HashMap<(String, u64), Json>,
+    // (channel, version) → the checkpoint that stored the value.
+    stored_by: HashMap<(String, u64), CheckpointId>,
     // checkpoint → (task path, task id, idx) → write
     writes: HashMap<CheckpointId, BTreeMap<(String, TaskId, i64), PendingWrite>>,
 }
@@ -216,6 +238,7 @@ impl Checkpointer for MemoryCheckpointer {
         let mut checkpoint = checkpoint;
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
+            t.stored_by.insert((ch.clone(), v), checkpoint.id.clone());
             t.blobs.insert((ch, v), value);
         }
         t.checkpoints.insert(checkpoint.id.clone(), checkpoint);
@@ -256,6 +279,75 @@ impl Checkpointer for MemoryCheckpointer {
             }
         }
         Ok(())
+    }
+
+    async fn delta_history(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>> {
+        self.walk(thread, checkpoint, channels)
+    }
+}
+
+impl MemoryCheckpointer {
+    fn walk(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>> {
+        let g = self.lock();
+        let mut out: BTreeMap<String, DeltaHistory> = BTreeMap::new();
+        let Some(t) = g.get(thread) else {
+            return Ok(out);
+        };
+        for ch in channels {
+            // Ancestors nearest first; per ancestor its writes in (task path, task id, idx) order.
+            let mut chunks: Vec<Vec<Json>> = Vec::new();
+            let mut seed = None;
+            let mut cur = t.checkpoints.get(checkpoint).and_then(|c| c.parent.clone());
+            let mut guard = 0usize;
+            while let Some(id) = cur {
+                guard += 1;
+                let Some(c) = t.checkpoints.get(&id) else {
+                    break;
+                };
+                if guard > t.checkpoints.len() {
+                    break;
+                }
+                let writes: Vec<Json> = t
+                    .writes
+                    .get(&id)
+                    .map(|w| {
+                        w.values()
+                            .filter(|w| &w.channel == ch)
+                            .map(|w| w.value.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                chunks.push(writes);
+                if let Some(v) = c
+                    .versions
+                    .get(ch)
+                    .and_then(|v| t.stored_by.get(&(ch.clone(), *v)))
+                    .filter(|by| **by == id)
+                {
+                    let _ = v;
+                    seed = c
+                        .versions
+                        .get(ch)
+                        .and_then(|v| t.blobs.get(&(ch.clone(), *v)))
+                        .cloned();
+                    break;
+                }
+                cur = c.parent.clone();
+            }
+            let writes = chunks.into_iter().rev().flatten().collect();
+            out.insert(ch.clone(), DeltaHistory { seed, writes });
+        }
+        Ok(out)
     }
 }
 

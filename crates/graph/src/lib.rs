@@ -48,7 +48,8 @@ mod types;
 
 pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
 pub use checkpointer::{
-    CheckpointRecord, CheckpointTuple, Checkpointer, MemoryCheckpointer, PendingWrite, Source,
+    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, MemoryCheckpointer,
+    PendingWrite, Source,
 };
 pub use compiled::{
     CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot,
@@ -57,6 +58,6 @@ pub use compiled::{
 pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
 pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};
 pub use saver::SaverCheckpointer;
-pub use schema::ChannelSpec;
+pub use schema::{ChannelSpec, DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT};
 pub use state::{Key, State, Update};
 pub use types::{Command, Context, Goto, Interrupt, NodeError, Resume, Send};

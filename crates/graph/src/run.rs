@@ -62,12 +62,54 @@ impl Live {
         })
     }
 
-    pub(crate) fn restore(g: &Graph, rec: &CheckpointRecord) -> Result<Self> {
+    /// Delta channels that have a version but no stored value at `rec`: they need a history walk.
+    pub(crate) fn needs_walk(g: &Graph, rec: &CheckpointRecord) -> Vec<String> {
+        g.schema
+            .specs()
+            .filter(|s| {
+                s.is_delta()
+                    && rec.versions.contains_key(s.name())
+                    && !rec.values.contains_key(s.name())
+            })
+            .map(|s| s.name().to_owned())
+            .collect()
+    }
+
+    /// Rebuilds the channels of a stored checkpoint, walking the history of delta channels.
+    pub(crate) async fn load(
+        g: &Graph,
+        cp: &dyn Checkpointer,
+        thread: &ThreadId,
+        rec: &CheckpointRecord,
+    ) -> Result<Self> {
+        let walk = Self::needs_walk(g, rec);
+        let histories = if walk.is_empty() {
+            BTreeMap::new()
+        } else {
+            cp.delta_history(thread, &rec.id, &walk).await?
+        };
+        Self::restore(g, rec, histories)
+    }
+
+    pub(crate) fn restore(
+        g: &Graph,
+        rec: &CheckpointRecord,
+        mut histories: BTreeMap<String, crate::checkpointer::DeltaHistory>,
+    ) -> Result<Self> {
         let mut chans = Vec::with_capacity(g.chans.len());
         let mut versions = vec![0; g.chans.len()];
         for (i, def) in g.chans.iter().enumerate() {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
-            chans.push(g.channel(i, rec.values.get(&*def.name).cloned())?);
+            let stored = rec.values.get(&*def.name).cloned();
+            let mut ch = match (histories.remove(&*def.name), g.schema.get(&def.name)) {
+                (Some(h), Some(spec)) if stored.is_none() => spec.replay(h.seed, h.writes)?,
+                _ => g.channel(i, stored)?,
+            };
+            if let (Some(d), Some((u, s))) = (ch.delta(), rec.counters.get(&*def.name)) {
+                d.updates = *u;
+                d.supersteps = *s;
+            }
+            chans.push(ch);
         }
         let mut seen = BTreeMap::new();
         for (node, m) in &rec.versions_seen {
@@ -92,14 +134,52 @@ impl Live {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn to_record(
-        &self,
+        &mut self,
         g: &Graph,
         id: CheckpointId,
         parent: Option<CheckpointId>,
         step: i64,
         source: Source,
+        snapshot_all: bool,
     ) -> Result<CheckpointRecord> {
+        // Delta cadence (runtime-spec §5.3–§5.4): counters advance on every saved checkpoint; a
+        // snapshot stores the whole value, and bumps the version if it did not move, without
+        // re-triggering readers (nodes that saw the old version are advanced to the new one).
+        let mut snapshots = BTreeSet::new();
+        let mut counters = BTreeMap::new();
+        for (i, def) in g.chans.iter().enumerate() {
+            if !matches!(def.kind, ChanKind::User) || self.versions[i] == 0 {
+                continue;
+            }
+            let updated = self.updated.as_ref().is_some_and(|u| u.contains(&i));
+            let Some(d) = self.chans[i].delta() else {
+                continue;
+            };
+            if d.on_checkpoint(updated, snapshot_all) {
+                snapshots.insert(i);
+                if self.versions[i] == self.stored[i] {
+                    let old = self.versions[i];
+                    let new = next_version(self.versions.iter().copied().max().unwrap_or(0));
+                    self.versions[i] = new;
+                    for m in self.seen.values_mut() {
+                        if m.get(&i) == Some(&old) {
+                            m.insert(i, new);
+                        }
+                    }
+                    self.seen
+                        .entry("__snapshot_bumps__".to_owned())
+                        .or_default()
+                        .insert(i, new);
+                }
+            }
+            if let Some(d) = self.chans[i].delta()
+                && (d.updates, d.supersteps) != (0, 0)
+            {
+                counters.insert(def.name.to_string(), (d.updates, d.supersteps));
+            }
+        }
         let mut values = BTreeMap::new();
         let mut versions = BTreeMap::new();
         let mut new_versions = BTreeSet::new();
@@ -112,6 +192,12 @@ impl Live {
                 continue;
             }
             new_versions.insert(def.name.to_string());
+            if snapshots.contains(&i) {
+                if let Some(v) = self.chans[i].get() {
+                    values.insert(def.name.to_string(), g.value_to_json(i, v)?);
+                }
+                continue;
+            }
             if let Some(j) = self.chans[i].checkpoint(&|v: &Val| g.value_to_json(i, v))? {
                 values.insert(def.name.to_string(), j);
             }
@@ -143,6 +229,7 @@ impl Live {
             versions_seen,
             updated_channels,
             new_versions,
+            counters,
         })
     }
 
@@ -446,7 +533,12 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
                 channel: w.channel.to_string(),
             });
         }
-        writes.push((pos, w.write.clone()));
+        // Delta messages get their ids before the write is persisted (spec §10 rule 11).
+        writes.push((
+            pos,
+            spec.prepare_write(&w.write)
+                .unwrap_or_else(|| w.write.clone()),
+        ));
     }
     let user_writes = writes.len();
     for goto in &cmd.goto {
@@ -658,6 +750,22 @@ fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) ->
         })
 }
 
+/// Forces a snapshot of every delta channel that has writes of real tasks pending on the loaded
+/// checkpoint which this run will not apply (abandoned step, fork, update_state): a later history
+/// walk through that checkpoint must not replay them (runtime-spec §5.4, [1.2.22]).
+fn force_unreplayed(g: &Graph, live: &mut Live, pending: &[PendingWrite]) {
+    for w in pending
+        .iter()
+        .filter(|w| w.task_id.as_str() != NULL_TASK_ID)
+    {
+        if let Some(&c) = g.chan_idx.get(w.channel.as_str())
+            && let Some(d) = live.chans[c].delta()
+        {
+            d.forced = true;
+        }
+    }
+}
+
 fn mark_interrupt_seen(live: &mut Live) {
     let all: BTreeMap<usize, u64> = live
         .versions
@@ -736,7 +844,9 @@ async fn run_inner(
         Some(t) => (
             match cache.get(thread, &t.checkpoint.id).filter(|_| !explicit) {
                 Some(live) => live,
-                None => Live::restore(g, &t.checkpoint)?,
+                None => {
+                    Live::load(g, cp.ok_or(Error::NoCheckpointer)?, thread, &t.checkpoint).await?
+                }
             },
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step,
@@ -750,6 +860,10 @@ async fn run_inner(
     let mut step = meta_step + 1;
     let stop = step + limit + 1;
     let replay = explicit && matches!(input, Input::Continue);
+    if replay || matches!(input, Input::Values(_)) {
+        // Pending writes of the loaded checkpoint that this run will not apply.
+        force_unreplayed(g, &mut live, &pending);
+    }
     if explicit {
         // Time travel: writes saved by the original run are not reused, stale resume values dropped.
         if replay {
@@ -846,7 +960,14 @@ async fn run_inner(
                 newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
             if !direct {
                 let id = new_checkpoint_id();
-                let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Fork)?;
+                let rec = live.to_record(
+                    g,
+                    id.clone(),
+                    ckpt_id.clone(),
+                    step,
+                    Source::Fork,
+                    persist.durability == Durability::Exit,
+                )?;
                 persist.put(rec).await?;
                 live.mark_stored(persist.durability);
                 dirty = false;
@@ -878,7 +999,14 @@ async fn run_inner(
         }
         live.updated = Some(apply_writes(g, &mut live, &batch)?);
         let id = new_checkpoint_id();
-        let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Input)?;
+        let rec = live.to_record(
+            g,
+            id.clone(),
+            ckpt_id.clone(),
+            step,
+            Source::Input,
+            persist.durability == Durability::Exit,
+        )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
         dirty = false;
@@ -1002,7 +1130,14 @@ async fn run_inner(
             }
         }
         let id = new_checkpoint_id();
-        let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Loop)?;
+        let rec = live.to_record(
+            g,
+            id.clone(),
+            ckpt_id.clone(),
+            step,
+            Source::Loop,
+            persist.durability == Durability::Exit,
+        )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
         dirty = false;
@@ -1075,7 +1210,22 @@ fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(u
             .ok_or_else(|| Error::UnknownChannel {
                 channel: w.channel.to_string(),
             })?;
-        writes.push((pos, w.write.clone()));
+        let spec = g
+            .schema
+            .get(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
+        if !spec.is_state() || !spec.accepts_write(w.type_id, &w.write) {
+            return Err(Error::WriteType {
+                channel: w.channel.to_string(),
+            });
+        }
+        writes.push((
+            pos,
+            spec.prepare_write(&w.write)
+                .unwrap_or_else(|| w.write.clone()),
+        ));
     }
     for goto in &cmd.goto {
         goto_write(g, goto, &mut writes)?;
@@ -1283,8 +1433,13 @@ fn error_message(e: &Error) -> String {
 }
 
 /// Builds the snapshot of one stored checkpoint.
-pub(crate) fn snapshot_of(g: &Graph, t: &CheckpointTuple) -> Result<StateSnapshot> {
-    let mut live = Live::restore(g, &t.checkpoint)?;
+pub(crate) async fn snapshot_of(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    thread: &ThreadId,
+    t: &CheckpointTuple,
+) -> Result<StateSnapshot> {
+    let mut live = Live::load(g, cp, thread, &t.checkpoint).await?;
     let mut null_ch = Vec::new();
     for w in t
         .pending_writes
@@ -1374,7 +1529,7 @@ pub(crate) async fn get_state(
         .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
         .await?
     {
-        Some(t) => snapshot_of(g, &t).map(Some),
+        Some(t) => snapshot_of(g, cp, &cfg.thread_id, &t).await.map(Some),
         None => Ok(None),
     }
 }
@@ -1384,11 +1539,11 @@ pub(crate) async fn history(
     cp: &dyn Checkpointer,
     cfg: &RunConfig,
 ) -> Result<Vec<StateSnapshot>> {
-    cp.list(&cfg.thread_id)
-        .await?
-        .iter()
-        .map(|t| snapshot_of(g, t))
-        .collect()
+    let mut out = Vec::new();
+    for t in cp.list(&cfg.thread_id).await? {
+        out.push(snapshot_of(g, cp, &cfg.thread_id, &t).await?);
+    }
+    Ok(out)
 }
 
 pub(crate) async fn update_state(
@@ -1409,12 +1564,16 @@ pub(crate) async fn update_state(
     }
     let (mut live, parent, step) = match &saved {
         Some(t) => (
-            Live::restore(g, &t.checkpoint)?,
+            Live::load(g, cp, &cfg.thread_id, &t.checkpoint).await?,
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step + 1,
         ),
         None => (Live::new(g)?, None, -1),
     };
+    if let Some(t) = &saved {
+        // update_state does not apply the head's pending step.
+        force_unreplayed(g, &mut live, &t.pending_writes);
+    }
     if let Some(t) = &saved {
         let mut null_ch = Vec::new();
         for w in t
@@ -1464,7 +1623,7 @@ pub(crate) async fn update_state(
     )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
-    let rec = live.to_record(g, id.clone(), parent, step, Source::Update)?;
+    let rec = live.to_record(g, id.clone(), parent, step, Source::Update, false)?;
     cp.put(&cfg.thread_id, rec).await?;
     Ok(id)
 }

@@ -7,7 +7,9 @@ use antler_checkpoint as cp;
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use crate::checkpointer::{CheckpointRecord, CheckpointTuple, Checkpointer, PendingWrite, Source};
+use crate::checkpointer::{
+    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, PendingWrite, Source,
+};
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, TaskId, ThreadId};
 
@@ -124,6 +126,12 @@ fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
                 .updated_channels
                 .map(|u| u.iter().map(ToString::to_string).collect()),
             new_versions: Default::default(),
+            counters: t
+                .metadata
+                .counters_since_delta_snapshot
+                .iter()
+                .map(|(c, n)| (c.to_string(), (n.updates, n.supersteps)))
+                .collect(),
         },
         pending_writes,
     })
@@ -218,11 +226,22 @@ impl Checkpointer for SaverCheckpointer {
                 })
             })
             .collect();
-        let metadata = cp::CheckpointMetadata {
+        let mut metadata = cp::CheckpointMetadata {
             source: Some(to_cp_source(rec.source)),
             step: rec.step,
             ..Default::default()
         };
+        for (ch, (updates, supersteps)) in &rec.counters {
+            metadata.counters_since_delta_snapshot.insert(
+                cp::ChannelName::new(ch.as_str()),
+                cp::DeltaCounters {
+                    updates: *updates,
+                    supersteps: *supersteps,
+                },
+            );
+        }
+        // The mode marker (kernel-spec R32) follows the store's configured mode.
+        cp::mode::inject_mode_marker(&mut metadata, self.saver.store_config().mode);
         self.saver
             .put(&config, checkpoint, metadata, &new_versions)
             .await
@@ -253,5 +272,39 @@ impl Checkpointer for SaverCheckpointer {
             )
             .await
             .map_err(storage)
+    }
+
+    async fn delta_history(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>> {
+        let config =
+            cp::CheckpointConfig::latest(thread.as_str()).with_checkpoint_id(parse_id(checkpoint)?);
+        let names: Vec<cp::ChannelName> = channels
+            .iter()
+            .map(|c| cp::ChannelName::new(c.as_str()))
+            .collect();
+        let found = self
+            .saver
+            .delta_channel_history(&config, &names)
+            .await
+            .map_err(storage)?;
+        let mut out = BTreeMap::new();
+        for (ch, h) in found {
+            let seed = h
+                .seed
+                .as_ref()
+                .map(|b| decode(ch.as_str(), b))
+                .transpose()?;
+            let writes = h
+                .writes
+                .iter()
+                .map(|w| decode(ch.as_str(), &w.value))
+                .collect::<Result<Vec<_>>>()?;
+            out.insert(ch.to_string(), DeltaHistory { seed, writes });
+        }
+        Ok(out)
     }
 }

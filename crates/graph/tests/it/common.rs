@@ -81,6 +81,14 @@ impl Checkpointer for Recording {
     ) -> Result<Option<CheckpointTuple>> {
         self.inner.get_tuple(thread, id).await
     }
+    async fn delta_history(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(thread, checkpoint, channels).await
+    }
     async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
         self.inner.list(thread).await
     }

@@ -61,6 +61,14 @@ impl Checkpointer for Announcing {
     ) -> Result<Option<CheckpointTuple>> {
         self.0.get_tuple(thread, id).await
     }
+    async fn delta_history(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.0.delta_history(thread, checkpoint, channels).await
+    }
     async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
         self.0.list(thread).await
     }
