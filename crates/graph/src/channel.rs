@@ -356,10 +356,14 @@ pub(crate) struct Delta {
 
 impl Delta {
     /// Advances the counters for one saved checkpoint and decides whether it stores a snapshot.
-    pub(crate) fn on_checkpoint(&mut self, updated: bool, force: bool) -> bool {
+    /// `versioned`: the channel was ever written on this branch (only then can it snapshot).
+    pub(crate) fn on_checkpoint(&mut self, updated: bool, force: bool, versioned: bool) -> bool {
         self.supersteps = self.supersteps.saturating_add(1);
         if updated {
             self.updates = self.updates.saturating_add(1);
+        }
+        if !versioned {
+            return false;
         }
         let snapshot = self.forced
             || force

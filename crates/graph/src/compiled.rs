@@ -675,6 +675,7 @@ impl StreamModes {
 /// so the next run on the head skips rebuilding channels from stored values.
 #[derive(Default)]
 pub(crate) struct HotCache {
+    pub(crate) disabled: std::sync::atomic::AtomicBool,
     pub(crate) entries: std::sync::Mutex<HashMap<ThreadId, (CheckpointId, crate::run::Live)>>,
     pub(crate) hits: std::sync::atomic::AtomicU64,
 }
@@ -684,6 +685,9 @@ const HOT_CACHE_THREADS: usize = 1024;
 
 impl HotCache {
     pub(crate) fn get(&self, thread: &ThreadId, id: &CheckpointId) -> Option<crate::run::Live> {
+        if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         let g = self
             .entries
             .lock()
@@ -811,6 +815,15 @@ impl CompiledGraph {
             as_node,
         )
         .await
+    }
+
+    /// Turns the per-thread hot-state cache on or off (default on); off, every run rebuilds the head's
+    /// channels from the store (delta channels by their history walk).
+    pub fn with_hot_cache(self, enabled: bool) -> Self {
+        self.cache
+            .disabled
+            .store(!enabled, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     /// How many runs started from the per-thread hot-state cache instead of rebuilding channels.

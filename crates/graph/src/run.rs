@@ -135,7 +135,7 @@ impl Live {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn to_record(
+    fn checkpoint_record(
         &mut self,
         g: &Graph,
         id: CheckpointId,
@@ -150,14 +150,15 @@ impl Live {
         let mut snapshots = BTreeSet::new();
         let mut counters = BTreeMap::new();
         for (i, def) in g.chans.iter().enumerate() {
-            if !matches!(def.kind, ChanKind::User) || self.versions[i] == 0 {
+            if !matches!(def.kind, ChanKind::User) {
                 continue;
             }
             let updated = self.updated.as_ref().is_some_and(|u| u.contains(&i));
+            let versioned = self.versions[i] > 0;
             let Some(d) = self.chans[i].delta() else {
                 continue;
             };
-            if d.on_checkpoint(updated, snapshot_all) {
+            if d.on_checkpoint(updated, snapshot_all, versioned) {
                 snapshots.insert(i);
                 if self.versions[i] == self.stored[i] {
                     let old = self.versions[i];
@@ -960,7 +961,7 @@ async fn run_inner(
                 newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
             if !direct {
                 let id = new_checkpoint_id();
-                let rec = live.to_record(
+                let rec = live.checkpoint_record(
                     g,
                     id.clone(),
                     ckpt_id.clone(),
@@ -999,7 +1000,7 @@ async fn run_inner(
         }
         live.updated = Some(apply_writes(g, &mut live, &batch)?);
         let id = new_checkpoint_id();
-        let rec = live.to_record(
+        let rec = live.checkpoint_record(
             g,
             id.clone(),
             ckpt_id.clone(),
@@ -1130,7 +1131,7 @@ async fn run_inner(
             }
         }
         let id = new_checkpoint_id();
-        let rec = live.to_record(
+        let rec = live.checkpoint_record(
             g,
             id.clone(),
             ckpt_id.clone(),
@@ -1610,6 +1611,13 @@ pub(crate) async fn update_state(
         None => infer_as_node(g, &live)?,
     };
     let resolved = resolve(g, node, &Command::from(values), &live)?;
+    // The update's writes are not stored as task writes anywhere a history walk would find them:
+    // the update checkpoint snapshots every delta channel it writes (spec §8, §5.4).
+    for (c, _) in &resolved.writes {
+        if let Some(d) = live.chans[*c].delta() {
+            d.forced = true;
+        }
+    }
     let name = g.nodes[node].id.as_str();
     let updated = apply_writes(
         g,
@@ -1623,7 +1631,7 @@ pub(crate) async fn update_state(
     )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
-    let rec = live.to_record(g, id.clone(), parent, step, Source::Update, false)?;
+    let rec = live.checkpoint_record(g, id.clone(), parent, step, Source::Update, false)?;
     cp.put(&cfg.thread_id, rec).await?;
     Ok(id)
 }

@@ -340,7 +340,8 @@ impl ErasedSpec {
         match write {
             Write::Value(_) => type_id == self.write_type,
             Write::Overwrite(_) => {
-                type_id == self.value_type && matches!(self.kind, Kind::Reducer { .. })
+                type_id == self.value_type
+                    && matches!(self.kind, Kind::Reducer { .. } | Kind::Delta { .. })
             }
         }
     }

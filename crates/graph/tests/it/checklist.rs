@@ -335,7 +335,8 @@ async fn fault_panicking_sibling_is_caught_and_resume_reruns_only_it() {
 fn asking_graph() -> antler_graph::CompiledGraph {
     const ASKED: Key<bool> = Key::from_static("asked");
     let mut g = graph();
-    g.channel(&ASKED, ChannelSpec::last_value()).unwrap();
+    g.channel(&ASKED, ChannelSpec::last_value())
+        .expect("declared once");
     g.add_node("ask", |s: State, ctx: Context| async move {
         if s.get(&ASKED) == Some(&true) {
             return Ok(Update::new());
@@ -727,7 +728,8 @@ fn public_futures_are_send() {
 fn cache_graph(store: Arc<dyn antler_graph::Checkpointer>) -> antler_graph::CompiledGraph {
     const ASKED: Key<bool> = Key::from_static("asked");
     let mut g = graph();
-    g.channel(&ASKED, ChannelSpec::last_value()).unwrap();
+    g.channel(&ASKED, ChannelSpec::last_value())
+        .expect("declared once");
     g.add_node("ask", |s: State, ctx: Context| async move {
         if s.get(&ASKED) == Some(&true) {
             return Ok(Update::new().set(&ASKED, false));
@@ -741,7 +743,7 @@ fn cache_graph(store: Arc<dyn antler_graph::Checkpointer>) -> antler_graph::Comp
     g.add_edge("__start__", "ask")
         .add_edge("__start__", "count")
         .add_edge("ask", "__end__");
-    g.compile().unwrap().with_checkpointer(store)
+    g.compile().expect("valid graph").with_checkpointer(store)
 }
 
 /// The per-thread hot-state cache: a run that starts from the cache behaves exactly like one that

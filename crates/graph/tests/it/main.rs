@@ -4,6 +4,7 @@
 mod checklist;
 mod common;
 mod crash;
+mod delta;
 mod reference_traces;
 mod streaming;
 mod traces;

@@ -1,0 +1,269 @@
+//! Delta channels in the runtime (runtime-spec §5.3–§5.4, §10 rules 5–7, 11).
+
+use std::sync::Arc;
+
+use antler_graph::{
+    ChannelSpec, Input, Key, MemoryCheckpointer, RunConfig, State, StateGraph, Update,
+};
+use antler_state_reducers::{Message, MessageType};
+
+use crate::common::Recording;
+
+const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+
+fn ai(id: Option<&str>, text: &str) -> Message {
+    let mut m = Message::new(MessageType::Ai, text);
+    m.id = id.map(str::to_owned);
+    m
+}
+
+fn chat(frequency: u32, with_ids: bool) -> StateGraph {
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(frequency))
+        .expect("declared once");
+    g.add_node("reply", move |s: State, _c| async move {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        let id = with_ids.then(|| format!("ai-{n}"));
+        Ok(Update::new().set(&MESSAGES, vec![ai(id.as_deref(), &format!("reply {n}"))]))
+    });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    g
+}
+
+fn human(i: usize) -> Update {
+    let mut m = Message::new(MessageType::Human, format!("hi {i}"));
+    m.id = Some(format!("h-{i}"));
+    Update::new().set(&MESSAGES, vec![m])
+}
+
+/// Rule 6: counters advance on every checkpoint (input included), updates only when the channel
+/// moved; they ride in metadata across invokes and reset on a snapshot, which lands every F updates.
+#[tokio::test]
+async fn rule_06_counters_in_metadata_and_snapshot_cadence() {
+    let store = Arc::new(Recording::default());
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(3))
+        .unwrap();
+    g.add_node("reply", |_s: State, _c| async {
+        Ok(Update::new().set(&MESSAGES, vec![ai(Some("x"), "r")]))
+    });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    const OTHER: Key<i64> = Key::from_static("other");
+    g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
+    let graph = g
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let cfg = RunConfig::new("t");
+    for i in 0..3 {
+        graph
+            .invoke(Update::new().set(&OTHER, i), &cfg)
+            .await
+            .unwrap();
+    }
+    let got: Vec<String> = store
+        .puts()
+        .iter()
+        .map(|r| {
+            let c = r
+                .counters
+                .get("messages")
+                .map_or("-".to_owned(), |(u, s)| format!("({u},{s})"));
+            let snap = if r.values.contains_key("messages") {
+                " snapshot"
+            } else {
+                ""
+            };
+            format!("{} {c}{snap}", r.source.as_str())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "input (0,1)",
+            "loop (0,2)",
+            "loop (1,3)",
+            "input (1,4)",
+            "loop (1,5)",
+            "loop (2,6)",
+            "input (2,7)",
+            "loop (2,8)",
+            "loop - snapshot"
+        ]
+    );
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(
+        snap.values.get(&MESSAGES).map(Vec::len),
+        Some(1),
+        "replace-by-id across the walk"
+    );
+}
+
+/// Rule 5 (delta part) and the walk: an Overwrite forces a snapshot, so replay never crosses it;
+/// cold reads (history walk) equal the live state after every turn.
+#[tokio::test]
+async fn rule_05_overwrite_forces_snapshot_and_cold_reads_equal_live_state() {
+    let store = Arc::new(Recording::default());
+    let graph = chat(4, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let mut live = Vec::new();
+    for i in 0..5 {
+        let out = graph.invoke(human(i), &cfg).await.unwrap();
+        live.push(out.values.get(&MESSAGES).cloned().unwrap_or_default());
+        let cold = chat(4, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cold_state = cold.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(
+            cold_state.values.get(&MESSAGES),
+            live.last(),
+            "turn {i}: walk == live"
+        );
+    }
+    assert_eq!(live[4].len(), 10);
+    graph
+        .update_state(
+            &cfg,
+            Update::new().overwrite(&MESSAGES, vec![ai(Some("o"), "only")]),
+            Some("reply".into()),
+        )
+        .await
+        .unwrap();
+    let last = store.puts().pop().unwrap();
+    assert!(
+        last.values.contains_key("messages"),
+        "an Overwrite (update_state) snapshots"
+    );
+    // The update checkpoint triggers `reply` (as_node's edge goes to __end__: nothing runs).
+    let cold = chat(4, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let state = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(
+        state.values.get(&MESSAGES).map(Vec::len),
+        Some(1),
+        "replay never crosses the Overwrite"
+    );
+    let out = graph.invoke(human(9), &cfg).await.unwrap();
+    assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(3));
+}
+
+/// Rule 7: a snapshot-only version bump is stored but neither re-triggers nor re-fires `interrupt_before`.
+#[tokio::test]
+async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
+    let store = Arc::new(Recording::default());
+    let mut g = chat(1, true);
+    g.add_node("after", |_s: State, _c| async { Ok(Update::new()) });
+    g.add_edge("reply", "after");
+    g.interrupt_before(["after"]);
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.next, vec!["after".into()]);
+    // Replaying the head forks; with F = 1 the fork checkpoint snapshots `messages` without a write.
+    graph
+        .invoke(
+            Input::Continue,
+            &cfg.clone().with_checkpoint(head.checkpoint_id.clone()),
+        )
+        .await
+        .unwrap();
+    let puts = store.puts();
+    let fork = puts
+        .iter()
+        .find(|r| r.source == antler_graph::Source::Fork)
+        .unwrap();
+    let bumps = fork
+        .versions_seen
+        .get("__snapshot_bumps__")
+        .expect("bump recorded");
+    assert_eq!(bumps.get("messages"), fork.versions.get("messages"));
+    assert!(
+        fork.values.contains_key("messages"),
+        "the snapshot is stored"
+    );
+    let after = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert!(
+        after.next.is_empty(),
+        "`after` ran; the bump did not re-fire interrupt_before"
+    );
+}
+
+/// Rule 11: message ids are assigned before delta writes are persisted, so a cold read rebuilds the same list.
+#[tokio::test]
+async fn rule_11_message_ids_assigned_before_persisting_delta_writes() {
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(100, false)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let out = graph.invoke(human(0), &cfg).await.unwrap();
+    let live = out.values.get(&MESSAGES).cloned().unwrap();
+    assert!(live.iter().all(|m| m.id.is_some()));
+    let cold = chat(100, false)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    let rebuilt = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(rebuilt.values.get(&MESSAGES), Some(&live));
+}
+
+/// The same graph in full and delta mode gives the same states, and delta stores no full list per step.
+#[tokio::test]
+async fn full_and_delta_modes_agree_and_delta_stores_less() {
+    let full_store = Arc::new(Recording::default());
+    let delta_store = Arc::new(Recording::default());
+    let mut full = StateGraph::new();
+    full.channel(&MESSAGES, ChannelSpec::messages()).unwrap();
+    full.add_node("reply", |s: State, _c| async move {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        Ok(Update::new().set(
+            &MESSAGES,
+            vec![ai(Some(&format!("ai-{n}")), &format!("reply {n}"))],
+        ))
+    });
+    full.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    let full = full
+        .compile()
+        .unwrap()
+        .with_checkpointer(full_store.clone());
+    let delta = chat(5, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(delta_store.clone());
+    let cfg = RunConfig::new("t");
+    for i in 0..12 {
+        let a = full.invoke(human(i), &cfg).await.unwrap();
+        let b = delta.invoke(human(i), &cfg).await.unwrap();
+        assert_eq!(a.values.get(&MESSAGES), b.values.get(&MESSAGES));
+    }
+    let stored = |r: &Recording| {
+        r.puts()
+            .iter()
+            .filter(|p| p.values.contains_key("messages"))
+            .count()
+    };
+    assert_eq!(
+        stored(&full_store),
+        24,
+        "full mode stores the list at every checkpoint where it moved"
+    );
+    assert!(
+        stored(&delta_store) <= 5,
+        "delta mode stores a snapshot every 5 updates ({})",
+        stored(&delta_store)
+    );
+}
