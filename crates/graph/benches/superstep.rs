@@ -1,10 +1,9 @@
 //! Criterion benchmarks of the super-step loop: per-step overhead of a 3-node chain without a
+//! checkpointer, and a 100-way `Send` fan-out with a join.
 #![expect(
     missing_docs,
     reason = "criterion_group! generates an undocumented public function"
 )]
-//! checkpointer, and a 100-way `Send` fan-out with a join.
-#![expect(missing_docs, reason = "criterion_group! generates an undocumented public function")]
 
 use std::hint::black_box;
 
