@@ -52,16 +52,35 @@ fn decode(channel: &str, b: &cp::Blob) -> Result<Json> {
         })
 }
 
-fn encode(channel: &str, j: &Json) -> Result<cp::Blob> {
+/// Whether `j` is a non-empty list of LangChain message dicts (objects with `type` and `content`).
+fn is_message_list(j: &Json) -> bool {
+    match j {
+        Json::Array(items) if !items.is_empty() => items.iter().all(|m| {
+            m.as_object()
+                .is_some_and(|o| o.contains_key("type") && o.contains_key("content"))
+        }),
+        _ => false,
+    }
+}
+
+/// Encodes a value or write. Message lists become [`cp::Blob::Messages`], so savers store each
+/// message body once per thread and a list (snapshot or write) costs references only; the
+/// encoding is lossless for any list of objects, so the shape test cannot change a value.
+fn encode(channel: &str, j: &Json, kind: cp::MessagesKind) -> Result<cp::Blob> {
+    let fail = |source| Error::Serialization {
+        channel: channel.to_owned(),
+        source,
+    };
     if j.is_null() {
         return Ok(cp::Blob::Null);
     }
-    cp::Blob::json(j).map_err(|source| Error::Serialization {
-        channel: channel.to_owned(),
-        source,
-    })
+    if let Json::Array(items) = j
+        && is_message_list(j)
+    {
+        return cp::Blob::messages(kind, items).map_err(fail);
+    }
+    cp::Blob::json(j).map_err(fail)
 }
-
 fn source_of(s: Option<cp::CheckpointSource>) -> Source {
     match s {
         Some(cp::CheckpointSource::Input) => Source::Input,
@@ -179,9 +198,10 @@ impl Checkpointer for SaverCheckpointer {
         let mut checkpoint = cp::Checkpoint::empty();
         checkpoint.id = parse_id(&rec.id)?;
         for (ch, j) in &rec.values {
-            checkpoint
-                .channel_values
-                .insert(cp::ChannelName::new(ch.as_str()), encode(ch, j)?);
+            checkpoint.channel_values.insert(
+                cp::ChannelName::new(ch.as_str()),
+                encode(ch, j, cp::MessagesKind::Snapshot)?,
+            );
         }
         checkpoint.channel_versions = rec
             .versions
@@ -261,7 +281,10 @@ impl Checkpointer for SaverCheckpointer {
             cp::CheckpointConfig::latest(thread.as_str()).with_checkpoint_id(parse_id(checkpoint)?);
         let mut blobs = Vec::with_capacity(writes.len());
         for (ch, j) in &writes {
-            blobs.push((cp::ChannelName::new(ch.as_str()), encode(ch, j)?));
+            blobs.push((
+                cp::ChannelName::new(ch.as_str()),
+                encode(ch, j, cp::MessagesKind::Write)?,
+            ));
         }
         self.saver
             .put_writes(
