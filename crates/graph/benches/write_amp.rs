@@ -15,9 +15,9 @@ use antler_state_reducers::{Message, MessageType};
 const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
 const TICK: Key<i64> = Key::from_static("tick");
 const WORDS: [&str; 26] = [
-    "alfa", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett", "kilo", "lima",
-    "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey",
-    "xray", "yankee", "zulu",
+    "alfa", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
 ];
 
 fn text(t: usize, role: &str) -> String {
@@ -34,7 +34,11 @@ fn text(t: usize, role: &str) -> String {
 }
 
 fn message(t: usize, role: &str) -> Message {
-    let kind = if role == "human" { MessageType::Human } else { MessageType::Ai };
+    let kind = if role == "human" {
+        MessageType::Human
+    } else {
+        MessageType::Ai
+    };
     let mut m = Message::new(kind, text(t, role));
     m.id = Some(format!("m{t}{}", &role[..1]));
     m
@@ -48,7 +52,8 @@ fn graph(delta: Option<u32>) -> StateGraph {
     };
     g.channel(&MESSAGES, spec).expect("declared once");
     // The input updates no field of interest: a counter nobody reads.
-    g.channel(&TICK, ChannelSpec::last_value()).expect("declared once");
+    g.channel(&TICK, ChannelSpec::last_value())
+        .expect("declared once");
     g.add_node("turn", |s: State, _c| async move {
         let t = s.get(&MESSAGES).map_or(0, Vec::len) / 2;
         Ok(Update::new().set(&MESSAGES, vec![message(t, "human"), message(t, "ai")]))
@@ -58,12 +63,22 @@ fn graph(delta: Option<u32>) -> StateGraph {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
 }
 
 fn main() {
-    let turns: usize = std::env::var("WRITE_AMP_TURNS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let turns: usize = std::env::var("WRITE_AMP_TURNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let dir = std::env::temp_dir().join(format!("antler-write-amp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for saver_kind in ["memory", "sqlite"] {
@@ -73,17 +88,31 @@ fn main() {
                     Some(f) => StoreConfig::delta(SnapshotFrequency::new(f).expect("positive")),
                     None => StoreConfig::full(),
                 };
-                let path = dir.join(format!("{saver_kind}-{}.db", delta.map_or("full".to_owned(), |f| format!("delta{f}"))));
-                let (stats_mem, stats_sql): (Option<Arc<MemorySaver>>, Option<Arc<SqliteSaver>>) = match saver_kind {
-                    "memory" => (Some(Arc::new(MemorySaver::new(config))), None),
-                    _ => (None, Some(Arc::new(SqliteSaver::open(&path, config).await.expect("SQLite opens")))),
-                };
+                let path = dir.join(format!(
+                    "{saver_kind}-{}.db",
+                    delta.map_or("full".to_owned(), |f| format!("delta{f}"))
+                ));
+                let (stats_mem, stats_sql): (Option<Arc<MemorySaver>>, Option<Arc<SqliteSaver>>) =
+                    match saver_kind {
+                        "memory" => (Some(Arc::new(MemorySaver::new(config))), None),
+                        _ => (
+                            None,
+                            Some(Arc::new(
+                                SqliteSaver::open(&path, config)
+                                    .await
+                                    .expect("SQLite opens"),
+                            )),
+                        ),
+                    };
                 let saver: Arc<dyn antler_checkpoint::Saver> = match (&stats_mem, &stats_sql) {
                     (Some(m), _) => m.clone(),
                     (_, Some(s)) => s.clone(),
                     _ => unreachable!("one saver"),
                 };
-                let graph = graph(delta).compile().expect("valid").with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+                let graph = graph(delta)
+                    .compile()
+                    .expect("valid")
+                    .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
                 let cfg = RunConfig::new("bench");
                 let mut lat = Vec::with_capacity(turns);
                 let mut new_data = 0usize;
@@ -91,7 +120,10 @@ fn main() {
                     new_data += serde_json::to_vec(&message(t, "human")).map_or(0, |v| v.len());
                     new_data += serde_json::to_vec(&message(t, "ai")).map_or(0, |v| v.len());
                     let start = Instant::now();
-                    graph.invoke(Update::new().set(&TICK, t as i64), &cfg).await.expect("turn runs");
+                    graph
+                        .invoke(Update::new().set(&TICK, t as i64), &cfg)
+                        .await
+                        .expect("turn runs");
                     lat.push(start.elapsed().as_secs_f64() * 1e3);
                 }
                 let thread = antler_checkpoint::ThreadId::new("bench");
@@ -106,7 +138,10 @@ fn main() {
                     start.elapsed().as_secs_f64() * 1e3
                 };
                 let cold = {
-                    let g2 = self::graph(delta).compile().expect("valid").with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+                    let g2 = self::graph(delta)
+                        .compile()
+                        .expect("valid")
+                        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
                     let start = Instant::now();
                     g2.get_state(&cfg).await.expect("state");
                     start.elapsed().as_secs_f64() * 1e3

@@ -592,6 +592,10 @@ struct Persist<'a> {
     stored_head: Option<CheckpointId>,
     exit_ckpt: Option<CheckpointRecord>,
     exit_writes: Vec<BufferedWrites>,
+    /// The checkpoint put still running (async durability).
+    inflight: Option<
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + std::marker::Send + 'a>>,
+    >,
 }
 
 /// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
@@ -606,7 +610,23 @@ impl Persist<'_> {
             self.exit_ckpt = Some(rec);
             return Ok(());
         }
-        cp.put(self.thread, rec).await
+        // Checkpoints reach the store in order: the previous put finishes first.
+        self.drain().await?;
+        let fut = cp.put(self.thread, rec);
+        if self.durability == Durability::Async {
+            // Stored while the next step's tasks run; drained before any write attaches to it.
+            self.inflight = Some(fut);
+            return Ok(());
+        }
+        fut.await
+    }
+
+    /// Waits for the checkpoint put still in flight (async durability).
+    async fn drain(&mut self) -> Result<()> {
+        match self.inflight.take() {
+            Some(f) => f.await,
+            None => Ok(()),
+        }
     }
 
     async fn put_writes(
@@ -617,6 +637,8 @@ impl Persist<'_> {
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
         let Some(cp) = self.cp else { return Ok(()) };
+        // The checkpoint these writes attach to must be stored first.
+        self.drain().await?;
         if self.durability == Durability::Exit {
             self.exit_writes
                 .push((ckpt.clone(), task.clone(), path.to_owned(), writes));
@@ -626,6 +648,8 @@ impl Persist<'_> {
     }
 
     async fn flush(&mut self) -> Result<()> {
+        // An invoke that returned has stored everything, in every durability mode.
+        self.drain().await?;
         let Some(cp) = self.cp else { return Ok(()) };
         if let Some(rec) = self.exit_ckpt.take() {
             cp.put(self.thread, rec).await?;
@@ -804,6 +828,7 @@ pub(crate) async fn run(
         stored_head: None,
         exit_ckpt: None,
         exit_writes: Vec::new(),
+        inflight: None,
     };
     let em = Emitter { tx, modes };
     let r = run_inner(g, cp, cache, input, cfg, &mut persist, &em).await;

@@ -791,3 +791,92 @@ async fn hot_cache_hit_gives_the_same_state_as_a_cold_read() {
         warm.hot_cache_hits()
     );
 }
+
+/// A store whose `put` of one step waits until a node of a later step opens the gate.
+struct Gated {
+    inner: antler_graph::MemoryCheckpointer,
+    gate: Arc<Notify>,
+    step: i64,
+}
+
+#[async_trait::async_trait]
+impl antler_graph::Checkpointer for Gated {
+    async fn get_tuple(
+        &self,
+        thread: &antler_graph::ThreadId,
+        id: Option<&antler_graph::CheckpointId>,
+    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
+        self.inner.get_tuple(thread, id).await
+    }
+    async fn list(
+        &self,
+        thread: &antler_graph::ThreadId,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        self.inner.list(thread).await
+    }
+    async fn put(
+        &self,
+        thread: &antler_graph::ThreadId,
+        rec: antler_graph::CheckpointRecord,
+    ) -> antler_graph::Result<()> {
+        if rec.step == self.step {
+            self.gate.notified().await;
+        }
+        self.inner.put(thread, rec).await
+    }
+    async fn put_writes(
+        &self,
+        thread: &antler_graph::ThreadId,
+        checkpoint: &antler_graph::CheckpointId,
+        task_id: &antler_graph::TaskId,
+        task_path: &str,
+        writes: Vec<(String, serde_json::Value)>,
+    ) -> antler_graph::Result<()> {
+        self.inner
+            .put_writes(thread, checkpoint, task_id, task_path, writes)
+            .await
+    }
+    async fn delta_history(
+        &self,
+        thread: &antler_graph::ThreadId,
+        checkpoint: &antler_graph::CheckpointId,
+        channels: &[String],
+    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(thread, checkpoint, channels).await
+    }
+}
+
+/// Durability async: checkpoint N is stored while step N+1's tasks run (here the put of step 1
+/// can only finish because step 2's node runs meanwhile; in sync mode this would never finish),
+/// and an invoke that returned has stored everything.
+#[tokio::test]
+async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
+    let gate = Arc::new(Notify::new());
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    let open = gate.clone();
+    g.add_node("b", move |_s: State, _c| {
+        open.notify_one();
+        async { Ok(Update::new().set(&LOG, log(&["b"]))) }
+    });
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let store = Arc::new(Gated {
+        inner: antler_graph::MemoryCheckpointer::new(),
+        gate,
+        step: 1,
+    });
+    let graph = g.compile().expect("valid graph").with_checkpointer(store);
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Async);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    assert_eq!(
+        graph.get_state_history(&cfg).await.unwrap().len(),
+        4,
+        "every checkpoint stored on return"
+    );
+}
