@@ -95,6 +95,26 @@ pub struct CheckpointTuple {
     pub pending_writes: Vec<PendingWrite>,
 }
 
+/// Where a graph's checkpoints live: a thread and a checkpoint namespace (`""` = the root graph,
+/// `<node>:<task id>` for a subgraph run by that task, nested with `|`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Scope {
+    /// The thread.
+    pub thread: ThreadId,
+    /// The checkpoint namespace.
+    pub ns: String,
+}
+
+impl Scope {
+    /// The root namespace of `thread`.
+    pub fn root(thread: impl Into<ThreadId>) -> Self {
+        Self {
+            thread: thread.into(),
+            ns: String::new(),
+        }
+    }
+}
+
 /// Control write names: upserted, never attached to tasks as results.
 pub(crate) const ERROR: &str = "__error__";
 pub(crate) const INTERRUPT: &str = "__interrupt__";
@@ -114,17 +134,17 @@ pub trait Checkpointer: Send + Sync {
     /// The latest checkpoint of the thread, or the addressed one, with its pending writes.
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>>;
     /// All checkpoints of the thread, newest first.
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>>;
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
     /// Stores a checkpoint.
-    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()>;
+    async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()>;
     /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
@@ -135,7 +155,7 @@ pub trait Checkpointer: Send + Sync {
     /// with a stored value (the seed); writes returned oldest first.
     async fn delta_history(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         channels: &[String],
     ) -> Result<BTreeMap<String, DeltaHistory>>;
@@ -155,7 +175,7 @@ struct ThreadData {
 /// An in-process checkpointer.
 #[derive(Default)]
 pub struct MemoryCheckpointer {
-    threads: Mutex<HashMap<ThreadId, ThreadData>>,
+    threads: Mutex<HashMap<Scope, ThreadData>>,
 }
 
 impl MemoryCheckpointer {
@@ -163,7 +183,7 @@ impl MemoryCheckpointer {
     pub fn new() -> Self {
         Self::default()
     }
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ThreadId, ThreadData>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, ThreadData>> {
         self.threads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -206,11 +226,11 @@ fn tuple_of(t: &ThreadData, c: &CheckpointRecord) -> CheckpointTuple {
 impl Checkpointer for MemoryCheckpointer {
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
         let g = self.lock();
-        let Some(t) = g.get(thread) else {
+        let Some(t) = g.get(scope) else {
             return Ok(None);
         };
         let c = match id {
@@ -220,9 +240,9 @@ impl Checkpointer for MemoryCheckpointer {
         Ok(c.map(|c| tuple_of(t, c)))
     }
 
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
         let g = self.lock();
-        let Some(t) = g.get(thread) else {
+        let Some(t) = g.get(scope) else {
             return Ok(Vec::new());
         };
         Ok(t.checkpoints
@@ -232,9 +252,9 @@ impl Checkpointer for MemoryCheckpointer {
             .collect())
     }
 
-    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
+    async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()> {
         let mut g = self.lock();
-        let t = g.entry(thread.clone()).or_default();
+        let t = g.entry(scope.clone()).or_default();
         let mut checkpoint = checkpoint;
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
@@ -247,7 +267,7 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
@@ -255,7 +275,7 @@ impl Checkpointer for MemoryCheckpointer {
     ) -> Result<()> {
         let mut g = self.lock();
         let w = g
-            .entry(thread.clone())
+            .entry(scope.clone())
             .or_default()
             .writes
             .entry(checkpoint.clone())
@@ -283,24 +303,24 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn delta_history(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         channels: &[String],
     ) -> Result<BTreeMap<String, DeltaHistory>> {
-        self.walk(thread, checkpoint, channels)
+        self.walk(scope, checkpoint, channels)
     }
 }
 
 impl MemoryCheckpointer {
     fn walk(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         channels: &[String],
     ) -> Result<BTreeMap<String, DeltaHistory>> {
         let g = self.lock();
         let mut out: BTreeMap<String, DeltaHistory> = BTreeMap::new();
-        let Some(t) = g.get(thread) else {
+        let Some(t) = g.get(scope) else {
             return Ok(out);
         };
         for ch in channels {

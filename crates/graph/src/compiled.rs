@@ -451,6 +451,8 @@ pub struct RunConfig {
     pub thread_id: ThreadId,
     /// Start from this checkpoint (time travel) instead of the thread's latest (default none).
     pub checkpoint_id: Option<CheckpointId>,
+    /// Checkpoint namespace (default `""`, the root graph; subgraphs run in `<node>:<task id>`).
+    pub checkpoint_ns: String,
     /// Super-steps allowed per call (default 10007, as the reference).
     pub recursion_limit: usize,
     /// Durability mode (default [`Durability::Async`]).
@@ -463,8 +465,16 @@ impl RunConfig {
         Self {
             thread_id: thread.into(),
             checkpoint_id: None,
+            checkpoint_ns: String::new(),
             recursion_limit: 10007,
             durability: Durability::Async,
+        }
+    }
+    /// Where this config's checkpoints live.
+    pub fn scope(&self) -> crate::checkpointer::Scope {
+        crate::checkpointer::Scope {
+            thread: self.thread_id.clone(),
+            ns: self.checkpoint_ns.clone(),
         }
     }
     /// Sets the starting checkpoint.
@@ -676,7 +686,8 @@ impl StreamModes {
 #[derive(Default)]
 pub(crate) struct HotCache {
     pub(crate) disabled: std::sync::atomic::AtomicBool,
-    pub(crate) entries: std::sync::Mutex<HashMap<ThreadId, (CheckpointId, crate::run::Live)>>,
+    pub(crate) entries:
+        std::sync::Mutex<HashMap<crate::checkpointer::Scope, (CheckpointId, crate::run::Live)>>,
     pub(crate) hits: std::sync::atomic::AtomicU64,
 }
 
@@ -684,7 +695,11 @@ pub(crate) struct HotCache {
 const HOT_CACHE_THREADS: usize = 1024;
 
 impl HotCache {
-    pub(crate) fn get(&self, thread: &ThreadId, id: &CheckpointId) -> Option<crate::run::Live> {
+    pub(crate) fn get(
+        &self,
+        thread: &crate::checkpointer::Scope,
+        id: &CheckpointId,
+    ) -> Option<crate::run::Live> {
         if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
@@ -701,7 +716,12 @@ impl HotCache {
         }
         hit
     }
-    pub(crate) fn put(&self, thread: &ThreadId, id: CheckpointId, live: crate::run::Live) {
+    pub(crate) fn put(
+        &self,
+        thread: &crate::checkpointer::Scope,
+        id: CheckpointId,
+        live: crate::run::Live,
+    ) {
         let mut g = self
             .entries
             .lock()

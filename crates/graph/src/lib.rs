@@ -49,7 +49,7 @@ mod types;
 pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
 pub use checkpointer::{
     CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, MemoryCheckpointer,
-    PendingWrite, Source,
+    PendingWrite, Scope, Source,
 };
 pub use compiled::{
     CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot,

@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 use crate::channel::Channel;
 use crate::checkpointer::{
     CheckpointRecord, CheckpointTuple, Checkpointer, ERROR, INTERRUPT, NO_WRITES, PendingWrite,
-    RESUME, Source, is_control, new_checkpoint_id,
+    RESUME, Scope, Source, is_control, new_checkpoint_id,
 };
 use crate::compiled::{
     ChanKind, CheckpointEvent, Durability, Graph, Input, NodeImpl, Packet, RunConfig, RunOutcome,
@@ -17,7 +17,7 @@ use crate::compiled::{
     TaskStatus,
 };
 use crate::error::{Error, Result};
-use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId, ThreadId};
+use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId};
 use crate::state::{State, Update, Val, Write};
 use crate::types::{
     Command, Context, Goto, Interrupt, NodeError, NodeErrorKind, Resume, ResumeState, SharedResume,
@@ -79,14 +79,14 @@ impl Live {
     pub(crate) async fn load(
         g: &Graph,
         cp: &dyn Checkpointer,
-        thread: &ThreadId,
+        scope: &Scope,
         rec: &CheckpointRecord,
     ) -> Result<Self> {
         let walk = Self::needs_walk(g, rec);
         let histories = if walk.is_empty() {
             BTreeMap::new()
         } else {
-            cp.delta_history(thread, &rec.id, &walk).await?
+            cp.delta_history(scope, &rec.id, &walk).await?
         };
         Self::restore(g, rec, histories)
     }
@@ -586,7 +586,7 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
 /// Persistence wrapper implementing the durability modes.
 struct Persist<'a> {
     cp: Option<&'a dyn Checkpointer>,
-    thread: &'a ThreadId,
+    scope: &'a Scope,
     durability: Durability,
     /// The newest checkpoint that exists in the store.
     stored_head: Option<CheckpointId>,
@@ -612,7 +612,7 @@ impl Persist<'_> {
         }
         // Checkpoints reach the store in order: the previous put finishes first.
         self.drain().await?;
-        let fut = cp.put(self.thread, rec);
+        let fut = cp.put(self.scope, rec);
         if self.durability == Durability::Async {
             // Stored while the next step's tasks run; drained before any write attaches to it.
             self.inflight = Some(fut);
@@ -644,7 +644,7 @@ impl Persist<'_> {
                 .push((ckpt.clone(), task.clone(), path.to_owned(), writes));
             return Ok(());
         }
-        cp.put_writes(self.thread, ckpt, task, path, writes).await
+        cp.put_writes(self.scope, ckpt, task, path, writes).await
     }
 
     async fn flush(&mut self) -> Result<()> {
@@ -652,10 +652,10 @@ impl Persist<'_> {
         self.drain().await?;
         let Some(cp) = self.cp else { return Ok(()) };
         if let Some(rec) = self.exit_ckpt.take() {
-            cp.put(self.thread, rec).await?;
+            cp.put(self.scope, rec).await?;
         }
         for (c, t, p, w) in std::mem::take(&mut self.exit_writes) {
-            cp.put_writes(self.thread, &c, &t, &p, w).await?;
+            cp.put_writes(self.scope, &c, &t, &p, w).await?;
         }
         Ok(())
     }
@@ -821,9 +821,10 @@ pub(crate) async fn run(
     tx: Option<&UnboundedSender<Result<StreamItem>>>,
     modes: StreamModes,
 ) -> Result<RunOutcome> {
+    let scope = cfg.scope();
     let mut persist = Persist {
         cp,
-        thread: &cfg.thread_id,
+        scope: &scope,
         durability: cfg.durability,
         stored_head: None,
         exit_ckpt: None,
@@ -838,7 +839,7 @@ pub(crate) async fn run(
     if let (Some(_), Some((id, mut live))) = (cp, head) {
         // Invariant: the cached channels equal what restoring `id` from the store gives.
         live.stored.clone_from(&live.versions);
-        cache.put(&cfg.thread_id, id, live);
+        cache.put(&scope, id, live);
     }
     Ok(outcome)
 }
@@ -854,8 +855,9 @@ async fn run_inner(
     em: &Emitter<'_>,
 ) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
+    let scope = &cfg.scope();
     let saved = match cp {
-        Some(cp) => cp.get_tuple(thread, cfg.checkpoint_id.as_ref()).await?,
+        Some(cp) => cp.get_tuple(scope, cfg.checkpoint_id.as_ref()).await?,
         None => None,
     };
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
@@ -868,10 +870,10 @@ async fn run_inner(
     let mut dirty = false;
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
         Some(t) => (
-            match cache.get(thread, &t.checkpoint.id).filter(|_| !explicit) {
+            match cache.get(scope, &t.checkpoint.id).filter(|_| !explicit) {
                 Some(live) => live,
                 None => {
-                    Live::load(g, cp.ok_or(Error::NoCheckpointer)?, thread, &t.checkpoint).await?
+                    Live::load(g, cp.ok_or(Error::NoCheckpointer)?, scope, &t.checkpoint).await?
                 }
             },
             Some(t.checkpoint.id.clone()),
@@ -979,7 +981,7 @@ async fn run_inner(
         dirty = true;
         if replay {
             let newest = match cp {
-                Some(cp) => cp.get_tuple(thread, None).await?.map(|t| t.checkpoint.id),
+                Some(cp) => cp.get_tuple(scope, None).await?.map(|t| t.checkpoint.id),
                 None => None,
             };
             let direct =
@@ -1462,10 +1464,10 @@ fn error_message(e: &Error) -> String {
 pub(crate) async fn snapshot_of(
     g: &Graph,
     cp: &dyn Checkpointer,
-    thread: &ThreadId,
+    scope: &Scope,
     t: &CheckpointTuple,
 ) -> Result<StateSnapshot> {
-    let mut live = Live::load(g, cp, thread, &t.checkpoint).await?;
+    let mut live = Live::load(g, cp, scope, &t.checkpoint).await?;
     let mut null_ch = Vec::new();
     for w in t
         .pending_writes
@@ -1552,10 +1554,10 @@ pub(crate) async fn get_state(
     cfg: &RunConfig,
 ) -> Result<Option<StateSnapshot>> {
     match cp
-        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?
     {
-        Some(t) => snapshot_of(g, cp, &cfg.thread_id, &t).await.map(Some),
+        Some(t) => snapshot_of(g, cp, &cfg.scope(), &t).await.map(Some),
         None => Ok(None),
     }
 }
@@ -1566,8 +1568,8 @@ pub(crate) async fn history(
     cfg: &RunConfig,
 ) -> Result<Vec<StateSnapshot>> {
     let mut out = Vec::new();
-    for t in cp.list(&cfg.thread_id).await? {
-        out.push(snapshot_of(g, cp, &cfg.thread_id, &t).await?);
+    for t in cp.list(&cfg.scope()).await? {
+        out.push(snapshot_of(g, cp, &cfg.scope(), &t).await?);
     }
     Ok(out)
 }
@@ -1580,7 +1582,7 @@ pub(crate) async fn update_state(
     as_node: Option<NodeId>,
 ) -> Result<CheckpointId> {
     let saved = cp
-        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
         return Err(Error::CheckpointNotFound {
@@ -1590,7 +1592,7 @@ pub(crate) async fn update_state(
     }
     let (mut live, parent, step) = match &saved {
         Some(t) => (
-            Live::load(g, cp, &cfg.thread_id, &t.checkpoint).await?,
+            Live::load(g, cp, &cfg.scope(), &t.checkpoint).await?,
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step + 1,
         ),
@@ -1657,7 +1659,7 @@ pub(crate) async fn update_state(
     live.updated = Some(updated);
     let id = new_checkpoint_id();
     let rec = live.checkpoint_record(g, id.clone(), parent, step, Source::Update, false)?;
-    cp.put(&cfg.thread_id, rec).await?;
+    cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }
 

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use crate::checkpointer::{
-    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, PendingWrite, Source,
+    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, PendingWrite, Scope, Source,
 };
 use crate::error::{Error, Result};
-use crate::ids::{CheckpointId, TaskId, ThreadId};
+use crate::ids::{CheckpointId, TaskId};
 
 /// Adapts any [`cp::Saver`] (memory, SQLite, PostgreSQL) to the runtime.
 #[derive(Clone)]
@@ -160,10 +160,11 @@ fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
 impl Checkpointer for SaverCheckpointer {
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
-        let mut config = cp::CheckpointConfig::latest(thread.as_str());
+        let mut config =
+            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(id) = id {
             config = config.with_checkpoint_id(parse_id(id)?);
         }
@@ -175,10 +176,10 @@ impl Checkpointer for SaverCheckpointer {
             .transpose()
     }
 
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
         let query = cp::ListQuery {
-            thread_id: Some(cp::ThreadId::new(thread.as_str())),
-            checkpoint_ns: Some(cp::CheckpointNs::root()),
+            thread_id: Some(cp::ThreadId::new(scope.thread.as_str())),
+            checkpoint_ns: Some(cp::CheckpointNs::new(scope.ns.as_str())),
             ..cp::ListQuery::default()
         };
         self.saver
@@ -190,8 +191,9 @@ impl Checkpointer for SaverCheckpointer {
             .collect()
     }
 
-    async fn put(&self, thread: &ThreadId, rec: CheckpointRecord) -> Result<()> {
-        let mut config = cp::CheckpointConfig::latest(thread.as_str());
+    async fn put(&self, scope: &Scope, rec: CheckpointRecord) -> Result<()> {
+        let mut config =
+            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(parent) = &rec.parent {
             config = config.with_checkpoint_id(parse_id(parent)?);
         }
@@ -271,14 +273,15 @@ impl Checkpointer for SaverCheckpointer {
 
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
-        let config =
-            cp::CheckpointConfig::latest(thread.as_str()).with_checkpoint_id(parse_id(checkpoint)?);
+        let config = cp::CheckpointConfig::latest(scope.thread.as_str())
+            .with_ns(scope.ns.as_str())
+            .with_checkpoint_id(parse_id(checkpoint)?);
         let mut blobs = Vec::with_capacity(writes.len());
         for (ch, j) in &writes {
             blobs.push((
@@ -299,12 +302,13 @@ impl Checkpointer for SaverCheckpointer {
 
     async fn delta_history(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         channels: &[String],
     ) -> Result<BTreeMap<String, DeltaHistory>> {
-        let config =
-            cp::CheckpointConfig::latest(thread.as_str()).with_checkpoint_id(parse_id(checkpoint)?);
+        let config = cp::CheckpointConfig::latest(scope.thread.as_str())
+            .with_ns(scope.ns.as_str())
+            .with_checkpoint_id(parse_id(checkpoint)?);
         let names: Vec<cp::ChannelName> = channels
             .iter()
             .map(|c| cp::ChannelName::new(c.as_str()))

@@ -803,20 +803,20 @@ struct Gated {
 impl antler_graph::Checkpointer for Gated {
     async fn get_tuple(
         &self,
-        thread: &antler_graph::ThreadId,
+        thread: &antler_graph::Scope,
         id: Option<&antler_graph::CheckpointId>,
     ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
         self.inner.get_tuple(thread, id).await
     }
     async fn list(
         &self,
-        thread: &antler_graph::ThreadId,
+        thread: &antler_graph::Scope,
     ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
         self.inner.list(thread).await
     }
     async fn put(
         &self,
-        thread: &antler_graph::ThreadId,
+        thread: &antler_graph::Scope,
         rec: antler_graph::CheckpointRecord,
     ) -> antler_graph::Result<()> {
         if rec.step == self.step {
@@ -826,7 +826,7 @@ impl antler_graph::Checkpointer for Gated {
     }
     async fn put_writes(
         &self,
-        thread: &antler_graph::ThreadId,
+        thread: &antler_graph::Scope,
         checkpoint: &antler_graph::CheckpointId,
         task_id: &antler_graph::TaskId,
         task_path: &str,
@@ -838,7 +838,7 @@ impl antler_graph::Checkpointer for Gated {
     }
     async fn delta_history(
         &self,
-        thread: &antler_graph::ThreadId,
+        thread: &antler_graph::Scope,
         checkpoint: &antler_graph::CheckpointId,
         channels: &[String],
     ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {

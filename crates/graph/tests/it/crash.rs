@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use antler_graph::{
     CheckpointId, CheckpointRecord, CheckpointTuple, Checkpointer, CompiledGraph, Durability,
-    Input, Result, RunConfig, SaverCheckpointer, State, TaskId, ThreadId, Update,
+    Input, Result, RunConfig, SaverCheckpointer, State, TaskId, Update,
 };
 use serde_json::Value as Json;
 
@@ -56,30 +56,30 @@ impl Announcing {
 impl Checkpointer for Announcing {
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        thread: &antler_graph::Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
         self.0.get_tuple(thread, id).await
     }
     async fn delta_history(
         &self,
-        thread: &ThreadId,
+        thread: &antler_graph::Scope,
         checkpoint: &CheckpointId,
         channels: &[String],
     ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
         self.0.delta_history(thread, checkpoint, channels).await
     }
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+    async fn list(&self, thread: &antler_graph::Scope) -> Result<Vec<CheckpointTuple>> {
         self.0.list(thread).await
     }
-    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
+    async fn put(&self, thread: &antler_graph::Scope, checkpoint: CheckpointRecord) -> Result<()> {
         self.0.put(thread, checkpoint).await?;
         self.announce("put");
         Ok(())
     }
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        thread: &antler_graph::Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
