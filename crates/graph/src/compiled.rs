@@ -761,7 +761,7 @@ impl CompiledGraph {
     pub async fn invoke(&self, input: impl Into<Input>, config: &RunConfig) -> Result<RunOutcome> {
         crate::run::run(
             &self.g,
-            self.cp.as_deref(),
+            self.cp.as_ref(),
             &self.cache,
             input.into(),
             config,
@@ -786,7 +786,7 @@ impl CompiledGraph {
         let fut = async move {
             let r = crate::run::run(
                 &this.g,
-                this.cp.as_deref(),
+                this.cp.as_ref(),
                 &this.cache,
                 input,
                 &config,

@@ -44,6 +44,7 @@ mod run;
 mod saver;
 mod schema;
 mod state;
+mod subgraph;
 mod types;
 
 pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};

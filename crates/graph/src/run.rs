@@ -814,13 +814,18 @@ enum TaskResult {
 /// Runs one call on a thread.
 pub(crate) async fn run(
     g: &Graph,
-    cp: Option<&dyn Checkpointer>,
+    cp_arc: Option<&Arc<dyn Checkpointer>>,
     cache: &crate::compiled::HotCache,
     input: Input,
     cfg: &RunConfig,
     tx: Option<&UnboundedSender<Result<StreamItem>>>,
     modes: StreamModes,
 ) -> Result<RunOutcome> {
+    let cp: Option<&dyn Checkpointer> = cp_arc.map(|a| a.as_ref());
+    let info = Arc::new(crate::types::RunInfo {
+        cp: cp_arc.cloned(),
+        cfg: cfg.clone(),
+    });
     let scope = cfg.scope();
     let mut persist = Persist {
         cp,
@@ -832,7 +837,7 @@ pub(crate) async fn run(
         inflight: None,
     };
     let em = Emitter { tx, modes };
-    let r = run_inner(g, cp, cache, input, cfg, &mut persist, &em).await;
+    let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
     // Exit durability: persist on every exit path (normal, error, interrupt).
     persist.flush().await?;
     let (outcome, head) = r?;
@@ -845,9 +850,11 @@ pub(crate) async fn run(
 }
 
 #[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_arguments)]
 async fn run_inner(
     g: &Graph,
     cp: Option<&dyn Checkpointer>,
+    info: &Arc<crate::types::RunInfo>,
     cache: &crate::compiled::HotCache,
     input: Input,
     cfg: &RunConfig,
@@ -1088,6 +1095,7 @@ async fn run_inner(
             step,
             &ck,
             persist,
+            info,
         )
         .await?;
 
@@ -1274,6 +1282,7 @@ async fn execute(
     step: i64,
     ck: &CheckpointId,
     persist: &mut Persist<'_>,
+    info: &Arc<crate::types::RunInfo>,
 ) -> Result<()> {
     let mut set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)> =
         tokio::task::JoinSet::new();
@@ -1295,7 +1304,13 @@ async fn execute(
                     node: spec.id.clone(),
                     task_id: t.id.clone(),
                     step,
-                    ns: format!("{}:{}", spec.id, t.id),
+                    ns: if info.cfg.checkpoint_ns.is_empty() {
+                        format!("{}:{}", spec.id, t.id)
+                    } else {
+                        format!("{}|{}:{}", info.cfg.checkpoint_ns, spec.id, t.id)
+                    },
+                    run: info.clone(),
+                    parent_schema: g.schema.clone(),
                     resume: Mutex::new(ResumeState {
                         answers: saved_answers(pending, &t.id),
                         counter: 0,

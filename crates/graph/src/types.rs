@@ -199,7 +199,15 @@ pub(crate) struct SharedResume {
     pub(crate) map: HashMap<InterruptId, Json>,
 }
 
+/// What a task knows about the run it belongs to (subgraph nodes run in the same thread and store).
+pub(crate) struct RunInfo {
+    pub(crate) cp: Option<Arc<dyn crate::checkpointer::Checkpointer>>,
+    pub(crate) cfg: crate::compiled::RunConfig,
+}
+
 pub(crate) struct TaskCtx {
+    pub(crate) run: Arc<RunInfo>,
+    pub(crate) parent_schema: Arc<crate::schema::Schema>,
     pub(crate) node: NodeId,
     pub(crate) task_id: TaskId,
     pub(crate) step: i64,
@@ -280,6 +288,11 @@ impl Context {
                 node: self.inner.node.clone(),
             }))),
         }
+    }
+
+    /// The task's checkpoint namespace (`<node>:<task id>`, prefixed by the enclosing namespaces).
+    pub fn checkpoint_ns(&self) -> &str {
+        &self.inner.ns
     }
 
     /// Emits a custom stream event (delivered with the step's events).

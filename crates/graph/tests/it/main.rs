@@ -7,4 +7,5 @@ mod crash;
 mod delta;
 mod reference_traces;
 mod streaming;
+mod subgraph;
 mod traces;
