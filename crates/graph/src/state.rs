@@ -130,6 +130,11 @@ impl Update {
     pub fn channels(&self) -> impl Iterator<Item = &str> {
         self.writes.iter().map(|w| &*w.channel)
     }
+    /// Appends all of `other`'s writes after this update's, keeping their order
+    /// (for code that combines the updates of several sub-results into one task's writes).
+    pub fn extend(&mut self, other: Update) {
+        self.writes.extend(other.writes);
+    }
 }
 
 impl fmt::Debug for Update {

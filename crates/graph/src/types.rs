@@ -126,6 +126,20 @@ impl Command {
         self.to_parent = true;
         self
     }
+    /// The state writes.
+    pub fn updates(&self) -> &Update {
+        &self.update
+    }
+    /// The goto targets, in order.
+    pub fn gotos(&self) -> &[Goto] {
+        &self.goto
+    }
+    /// Splits a node's command into its writes and goto targets (for code that
+    /// combines several sub-results into one task's command); resume and
+    /// parent addressing only make sense on a graph input or a subgraph's own result.
+    pub fn into_update_and_gotos(self) -> (Update, Vec<Goto>) {
+        (self.update, self.goto)
+    }
 }
 
 impl From<Update> for Command {

@@ -1,0 +1,4 @@
+//! Integration tests of `antler-middleware`.
+
+mod dispatch;
+mod order;
