@@ -48,6 +48,8 @@ mod ids;
 mod memory;
 pub mod mode;
 pub mod model;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod saver;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -67,6 +69,8 @@ pub use model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource,
     CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresSaver};
 pub use saver::Saver;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteSaver};

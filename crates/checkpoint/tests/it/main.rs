@@ -2,4 +2,5 @@
 //! corruption and format tests. One binary, one module per area.
 
 mod memory;
+mod postgres;
 mod sqlite;
