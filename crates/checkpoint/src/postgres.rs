@@ -822,6 +822,18 @@ impl PostgresSaver {
     }
 }
 
+impl PostgresSaver {
+    /// Drops the saver's schema and everything in it (`DROP SCHEMA … CASCADE`); for tests and benchmarks.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL failure.
+    pub async fn drop_schema(self) -> Result<()> {
+        let b = &self.engine.backend;
+        let c = b.client("dropping schema").await?;
+        c.batch_execute(&b.sql("DROP SCHEMA IF EXISTS {s} CASCADE")).await.map_err(pg_err("postgres: dropping schema"))
+    }
+}
+
 impl PgBackend {
     async fn migrate(&self) -> Result<()> {
         let mut c = self.client("migrating").await?;
