@@ -830,7 +830,9 @@ impl PostgresSaver {
     pub async fn drop_schema(self) -> Result<()> {
         let b = &self.engine.backend;
         let c = b.client("dropping schema").await?;
-        c.batch_execute(&b.sql("DROP SCHEMA IF EXISTS {s} CASCADE")).await.map_err(pg_err("postgres: dropping schema"))
+        c.batch_execute(&b.sql("DROP SCHEMA IF EXISTS {s} CASCADE"))
+            .await
+            .map_err(pg_err("postgres: dropping schema"))
     }
 }
 

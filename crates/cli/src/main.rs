@@ -15,7 +15,12 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["bench", "write-amp", rest @ ..] => match write_amp::Options::parse(rest) {
             Ok(None) => {
                 println!("{}", write_amp::USAGE);

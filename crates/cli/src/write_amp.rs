@@ -23,7 +23,8 @@ use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-pub(crate) const USAGE: &str = "usage: antler bench write-amp --saver memory|sqlite|postgres --mode full|delta \
+pub(crate) const USAGE: &str =
+    "usage: antler bench write-amp --saver memory|sqlite|postgres --mode full|delta \
 [--snapshot-frequency F] [--turns T] [--db PATH_OR_URL] [--json]
 
 Runs the write-amplification workload (shared/bench/write-amp.md) against one saver.
@@ -33,9 +34,9 @@ or PostgreSQL URL (default: $DATABASE_URL; a temporary schema is created and dro
 With --json the last stdout line is one JSON object with the metrics.";
 
 const WORDS: [&str; 26] = [
-    "alfa", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett", "kilo", "lima", "mike",
-    "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee",
-    "zulu",
+    "alfa", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
 ];
 
 /// The workload's message text: exactly 400 ASCII characters.
@@ -92,7 +93,11 @@ impl Options {
         };
         let mut it = args.iter();
         while let Some(&arg) = it.next() {
-            let mut value = || it.next().copied().ok_or_else(|| format!("{arg} needs a value"));
+            let mut value = || {
+                it.next()
+                    .copied()
+                    .ok_or_else(|| format!("{arg} needs a value"))
+            };
             match arg {
                 "--help" | "-h" => return Ok(None),
                 "--json" => o.json = true,
@@ -104,12 +109,20 @@ impl Options {
                         other => return Err(format!("unknown saver {other:?}")),
                     }
                 }
-                "--mode" => o.mode = ChannelMode::parse(value()?).ok_or("mode must be full or delta")?,
+                "--mode" => {
+                    o.mode = ChannelMode::parse(value()?).ok_or("mode must be full or delta")?
+                }
                 "--snapshot-frequency" => {
-                    let n: u32 = value()?.parse().map_err(|_| "snapshot frequency must be a positive integer")?;
+                    let n: u32 = value()?
+                        .parse()
+                        .map_err(|_| "snapshot frequency must be a positive integer")?;
                     o.frequency = SnapshotFrequency::new(n).map_err(|e| e.to_string())?;
                 }
-                "--turns" => o.turns = value()?.parse().map_err(|_| "turns must be a positive integer")?,
+                "--turns" => {
+                    o.turns = value()?
+                        .parse()
+                        .map_err(|_| "turns must be a positive integer")?
+                }
                 "--db" => o.db = Some(value()?.to_owned()),
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -122,7 +135,10 @@ impl Options {
 
     fn store_config(&self) -> StoreConfig {
         match self.mode {
-            ChannelMode::Full => StoreConfig { snapshot_frequency: self.frequency, ..StoreConfig::full() },
+            ChannelMode::Full => StoreConfig {
+                snapshot_frequency: self.frequency,
+                ..StoreConfig::full()
+            },
             ChannelMode::Delta => StoreConfig::delta(self.frequency),
         }
     }
@@ -142,17 +158,32 @@ impl Store {
             SaverKind::Sqlite => {
                 let (path, temporary) = match &o.db {
                     Some(p) => (PathBuf::from(p), false),
-                    None => (std::env::temp_dir().join(format!("antler-write-amp-{}.db", uuid::Uuid::new_v4().simple())), true),
+                    None => (
+                        std::env::temp_dir().join(format!(
+                            "antler-write-amp-{}.db",
+                            uuid::Uuid::new_v4().simple()
+                        )),
+                        true,
+                    ),
                 };
-                Store::Sqlite(SqliteSaver::open(&path, o.store_config()).await?, path, temporary)
+                Store::Sqlite(
+                    SqliteSaver::open(&path, o.store_config()).await?,
+                    path,
+                    temporary,
+                )
             }
             SaverKind::Postgres => {
                 let url = match &o.db {
                     Some(u) => u.clone(),
-                    None => std::env::var("DATABASE_URL").map_err(|_| "postgres needs --db URL or DATABASE_URL")?,
+                    None => std::env::var("DATABASE_URL")
+                        .map_err(|_| "postgres needs --db URL or DATABASE_URL")?,
                 };
-                let options = PostgresOptions::new(url).with_schema(format!("antler_bench_{}", uuid::Uuid::new_v4().simple()));
-                Store::Postgres(PostgresSaver::connect(options.clone(), o.store_config()).await?, options)
+                let options = PostgresOptions::new(url)
+                    .with_schema(format!("antler_bench_{}", uuid::Uuid::new_v4().simple()));
+                Store::Postgres(
+                    PostgresSaver::connect(options.clone(), o.store_config()).await?,
+                    options,
+                )
             }
         })
     }
@@ -178,15 +209,24 @@ impl Store {
         Ok(match self {
             Store::Memory(_) => None,
             Store::Sqlite(_, path, _) => Some(Box::new(SqliteSaver::open(path, config).await?)),
-            Store::Postgres(_, options) => Some(Box::new(PostgresSaver::connect(options.clone(), config).await?)),
+            Store::Postgres(_, options) => Some(Box::new(
+                PostgresSaver::connect(options.clone(), config).await?,
+            )),
         })
     }
 
-    async fn close(self, extra: &mut serde_json::Map<String, serde_json::Value>, thread: &ThreadId) -> Result<(), BoxError> {
+    async fn close(
+        self,
+        extra: &mut serde_json::Map<String, serde_json::Value>,
+        thread: &ThreadId,
+    ) -> Result<(), BoxError> {
         match self {
             Store::Memory(_) => {}
             Store::Sqlite(s, path, temporary) => {
-                extra.insert("sqlite_file_bytes_after_vacuum".into(), json!(s.vacuum().await?));
+                extra.insert(
+                    "sqlite_file_bytes_after_vacuum".into(),
+                    json!(s.vacuum().await?),
+                );
                 drop(s);
                 if temporary {
                     for suffix in ["", "-wal", "-shm"] {
@@ -197,7 +237,10 @@ impl Store {
                 }
             }
             Store::Postgres(s, _) => {
-                extra.insert("pg_column_size_bytes".into(), json!(s.pg_column_bytes(thread).await?));
+                extra.insert(
+                    "pg_column_size_bytes".into(),
+                    json!(s.pg_column_bytes(thread).await?),
+                );
                 s.drop_schema().await?;
             }
         }
@@ -224,16 +267,34 @@ const MESSAGES: &str = "messages";
 const START: &str = "__start__";
 
 /// One materialisation of the head: the value and how many writes were replayed.
-async fn get_state(saver: &dyn Saver, thread: &ThreadId, o: &Options) -> Result<(Vec<Message>, usize), BoxError> {
-    let tuple = saver.get_tuple(&CheckpointConfig::latest(thread.clone())).await?.ok_or("no head checkpoint")?;
+async fn get_state(
+    saver: &dyn Saver,
+    thread: &ThreadId,
+    o: &Options,
+) -> Result<(Vec<Message>, usize), BoxError> {
+    let tuple = saver
+        .get_tuple(&CheckpointConfig::latest(thread.clone()))
+        .await?
+        .ok_or("no head checkpoint")?;
     materialize(saver, &tuple, o).await
 }
 
-async fn materialize(saver: &dyn Saver, tuple: &antler::checkpoint::CheckpointTuple, o: &Options) -> Result<(Vec<Message>, usize), BoxError> {
+async fn materialize(
+    saver: &dyn Saver,
+    tuple: &antler::checkpoint::CheckpointTuple,
+    o: &Options,
+) -> Result<(Vec<Message>, usize), BoxError> {
     match o.mode {
         ChannelMode::Full => {
-            let blob = tuple.checkpoint.channel_values.get(MESSAGES).ok_or("full-mode head has no messages value")?;
-            Ok((delta::decode_messages_value(blob, &tuple.config.thread_id, tuple.checkpoint.id)?, 0))
+            let blob = tuple
+                .checkpoint
+                .channel_values
+                .get(MESSAGES)
+                .ok_or("full-mode head has no messages value")?;
+            Ok((
+                delta::decode_messages_value(blob, &tuple.config.thread_id, tuple.checkpoint.id)?,
+                0,
+            ))
         }
         ChannelMode::Delta => {
             let m = delta::materialize(saver, tuple, MESSAGES, o.frequency).await?;
@@ -257,7 +318,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -267,11 +332,16 @@ fn median(v: &[f64]) -> f64 {
 }
 
 pub(crate) fn run(o: &Options) -> Result<(), BoxError> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(run_async(o))
 }
 
-#[expect(clippy::too_many_lines, reason = "one linear benchmark script reads best top to bottom")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear benchmark script reads best top to bottom"
+)]
 async fn run_async(o: &Options) -> Result<(), BoxError> {
     let store = Store::open(o).await?;
     let saver = store.saver();
@@ -315,23 +385,33 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         let v = ChannelVersion::new(max_version);
         versions.insert(start.clone(), v);
         let mut cp = Checkpoint::empty();
-        cp.channel_values.insert(start.clone(), Blob::json(&json!({}))?);
+        cp.channel_values
+            .insert(start.clone(), Blob::json(&json!({}))?);
         let mut new_versions: ChannelVersions = [(start.clone(), v)].into();
         if let Live::Delta(d) = &mut live {
             if d.on_checkpoint(false).is_snapshot() {
                 // A snapshot-only version bump, so the saver stores the blob.
                 versions.insert(messages.clone(), v);
                 new_versions.insert(messages.clone(), v);
-                cp.channel_values.insert(messages.clone(), d.snapshot_blob()?);
+                cp.channel_values
+                    .insert(messages.clone(), d.snapshot_blob()?);
                 snapshots += 1;
             }
         }
         cp.channel_versions = versions.clone();
         if let Some(s) = seen_start {
-            cp.versions_seen.entry(NodeName::new("turn")).or_default().insert(start.clone(), s);
+            cp.versions_seen
+                .entry(NodeName::new("turn"))
+                .or_default()
+                .insert(start.clone(), s);
         }
         cp.updated_channels = Some(vec![start.clone()]);
-        let mut meta = CheckpointMetadata { source: Some(CheckpointSource::Input), step, run_id: Some(run_id.clone()), ..Default::default() };
+        let mut meta = CheckpointMetadata {
+            source: Some(CheckpointSource::Input),
+            step,
+            run_id: Some(run_id.clone()),
+            ..Default::default()
+        };
         counters_meta(&mut meta, &live);
         let input = saver.put(&head, cp, meta, &new_versions).await?;
         step += 1;
@@ -349,7 +429,14 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
             ChannelMode::Delta => DeltaWrite::from(turn_messages.clone()).to_blob()?,
         };
         let task_id = TaskId::new(uuid::Uuid::new_v4().to_string());
-        saver.put_writes(&input, vec![(messages.clone(), write_blob)], &task_id, &TaskPath::new("~__pregel_pull, turn")).await?;
+        saver
+            .put_writes(
+                &input,
+                vec![(messages.clone(), write_blob)],
+                &task_id,
+                &TaskPath::new("~__pregel_pull, turn"),
+            )
+            .await?;
 
         // 3. The barrier: apply the step's writes.
         match &mut live {
@@ -370,21 +457,31 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         versions.insert(start.clone(), v2);
         let mut cp = Checkpoint::empty();
         cp.channel_versions = versions.clone();
-        cp.versions_seen.entry(NodeName::new("turn")).or_default().insert(start.clone(), v);
+        cp.versions_seen
+            .entry(NodeName::new("turn"))
+            .or_default()
+            .insert(start.clone(), v);
         cp.updated_channels = Some(vec![messages.clone()]);
         let new_versions: ChannelVersions = [(messages.clone(), v2), (start.clone(), v2)].into();
         match &mut live {
             Live::Full(list) => {
-                cp.channel_values.insert(messages.clone(), Blob::json(list)?);
+                cp.channel_values
+                    .insert(messages.clone(), Blob::json(list)?);
             }
             Live::Delta(d) => {
                 if d.on_checkpoint(true).is_snapshot() {
-                    cp.channel_values.insert(messages.clone(), d.snapshot_blob()?);
+                    cp.channel_values
+                        .insert(messages.clone(), d.snapshot_blob()?);
                     snapshots += 1;
                 }
             }
         }
-        let mut meta = CheckpointMetadata { source: Some(CheckpointSource::Loop), step, run_id: Some(run_id), ..Default::default() };
+        let mut meta = CheckpointMetadata {
+            source: Some(CheckpointSource::Loop),
+            step,
+            run_id: Some(run_id),
+            ..Default::default()
+        };
         counters_meta(&mut meta, &live);
         head = saver.put(&input, cp, meta, &new_versions).await?;
         step += 1;
@@ -432,7 +529,12 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     }
     // Replay depth over the last two snapshot cycles (the pattern repeats every F turns).
     let window = (4 * o.frequency.get() as usize + 4).min(2 * o.turns);
-    let recent = saver.list(&ListQuery { limit: Some(window), ..ListQuery::thread(thread.clone()) }).await?;
+    let recent = saver
+        .list(&ListQuery {
+            limit: Some(window),
+            ..ListQuery::thread(thread.clone())
+        })
+        .await?;
     let mut max_replayed = 0;
     for tuple in &recent {
         let (_, replayed) = materialize(saver, tuple, o).await?;
@@ -450,7 +552,10 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     out.insert("turns".into(), json!(o.turns));
     out.insert("persisted_bytes".into(), json!(persisted));
     out.insert("new_data_bytes".into(), json!(new_data_bytes));
-    out.insert("amplification".into(), json!(persisted as f64 / new_data_bytes.max(1) as f64));
+    out.insert(
+        "amplification".into(),
+        json!(persisted as f64 / new_data_bytes.max(1) as f64),
+    );
     out.insert("bytes_per_turn_mean".into(), json!(mean(&growth)));
     out.insert("bytes_per_turn_median".into(), json!(median(&growth)));
     out.insert("invoke_ms_mean".into(), json!(mean(&invoke_ms)));
@@ -474,8 +579,14 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
             "rows": stats.rows,
         }),
     );
-    out.insert("compression".into(), json!("none (payload bytes are uncompressed)"));
-    out.insert("driver".into(), json!("saver-direct: the workload's checkpoint/write sequence, without the graph runtime"));
+    out.insert(
+        "compression".into(),
+        json!("none (payload bytes are uncompressed)"),
+    );
+    out.insert(
+        "driver".into(),
+        json!("saver-direct: the workload's checkpoint/write sequence, without the graph runtime"),
+    );
     store.close(&mut out, &thread).await?;
     let line = serde_json::Value::Object(out);
     if o.json {
