@@ -864,11 +864,14 @@ impl<B: Backend> Engine<B> {
                     if let Some(list) = walk.writes.get_mut(&c) {
                         list.push(chunk);
                     }
-                    if let Some(v) = d.checkpoint.channel_versions.get(&c) {
-                        if let Some(bytes) = blobs.get(&(c.clone(), *v)) {
-                            walk.seeds.insert(c.clone(), (d.row.id, bytes.clone()));
-                            remaining.remove(&c);
-                        }
+                    if let Some(bytes) = d
+                        .checkpoint
+                        .channel_versions
+                        .get(&c)
+                        .and_then(|v| blobs.get(&(c.clone(), *v)))
+                    {
+                        walk.seeds.insert(c.clone(), (d.row.id, bytes.clone()));
+                        remaining.remove(&c);
                     }
                 }
                 if remaining.is_empty() {

@@ -20,11 +20,13 @@ use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
 type CpKey = (ThreadId, CheckpointNs, CheckpointId);
 type BlobKey = (ThreadId, CheckpointNs, ChannelName, ChannelVersion);
 type WriteKey = (ThreadId, CheckpointNs, CheckpointId, TaskId, i64);
+/// Parent, record, metadata.
+type CpValue = (Option<CheckpointId>, Vec<u8>, Vec<u8>);
 
 #[derive(Default, Clone)]
 struct Tables {
     config: Option<(ChannelMode, SnapshotFrequency)>,
-    checkpoints: BTreeMap<CpKey, (Option<CheckpointId>, Vec<u8>, Vec<u8>)>,
+    checkpoints: BTreeMap<CpKey, CpValue>,
     blobs: BTreeMap<BlobKey, Vec<u8>>,
     writes: BTreeMap<WriteKey, (ChannelName, TaskPath, Vec<u8>)>,
     messages: BTreeMap<(ThreadId, u64), Vec<u8>>,
@@ -45,7 +47,7 @@ impl MemoryBackend {
     }
 }
 
-fn row(k: &CpKey, v: &(Option<CheckpointId>, Vec<u8>, Vec<u8>)) -> CheckpointRow {
+fn row(k: &CpKey, v: &CpValue) -> CheckpointRow {
     CheckpointRow {
         thread_id: k.0.clone(),
         ns: k.1.clone(),
@@ -111,7 +113,7 @@ impl Backend for MemoryBackend {
             })
             .map(|(k, v)| row(k, v))
             .collect();
-        rows.sort_by(|a, b| b.id.cmp(&a.id));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.id));
         Ok(rows)
     }
 
@@ -434,8 +436,10 @@ pub struct MemorySaver {
 impl MemorySaver {
     /// An empty store recording `config`.
     pub fn new(config: StoreConfig) -> Self {
-        let mut tables = Tables::default();
-        tables.config = Some((config.mode, config.snapshot_frequency));
+        let tables = Tables {
+            config: Some((config.mode, config.snapshot_frequency)),
+            ..Tables::default()
+        };
         // Opening a fresh map never waits and never fails: the engine only reads the config back.
         let backend = MemoryBackend {
             tables: Mutex::new(tables),

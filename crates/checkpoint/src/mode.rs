@@ -169,8 +169,7 @@ impl StoreConfig {
         let migrating = mode == ChannelMode::Full
             && self.mode == ChannelMode::Delta
             && self.migrate_full_to_delta;
-        if (mode != self.mode && !migrating) || (frequency != self.snapshot_frequency && !migrating)
-        {
+        if !migrating && (mode != self.mode || frequency != self.snapshot_frequency) {
             return Err(Error::StoreConfigMismatch {
                 stored_mode: mode,
                 stored_frequency: frequency,

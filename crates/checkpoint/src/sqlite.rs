@@ -118,12 +118,10 @@ impl SqliteBackend {
     }
 }
 
-fn read_row(
-    thread: &str,
-    ns: &str,
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String)> {
-    let _ = (thread, ns);
+/// Id, parent, record, metadata, thread, namespace.
+type RawRow = (Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String);
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
     Ok((
         r.get(0)?,
         r.get(1)?,
@@ -133,8 +131,6 @@ fn read_row(
         r.get(5)?,
     ))
 }
-
-type RawRow = (Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String);
 
 fn to_row(raw: RawRow) -> Result<CheckpointRow> {
     let (id, parent, record, metadata, thread, ns) = raw;
@@ -243,10 +239,10 @@ impl Backend for SqliteBackend {
             let raw = match id {
                 Some(id) => c
                     .prepare_cached(&format!("SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"))
-                    .and_then(|mut s| s.query_row(params![thread, ns, id_bytes(id)], |r| read_row(&thread, &ns, r)).optional()),
+                    .and_then(|mut s| s.query_row(params![thread, ns, id_bytes(id)], read_row).optional()),
                 None => c
                     .prepare_cached(&format!("SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 ORDER BY checkpoint_id DESC LIMIT 1"))
-                    .and_then(|mut s| s.query_row(params![thread, ns], |r| read_row(&thread, &ns, r)).optional()),
+                    .and_then(|mut s| s.query_row(params![thread, ns], read_row).optional()),
             }
             .map_err(sql_err(ctx))?;
             raw.map(to_row).transpose()
@@ -268,7 +264,7 @@ impl Backend for SqliteBackend {
                 ))
                 .map_err(sql_err("sqlite: listing checkpoints"))?;
             let rows = stmt
-                .query_map(params![thread, ns, before.map(id_bytes)], |r| read_row("", "", r))
+                .query_map(params![thread, ns, before.map(id_bytes)], read_row)
                 .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
                 .map_err(sql_err("sqlite: listing checkpoints"))?;
             rows.into_iter().map(to_row).collect()
@@ -300,7 +296,7 @@ impl Backend for SqliteBackend {
                 )
                 .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
             let rows = stmt
-                .query_map(params![thread, ns, id_bytes(start), max], |r| read_row("", "", r))
+                .query_map(params![thread, ns, id_bytes(start), max], read_row)
                 .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
                 .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
             rows.into_iter().map(to_row).collect()
