@@ -4,7 +4,7 @@
 //! Only the `full → delta` direction is supported: a delta-mode process reads
 //! legacy full checkpoints (the old plain value seeds the delta channel), but a
 //! full-mode process that meets a delta checkpoint fails with
-//! [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch),
+//! [`Error::CheckpointModeMismatch`],
 //! whose text contains `requires delta mode`, instead of showing an empty or
 //! partial state.
 

@@ -388,8 +388,10 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         cp.channel_values
             .insert(start.clone(), Blob::json(&json!({}))?);
         let mut new_versions: ChannelVersions = [(start.clone(), v)].into();
-        if let Live::Delta(d) = &mut live {
-            if d.on_checkpoint(false).is_snapshot() {
+        if let Live::Delta(d) = &mut live
+            && d.on_checkpoint(false).is_snapshot()
+        {
+            {
                 // A snapshot-only version bump, so the saver stores the blob.
                 versions.insert(messages.clone(), v);
                 new_versions.insert(messages.clone(), v);
@@ -517,10 +519,10 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         let began = Instant::now();
         let (value, replayed) = get_state(s, &thread, o).await?;
         cold.push(began.elapsed().as_secs_f64() * 1e3);
-        if i == 0 {
-            if let (Some(b), Some(p)) = (before, rss_kib("VmHWM:")) {
-                peak_bytes = p.saturating_sub(b) * 1024;
-            }
+        if i == 0
+            && let (Some(b), Some(p)) = (before, rss_kib("VmHWM:"))
+        {
+            peak_bytes = p.saturating_sub(b) * 1024;
         }
         head_replayed = replayed;
         if value.as_slice() != live.value() {
