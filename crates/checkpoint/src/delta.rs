@@ -123,22 +123,49 @@ impl DeltaWrite {
     }
 }
 
+/// Lists at least this long are decoded on two threads: deserialising a message (through
+/// `serde_json::Value`) dominates a cold read of a long thread.
+const PARALLEL_DECODE_MIN: usize = 1024;
+
 fn decode_items(
     items: &[Arc<[u8]>],
     thread_id: &ThreadId,
     checkpoint_id: CheckpointId,
 ) -> Result<Vec<Message>> {
-    items
-        .iter()
-        .map(|item| {
-            serde_json::from_slice::<Message>(item).map_err(|source| Error::Serialization {
-                thread_id: thread_id.clone(),
-                checkpoint_id,
-                what: "stored message".into(),
-                source,
+    let decode = |chunk: &[Arc<[u8]>]| -> Result<Vec<Message>> {
+        chunk
+            .iter()
+            .map(|item| {
+                serde_json::from_slice::<Message>(item).map_err(|source| Error::Serialization {
+                    thread_id: thread_id.clone(),
+                    checkpoint_id,
+                    what: "stored message".into(),
+                    source,
+                })
             })
-        })
-        .collect()
+            .collect()
+    };
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(4);
+    if items.len() < PARALLEL_DECODE_MIN || workers < 2 {
+        return decode(items);
+    }
+    let chunk = items.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .skip(1)
+            .map(|c| scope.spawn(move || decode(c)))
+            .collect();
+        let mut out = decode(&items[..chunk.min(items.len())])?;
+        for h in handles {
+            // A panic in a decoder thread is a bug in serde, not bad input: surface it.
+            let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+            out.extend(part);
+        }
+        Ok(out)
+    })
 }
 
 /// Decodes a stored value of the messages channel: a snapshot/message list, a legacy

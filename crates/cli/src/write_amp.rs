@@ -267,40 +267,63 @@ const MESSAGES: &str = "messages";
 const START: &str = "__start__";
 
 /// One materialisation of the head: the value and how many writes were replayed.
+/// One read of the head state: the value, the writes replayed, and the milliseconds spent
+/// in the saver (fetching rows and walking history) before decoding and replay.
+struct StateRead {
+    value: Vec<Message>,
+    replayed: usize,
+    storage_ms: f64,
+}
+
 async fn get_state(
     saver: &dyn Saver,
     thread: &ThreadId,
     o: &Options,
-) -> Result<(Vec<Message>, usize), BoxError> {
+) -> Result<StateRead, BoxError> {
+    let began = Instant::now();
     let tuple = saver
         .get_tuple(&CheckpointConfig::latest(thread.clone()))
         .await?
         .ok_or("no head checkpoint")?;
-    materialize(saver, &tuple, o).await
+    materialize_timed(saver, &tuple, o, began).await
 }
 
 async fn materialize(
     saver: &dyn Saver,
     tuple: &antler::checkpoint::CheckpointTuple,
     o: &Options,
-) -> Result<(Vec<Message>, usize), BoxError> {
-    match o.mode {
-        ChannelMode::Full => {
-            let blob = tuple
-                .checkpoint
-                .channel_values
-                .get(MESSAGES)
-                .ok_or("full-mode head has no messages value")?;
-            Ok((
-                delta::decode_messages_value(blob, &tuple.config.thread_id, tuple.checkpoint.id)?,
-                0,
-            ))
-        }
-        ChannelMode::Delta => {
-            let m = delta::materialize(saver, tuple, MESSAGES, o.frequency).await?;
-            Ok((m.channel.into_value(), m.replayed_writes))
-        }
+) -> Result<StateRead, BoxError> {
+    materialize_timed(saver, tuple, o, Instant::now()).await
+}
+
+async fn materialize_timed(
+    saver: &dyn Saver,
+    tuple: &antler::checkpoint::CheckpointTuple,
+    o: &Options,
+    began: Instant,
+) -> Result<StateRead, BoxError> {
+    let (thread, cp) = (&tuple.config.thread_id, tuple.checkpoint.id);
+    let stored = tuple.checkpoint.channel_values.get(MESSAGES);
+    if o.mode == ChannelMode::Full || stored.is_some() {
+        let storage_ms = began.elapsed().as_secs_f64() * 1e3;
+        let blob = stored.ok_or("the head has no messages value")?;
+        return Ok(StateRead {
+            value: delta::decode_messages_value(blob, thread, cp)?,
+            replayed: 0,
+            storage_ms,
+        });
     }
+    let mut histories = saver
+        .delta_channel_history(&tuple.config, &[ChannelName::new(MESSAGES)])
+        .await?;
+    let storage_ms = began.elapsed().as_secs_f64() * 1e3;
+    let history = histories.remove(MESSAGES).unwrap_or_default();
+    let channel = DeltaMessages::restore(o.frequency, &history, thread, cp)?;
+    Ok(StateRead {
+        value: channel.into_value(),
+        replayed: history.writes.len(),
+        storage_ms,
+    })
 }
 
 fn rss_kib(field: &str) -> Option<u64> {
@@ -391,14 +414,12 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         if let Live::Delta(d) = &mut live
             && d.on_checkpoint(false).is_snapshot()
         {
-            {
-                // A snapshot-only version bump, so the saver stores the blob.
-                versions.insert(messages.clone(), v);
-                new_versions.insert(messages.clone(), v);
-                cp.channel_values
-                    .insert(messages.clone(), d.snapshot_blob()?);
-                snapshots += 1;
-            }
+            // A snapshot-only version bump, so the saver stores the blob.
+            versions.insert(messages.clone(), v);
+            new_versions.insert(messages.clone(), v);
+            cp.channel_values
+                .insert(messages.clone(), d.snapshot_blob()?);
+            snapshots += 1;
         }
         cp.channel_versions = versions.clone();
         if let Some(s) = seen_start {
@@ -498,14 +519,15 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     let mut warm = Vec::new();
     for _ in 0..20 {
         let began = Instant::now();
-        let (value, _) = get_state(saver, &thread, o).await?;
+        let read = get_state(saver, &thread, o).await?;
         warm.push(began.elapsed().as_secs_f64() * 1e3);
-        if value.as_slice() != live.value() {
+        if read.value.as_slice() != live.value() {
             return Err("warm get_state differs from the live state".into());
         }
     }
     // get_state, cold: a freshly opened saver each time (memory: the same saver, no cold state exists).
     let mut cold = Vec::new();
+    let mut cold_storage = Vec::new();
     let mut head_replayed = 0;
     let mut peak_bytes = 0u64;
     for i in 0..20 {
@@ -517,15 +539,16 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         }
         let before = rss_kib("VmRSS:");
         let began = Instant::now();
-        let (value, replayed) = get_state(s, &thread, o).await?;
+        let read = get_state(s, &thread, o).await?;
         cold.push(began.elapsed().as_secs_f64() * 1e3);
+        cold_storage.push(read.storage_ms);
         if i == 0
             && let (Some(b), Some(p)) = (before, rss_kib("VmHWM:"))
         {
             peak_bytes = p.saturating_sub(b) * 1024;
         }
-        head_replayed = replayed;
-        if value.as_slice() != live.value() {
+        head_replayed = read.replayed;
+        if read.value.as_slice() != live.value() {
             return Err("cold get_state differs from the live state".into());
         }
     }
@@ -539,8 +562,8 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         .await?;
     let mut max_replayed = 0;
     for tuple in &recent {
-        let (_, replayed) = materialize(saver, tuple, o).await?;
-        max_replayed = max_replayed.max(replayed);
+        let read = materialize(saver, tuple, o).await?;
+        max_replayed = max_replayed.max(read.replayed);
     }
 
     let mut sorted = invoke_ms.clone();
@@ -566,6 +589,10 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     out.insert("invoke_ms_last10_mean".into(), json!(mean(&last10)));
     out.insert("get_state_ms_warm".into(), json!(median(&warm)));
     out.insert("get_state_ms_cold".into(), json!(median(&cold)));
+    out.insert(
+        "get_state_storage_ms_cold".into(),
+        json!(median(&cold_storage)),
+    );
     out.insert("get_state_peak_bytes".into(), json!(peak_bytes));
     out.insert("max_replayed_writes".into(), json!(max_replayed));
     out.insert("head_replayed_writes".into(), json!(head_replayed));
