@@ -483,7 +483,7 @@ impl<B: Backend> Engine<B> {
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
         let existed = self
             .with_messages(thread, cp, &values, |encoded, messages| {
-                let rows = writes
+                let mut rows: Vec<WriteRow> = writes
                     .iter()
                     .zip(encoded)
                     .enumerate()
@@ -496,6 +496,11 @@ impl<B: Backend> Engine<B> {
                         value,
                     })
                     .collect();
+                // Two control writes of one kind in one call: the later one wins, as an upsert would.
+                let mut seen = HashSet::new();
+                rows.reverse();
+                rows.retain(|w| w.idx >= 0 || seen.insert(w.idx));
+                rows.reverse();
                 self.backend
                     .put_writes(thread, &config.checkpoint_ns, cp, rows, messages)
             })

@@ -3,8 +3,9 @@
 //! Tables live in one schema (default `public`, configurable so tests and tenants can
 //! isolate themselves). Migrations are numbered and recorded in `antler_migrations`,
 //! applied under an advisory lock so that concurrent processes do not race.
-//! Each `put`/`put_writes` is one transaction; reads batch keys with `unnest` so a
-//! `get_tuple` costs four round trips and the history walk a few per page of ancestors.
+//! Each `put`/`put_writes` is one atomic statement (data-modifying CTEs), so one round
+//! trip; reads batch keys with `unnest` so a `get_tuple` costs four round trips and the
+//! history walk three per page of ancestors.
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -155,30 +156,6 @@ fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres
             Error::backend(context, e)
         }
     }
-}
-
-async fn insert_messages(
-    tx: &deadpool_postgres::Transaction<'_>,
-    b: &PgBackend,
-    thread: &ThreadId,
-    messages: &[MessageRow],
-) -> Result<()> {
-    if messages.is_empty() {
-        return Ok(());
-    }
-    let seqs = messages
-        .iter()
-        .map(|m| i64_of(m.seq, "message sequence"))
-        .collect::<Result<Vec<_>>>()?;
-    let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
-    let sql = b.sql("INSERT INTO {s}.messages (thread_id, seq, body) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])");
-    tx.execute(&sql, &[&thread.as_str(), &seqs, &bodies])
-        .await
-        .map_err(conflict_or(
-            thread,
-            format!("postgres: thread {thread}: insert messages"),
-        ))?;
-    Ok(())
 }
 
 #[async_trait]
@@ -439,50 +416,40 @@ impl Backend for PgBackend {
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
     ) -> Result<()> {
+        // One statement (data-modifying CTEs are atomic): one round trip per checkpoint.
         let ctx = format!(
             "postgres: thread {}: writing checkpoint {}",
             row.thread_id, row.id
         );
-        let mut c = self.client(&ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
-        insert_messages(&tx, self, &row.thread_id, &messages).await?;
-        if !blobs.is_empty() {
-            let channels: Vec<&str> = blobs.iter().map(|b| b.channel.as_str()).collect();
-            let versions = blobs
-                .iter()
-                .map(|b| i64_of(b.version.get(), "channel version"))
-                .collect::<Result<Vec<_>>>()?;
-            let data: Vec<&[u8]> = blobs.iter().map(|b| b.data.as_slice()).collect();
-            let st = tx
-                .prepare_cached(&self.sql(
-                    "INSERT INTO {s}.blobs (thread_id, checkpoint_ns, channel, version, data)
-                     SELECT $1, $2, * FROM unnest($3::text[], $4::bigint[], $5::bytea[]) ON CONFLICT DO NOTHING",
-                ))
-                .await
-                .map_err(pg_err(ctx.clone()))?;
-            tx.execute(
-                &st,
-                &[
-                    &row.thread_id.as_str(),
-                    &row.ns.as_str(),
-                    &channels,
-                    &versions,
-                    &data,
-                ],
-            )
-            .await
-            .map_err(pg_err(ctx.clone()))?;
-        }
-        let st = tx
+        let c = self.client(&ctx).await?;
+        let st = c
             .prepare_cached(&self.sql(
-                "INSERT INTO {s}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata) VALUES ($1, $2, $3, $4, $5, $6)
+                "WITH m AS (
+                    INSERT INTO {s}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[])),
+                 b AS (
+                    INSERT INTO {s}.blobs (thread_id, checkpoint_ns, channel, version, data)
+                    SELECT $1, $2, * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) ON CONFLICT DO NOTHING)
+                 INSERT INTO {s}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
+                 VALUES ($1, $2, $3, $4, $5, $6)
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
                  SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
             ))
             .await
             .map_err(pg_err(ctx.clone()))?;
+        let seqs = messages
+            .iter()
+            .map(|m| i64_of(m.seq, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
+        let channels: Vec<&str> = blobs.iter().map(|b| b.channel.as_str()).collect();
+        let versions = blobs
+            .iter()
+            .map(|b| i64_of(b.version.get(), "channel version"))
+            .collect::<Result<Vec<_>>>()?;
+        let data: Vec<&[u8]> = blobs.iter().map(|b| b.data.as_slice()).collect();
         let parent = row.parent.map(|p| p.to_bytes().to_vec());
-        tx.execute(
+        c.execute(
             &st,
             &[
                 &row.thread_id.as_str(),
@@ -491,11 +458,16 @@ impl Backend for PgBackend {
                 &parent,
                 &row.record,
                 &row.metadata,
+                &seqs,
+                &bodies,
+                &channels,
+                &versions,
+                &data,
             ],
         )
         .await
-        .map_err(pg_err(ctx.clone()))?;
-        tx.commit().await.map_err(pg_err(ctx))
+        .map_err(conflict_or(&row.thread_id, ctx))?;
+        Ok(())
     }
 
     async fn put_writes(
@@ -506,49 +478,52 @@ impl Backend for PgBackend {
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
     ) -> Result<bool> {
+        // One statement: the existence check, the message bodies and both kinds of writes.
         let ctx = format!("postgres: thread {thread}: writing writes of checkpoint {checkpoint}");
-        let mut c = self.client(&ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
-        let exists = tx
-            .query_opt(
-                &self.sql("SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 FOR SHARE"),
-                &[&thread.as_str(), &ns.as_str(), &checkpoint.to_bytes().as_slice()],
-            )
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "WITH cp AS (
+                    SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 FOR SHARE),
+                 m AS (
+                    INSERT INTO {s}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp)),
+                 w AS (
+                    SELECT * FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])
+                        AS w(task_id, idx, channel, task_path, value)
+                     WHERE EXISTS (SELECT 1 FROM cp)),
+                 up AS (
+                    INSERT INTO {s}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx < 0
+                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                    DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
+                 ins AS (
+                    INSERT INTO {s}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx >= 0
+                    ON CONFLICT DO NOTHING)
+                 SELECT EXISTS (SELECT 1 FROM cp)",
+            ))
             .await
             .map_err(pg_err(ctx.clone()))?;
-        if exists.is_none() {
-            return Ok(false);
-        }
-        insert_messages(&tx, self, thread, &messages).await?;
-        for upsert in [true, false] {
-            let part: Vec<&WriteRow> = writes.iter().filter(|w| (w.idx < 0) == upsert).collect();
-            if part.is_empty() {
-                continue;
-            }
-            let conflict = if upsert {
-                "DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value"
-            } else {
-                "DO NOTHING"
-            };
-            let st = tx
-                .prepare_cached(&self.sql(&format!(
-                    "INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
-                     SELECT $1, $2, $3, * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[], $8::bytea[])
-                     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
-                )))
-                .await
-                .map_err(pg_err(ctx.clone()))?;
-            let tasks: Vec<&str> = part.iter().map(|w| w.task_id.as_str()).collect();
-            let idxs: Vec<i64> = part.iter().map(|w| w.idx).collect();
-            let channels: Vec<&str> = part.iter().map(|w| w.channel.as_str()).collect();
-            let paths: Vec<&str> = part.iter().map(|w| w.task_path.as_str()).collect();
-            let values: Vec<&[u8]> = part.iter().map(|w| w.value.as_slice()).collect();
-            tx.execute(
+        let seqs = messages
+            .iter()
+            .map(|m| i64_of(m.seq, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
+        let tasks: Vec<&str> = writes.iter().map(|w| w.task_id.as_str()).collect();
+        let idxs: Vec<i64> = writes.iter().map(|w| w.idx).collect();
+        let channels: Vec<&str> = writes.iter().map(|w| w.channel.as_str()).collect();
+        let paths: Vec<&str> = writes.iter().map(|w| w.task_path.as_str()).collect();
+        let values: Vec<&[u8]> = writes.iter().map(|w| w.value.as_slice()).collect();
+        let row = c
+            .query_one(
                 &st,
                 &[
                     &thread.as_str(),
                     &ns.as_str(),
                     &checkpoint.to_bytes().as_slice(),
+                    &seqs,
+                    &bodies,
                     &tasks,
                     &idxs,
                     &channels,
@@ -557,10 +532,8 @@ impl Backend for PgBackend {
                 ],
             )
             .await
-            .map_err(pg_err(ctx.clone()))?;
-        }
-        tx.commit().await.map_err(pg_err(ctx))?;
-        Ok(true)
+            .map_err(conflict_or(thread, ctx))?;
+        Ok(row.get(0))
     }
 
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
