@@ -131,11 +131,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>>;
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
     /// Upserts the checkpoint row; inserts blobs if absent; inserts message rows (conflict = error).
+    /// Fails with [`Error::Conflict`] if a body in the `required` runs is missing.
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()>;
     /// Stores writes (idx < 0 upsert, else insert-if-absent) if the checkpoint exists; `Ok(false)` otherwise.
     async fn put_writes(
@@ -145,6 +147,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool>;
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()>;
     /// Deletes checkpoints and their writes.
@@ -334,18 +337,20 @@ impl<B: Backend> Engine<B> {
         fresh: &mut HashMap<u128, u64>,
         next_seq: &mut u64,
         new_rows: &mut Vec<MessageRow>,
+        reused: &mut Vec<u64>,
     ) -> Vec<u8> {
         match blob {
             Blob::Messages(MessagesBlob { kind, items }) => {
                 let mut seqs = Vec::with_capacity(items.len());
                 for item in items {
                     let h = xxh3_128(item);
-                    let known = index
-                        .and_then(|i| i.by_hash.get(&h))
-                        .or_else(|| fresh.get(&h));
-                    let seq = match known {
-                        Some(&s) => s,
-                        None => {
+                    let seq = match (index.and_then(|i| i.by_hash.get(&h)), fresh.get(&h)) {
+                        (Some(&s), _) => {
+                            reused.push(s);
+                            s
+                        }
+                        (None, Some(&s)) => s,
+                        (None, None) => {
                             let s = *next_seq;
                             *next_seq += 1;
                             fresh.insert(h, s);
@@ -365,6 +370,11 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Encodes values under the thread's message index, commits with `commit`, then updates the index.
+    ///
+    /// `commit` gets the encoded values, the new message rows, and the runs of already stored
+    /// message bodies the values reference (the backend checks they still exist, so a body
+    /// another process deleted is a conflict, never a dangling reference). On a conflict the
+    /// index is reloaded from the store and the commit is tried once more.
     async fn with_messages<T, F, Fut>(
         &self,
         thread: &ThreadId,
@@ -373,7 +383,7 @@ impl<B: Backend> Engine<B> {
         commit: F,
     ) -> Result<T>
     where
-        F: FnOnce(Vec<Vec<u8>>, Vec<MessageRow>) -> Fut,
+        F: Fn(Vec<Vec<u8>>, Vec<MessageRow>, Vec<(u64, u64)>) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         let has_messages = values.iter().any(|b| matches!(b, Blob::Messages(_)));
@@ -382,36 +392,53 @@ impl<B: Backend> Engine<B> {
                 .iter()
                 .map(|b| codec::encode_inline_blob(b).unwrap_or_default())
                 .collect();
-            return commit(encoded, Vec::new()).await;
+            return commit(encoded, Vec::new(), Vec::new()).await;
         }
         let slot = self.slot(thread);
         let mut guard = slot.lock().await;
-        if guard.is_none() {
-            *guard = Some(self.load_index(thread, cp).await?);
-        }
-        let (encoded, new_rows, fresh, next_seq) = {
-            let index = guard.as_ref();
-            let mut fresh = HashMap::new();
-            let mut next_seq = index.map_or(1, |i| i.next_seq);
-            let mut new_rows = Vec::new();
-            let encoded = values
-                .iter()
-                .map(|b| Self::encode_value(b, index, &mut fresh, &mut next_seq, &mut new_rows))
-                .collect::<Vec<_>>();
-            (encoded, new_rows, fresh, next_seq)
-        };
-        match commit(encoded, new_rows).await {
-            Ok(v) => {
-                if let Some(index) = guard.as_mut() {
-                    index.by_hash.extend(fresh);
-                    index.next_seq = next_seq;
-                }
-                Ok(v)
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if guard.is_none() {
+                *guard = Some(self.load_index(thread, cp).await?);
             }
-            Err(e) => {
-                // Another writer may have taken sequence numbers: reload next time.
-                *guard = None;
-                Err(e)
+            let (encoded, new_rows, fresh, next_seq, reused) = {
+                let index = guard.as_ref();
+                let mut fresh = HashMap::new();
+                let mut next_seq = index.map_or(1, |i| i.next_seq);
+                let mut new_rows = Vec::new();
+                let mut reused = Vec::new();
+                let encoded = values
+                    .iter()
+                    .map(|b| {
+                        Self::encode_value(
+                            b,
+                            index,
+                            &mut fresh,
+                            &mut next_seq,
+                            &mut new_rows,
+                            &mut reused,
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                let reused: Vec<(u64, u64)> = reused.into_iter().map(|s| (s, 1)).collect();
+                (encoded, new_rows, fresh, next_seq, merge_runs(&reused))
+            };
+            match commit(encoded, new_rows, reused).await {
+                Ok(v) => {
+                    if let Some(index) = guard.as_mut() {
+                        index.by_hash.extend(fresh);
+                        index.next_seq = next_seq;
+                    }
+                    return Ok(v);
+                }
+                Err(e) => {
+                    // Another writer may have taken sequence numbers or deleted bodies: reload.
+                    *guard = None;
+                    if attempt >= 2 || e.kind() != crate::error::ErrorKind::Conflict {
+                        return Err(e);
+                    }
+                }
             }
         }
     }
@@ -442,7 +469,7 @@ impl<B: Backend> Engine<B> {
             metadata: codec::encode_metadata(&metadata),
         };
         let values: Vec<&Blob> = stored.iter().map(|(_, _, b)| *b).collect();
-        self.with_messages(thread, id, &values, |encoded, messages| {
+        self.with_messages(thread, id, &values, |encoded, messages, required| {
             let blobs = stored
                 .iter()
                 .zip(encoded)
@@ -452,7 +479,8 @@ impl<B: Backend> Engine<B> {
                     data,
                 })
                 .collect();
-            self.backend.put_checkpoint(row, blobs, messages)
+            self.backend
+                .put_checkpoint(row.clone(), blobs, messages, required)
         })
         .await?;
         Ok(CheckpointConfig {
@@ -482,7 +510,7 @@ impl<B: Backend> Engine<B> {
         self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
         let existed = self
-            .with_messages(thread, cp, &values, |encoded, messages| {
+            .with_messages(thread, cp, &values, |encoded, messages, required| {
                 let mut rows: Vec<WriteRow> = writes
                     .iter()
                     .zip(encoded)
@@ -502,7 +530,7 @@ impl<B: Backend> Engine<B> {
                 rows.retain(|w| w.idx >= 0 || seen.insert(w.idx));
                 rows.reverse();
                 self.backend
-                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages)
+                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, required)
             })
             .await?;
         if !existed {
@@ -1163,6 +1191,17 @@ fn resolve(
             }
             Ok(Blob::Messages(MessagesBlob { kind: *kind, items }))
         }
+    }
+}
+
+/// The error for bodies a write refers to that are no longer stored.
+pub(crate) fn missing_bodies(thread: &ThreadId, start: u64, len: u64) -> Error {
+    Error::Conflict {
+        thread_id: thread.clone(),
+        detail: format!(
+            "message bodies {start}..{} referenced by this process's index are gone (deleted or pruned by another process)",
+            start.saturating_add(len)
+        ),
     }
 }
 

@@ -47,6 +47,20 @@ impl MemoryBackend {
     }
 }
 
+fn check_required(t: &Tables, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<()> {
+    for &(start, len) in runs {
+        let end = start.saturating_add(len);
+        let found = t
+            .messages
+            .range((thread.clone(), start)..(thread.clone(), end))
+            .count() as u64;
+        if found != len {
+            return Err(crate::engine::missing_bodies(thread, start, len));
+        }
+    }
+    Ok(())
+}
+
 fn row(k: &CpKey, v: &CpValue) -> CheckpointRow {
     CheckpointRow {
         thread_id: k.0.clone(),
@@ -216,8 +230,10 @@ impl Backend for MemoryBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()> {
         let mut t = self.lock();
+        check_required(&t, &row.thread_id, &required)?;
         for m in &messages {
             if t.messages.contains_key(&(row.thread_id.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -248,6 +264,7 @@ impl Backend for MemoryBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool> {
         let mut t = self.lock();
         if !t
@@ -256,6 +273,7 @@ impl Backend for MemoryBackend {
         {
             return Ok(false);
         }
+        check_required(&t, thread, &required)?;
         for m in &messages {
             if t.messages.contains_key(&(thread.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {

@@ -116,6 +116,52 @@ pub(crate) struct PgBackend {
 }
 
 impl PgBackend {
+    /// Checks that every body in the runs is still stored. A separate round trip, only for
+    /// writes that reference bodies stored earlier (snapshots): a concurrent prune by another
+    /// process between this check and the write is not excluded (runs of one thread are
+    /// expected to be serialised, architecture.md "Scale-out").
+    async fn check_required(
+        &self,
+        c: &deadpool_postgres::Object,
+        thread: &ThreadId,
+        runs: &[(u64, u64)],
+    ) -> Result<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let ctx = format!("postgres: thread {thread}: checking message bodies");
+        let st = c
+            .prepare_cached(&self.sql(
+                "SELECT r.lo, r.hi, (SELECT COUNT(*) FROM {s}.messages m WHERE m.thread_id = $1 AND m.seq >= r.lo AND m.seq < r.hi)
+                   FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let lo = runs
+            .iter()
+            .map(|(s, _)| i64_of(*s, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        let hi = runs
+            .iter()
+            .map(|(s, l)| i64_of(s.saturating_add(*l), "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        for row in c
+            .query(&st, &[&thread.as_str(), &lo, &hi])
+            .await
+            .map_err(pg_err(ctx))?
+        {
+            let (lo, hi, found): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            if found != hi - lo {
+                return Err(crate::engine::missing_bodies(
+                    thread,
+                    u64_of(lo, "message sequence")?,
+                    u64_of(hi - lo, "message sequence")?,
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn sql(&self, template: &str) -> String {
         template.replace("{s}", &self.s)
     }
@@ -415,6 +461,7 @@ impl Backend for PgBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()> {
         // One statement (data-modifying CTEs are atomic): one round trip per checkpoint.
         let ctx = format!(
@@ -422,6 +469,7 @@ impl Backend for PgBackend {
             row.thread_id, row.id
         );
         let c = self.client(&ctx).await?;
+        self.check_required(&c, &row.thread_id, &required).await?;
         let st = c
             .prepare_cached(&self.sql(
                 "WITH m AS (
@@ -477,10 +525,12 @@ impl Backend for PgBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool> {
         // One statement: the existence check, the message bodies and both kinds of writes.
         let ctx = format!("postgres: thread {thread}: writing writes of checkpoint {checkpoint}");
         let c = self.client(&ctx).await?;
+        self.check_required(&c, thread, &required).await?;
         let st = c
             .prepare_cached(&self.sql(
                 "WITH cp AS (

@@ -173,6 +173,36 @@ fn insert_messages(
     Ok(())
 }
 
+/// Checks that every body in the runs is still stored (inside the writing transaction).
+fn check_required(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &ThreadId,
+    runs: &[(u64, u64)],
+) -> Result<()> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM messages WHERE thread_id = ?1 AND seq >= ?2 AND seq < ?3",
+        )
+        .map_err(sql_err(format!(
+            "sqlite: thread {thread}: checking message bodies"
+        )))?;
+    for &(start, len) in runs {
+        let end = i64_of(start.saturating_add(len), "message sequence")?;
+        let found: i64 = stmt
+            .query_row(
+                params![thread.as_str(), i64_of(start, "message sequence")?, end],
+                |r| r.get(0),
+            )
+            .map_err(sql_err(format!(
+                "sqlite: thread {thread}: checking message bodies"
+            )))?;
+        if u64::try_from(found).ok() != Some(len) {
+            return Err(crate::engine::missing_bodies(thread, start, len));
+        }
+    }
+    Ok(())
+}
+
 const ROW_COLS: &str = "checkpoint_id, parent_id, record, metadata, thread_id, checkpoint_ns";
 
 #[async_trait]
@@ -398,10 +428,12 @@ impl Backend for SqliteBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()> {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
             let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            check_required(&tx, &row.thread_id, &required)?;
             insert_messages(&tx, &row.thread_id, &messages)?;
             {
                 let mut stmt = tx
@@ -427,6 +459,7 @@ impl Backend for SqliteBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool> {
         let (thread, ns) = (thread.clone(), ns.clone());
         self.run(move |c| {
@@ -439,6 +472,7 @@ impl Backend for SqliteBackend {
             if exists.is_none() {
                 return Ok(false);
             }
+            check_required(&tx, &thread, &required)?;
             insert_messages(&tx, &thread, &messages)?;
             for w in &writes {
                 let verb = if w.idx < 0 { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };

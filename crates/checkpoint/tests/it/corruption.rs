@@ -339,3 +339,40 @@ fn corruption_on_postgres_is_typed_too() {
         saver.drop_schema().await.unwrap();
     });
 }
+
+/// Another process (here: a second saver on the same file) deletes the thread while this
+/// saver's message index still knows its bodies: the next snapshot must re-store the bodies
+/// (after a conflict and a reload), never reference bodies that are gone.
+#[test]
+fn a_stale_message_index_never_leaves_dangling_references() {
+    antler_checkpoint::testing::block_on(async {
+        let (a, fx) = fixture().await;
+        let b = SqliteSaver::open(
+            &fx.path,
+            StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+        )
+        .await
+        .unwrap();
+        b.delete_thread(&"t-corrupt".into()).await.unwrap();
+        // Saver `a` writes a snapshot of the same messages on a fresh chain.
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 1.into());
+        cp.channel_values.insert(
+            "messages".into(),
+            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, &fx.value)
+                .unwrap(),
+        );
+        let nv = cp.channel_versions.clone();
+        let c = a
+            .put(
+                &CheckpointConfig::latest("t-corrupt"),
+                cp,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+        assert_eq!(read(&b, &c).await.unwrap(), fx.value);
+        assert_eq!(read(&a, &c).await.unwrap(), fx.value);
+    });
+}
