@@ -552,8 +552,13 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
             return Err("cold get_state differs from the live state".into());
         }
     }
-    // Replay depth over the last two snapshot cycles (the pattern repeats every F turns).
-    let window = (4 * o.frequency.get() as usize + 4).min(2 * o.turns);
+    // Replay depth, measured by walking the history of each of the last checkpoints: a full
+    // snapshot cycle (2F + 4 checkpoints) when F is small, else the 64 newest. The deepest
+    // replay of a cycle is just before its snapshot, so for T a multiple of F (or T < F, where
+    // the depth only grows) the window holds the maximum.
+    let window = (2 * o.frequency.get() as usize + 4)
+        .min(2 * o.turns)
+        .min(64);
     let recent = saver
         .list(&ListQuery {
             limit: Some(window),
@@ -596,6 +601,7 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     out.insert("get_state_peak_bytes".into(), json!(peak_bytes));
     out.insert("max_replayed_writes".into(), json!(max_replayed));
     out.insert("head_replayed_writes".into(), json!(head_replayed));
+    out.insert("max_replayed_window_checkpoints".into(), json!(window));
     out.insert("snapshots".into(), json!(snapshots));
     out.insert(
         "persisted_breakdown".into(),
