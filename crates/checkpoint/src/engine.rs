@@ -91,7 +91,15 @@ impl StorageStats {
 /// The row store a saver runs on. Every method is one transaction.
 #[async_trait]
 pub(crate) trait Backend: Send + Sync + 'static {
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>>;
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()>;
     /// The addressed checkpoint, or the greatest id of the namespace when `id` is `None`.
     async fn checkpoint(
@@ -226,6 +234,10 @@ enum Pending {
 
 impl<B: Backend> Engine<B> {
     /// Opens the engine, recording or checking the store configuration.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     pub(crate) async fn open(backend: B, config: StoreConfig) -> Result<Self> {
         let stored = backend.read_config().await?;
         if config.check_against(stored)? {

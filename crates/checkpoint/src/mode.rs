@@ -159,6 +159,10 @@ impl StoreConfig {
 
     /// Decides what opening a store recorded with `stored` means for `self`:
     /// `Ok(false)` nothing to record, `Ok(true)` the record must be rewritten.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     pub(crate) fn check_against(
         self,
         stored: Option<(ChannelMode, SnapshotFrequency)>,
