@@ -11,4 +11,5 @@ mod delta;
 mod gate;
 mod memory;
 mod postgres;
+mod send;
 mod sqlite;
