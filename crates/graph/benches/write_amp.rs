@@ -2,7 +2,8 @@
 //! START → `turn` → END, two 400-character messages per turn, on the memory and SQLite savers,
 //! `messages` in full mode and in delta mode. Prints one JSON object per configuration.
 //!
-//! `WRITE_AMP_TURNS` (default 200) sets T; `cargo bench -p antler-graph --bench write_amp`.
+//! `WRITE_AMP_TURNS` (default 200) sets T, `WRITE_AMP_ONLY=memory-delta,sqlite-full` picks configurations;
+//! `cargo bench -p antler-graph --bench write_amp`.
 #![expect(clippy::print_stdout, reason = "a benchmark report")]
 
 use std::sync::Arc;
@@ -81,8 +82,16 @@ fn main() {
         .expect("runtime");
     let dir = std::env::temp_dir().join(format!("antler-write-amp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
+    let only = std::env::var("WRITE_AMP_ONLY").unwrap_or_default();
     for saver_kind in ["memory", "sqlite"] {
         for delta in [None, Some(10u32)] {
+            let name = format!(
+                "{saver_kind}-{}",
+                if delta.is_some() { "delta" } else { "full" }
+            );
+            if !only.is_empty() && !only.split(',').any(|o| o == name) {
+                continue;
+            }
             rt.block_on(async {
                 let config = match delta {
                     Some(f) => StoreConfig::delta(SnapshotFrequency::new(f).expect("positive")),

@@ -5,6 +5,7 @@ mod checklist;
 mod common;
 mod crash;
 mod delta;
+mod laws;
 mod reference_traces;
 mod streaming;
 mod subgraph;
