@@ -825,6 +825,7 @@ pub(crate) async fn run(
     let info = Arc::new(crate::types::RunInfo {
         cp: cp_arc.cloned(),
         cfg: cfg.clone(),
+        custom: tx.filter(|_| modes.custom).cloned(),
     });
     let scope = cfg.scope();
     let mut persist = Persist {

@@ -217,6 +217,9 @@ pub(crate) struct SharedResume {
 pub(crate) struct RunInfo {
     pub(crate) cp: Option<Arc<dyn crate::checkpointer::Checkpointer>>,
     pub(crate) cfg: crate::compiled::RunConfig,
+    /// Where custom events go while the task runs (a stream with the `custom` mode).
+    pub(crate) custom:
+        Option<futures::channel::mpsc::UnboundedSender<crate::Result<crate::compiled::StreamItem>>>,
 }
 
 pub(crate) struct TaskCtx {
@@ -309,12 +312,16 @@ impl Context {
         &self.inner.ns
     }
 
-    /// Emits a custom stream event (delivered with the step's events).
+    /// Emits a custom stream event, delivered at once to a stream with the `custom` mode
+    /// (dropped when nobody streams custom events).
     pub fn emit(&self, value: Json) {
-        self.inner
-            .custom
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(value);
+        if let Some(tx) = &self.inner.run.custom {
+            let ev = crate::compiled::StreamEvent::Custom {
+                node: self.inner.node.clone(),
+                value,
+            };
+            // A closed receiver means the stream was dropped; the run stops at its next await.
+            let _ = tx.unbounded_send(Ok(crate::compiled::StreamItem::Event(ev)));
+        }
     }
 }
