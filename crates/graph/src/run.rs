@@ -803,10 +803,7 @@ fn mark_interrupt_seen(live: &mut Live) {
 }
 
 enum TaskResult {
-    Done {
-        writes: Vec<(usize, Write)>,
-        custom: Vec<Json>,
-    },
+    Done { writes: Vec<(usize, Write)> },
     Interrupted(Interrupt),
     Failed(Error),
 }
@@ -1070,12 +1067,8 @@ async fn run_inner(
         }
         let mut results: Vec<Option<TaskResult>> = Vec::with_capacity(tasks.len());
         for t in &tasks {
-            results.push(
-                decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done {
-                    writes,
-                    custom: Vec::new(),
-                }),
-            );
+            results
+                .push(decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done { writes }));
         }
         let to_run: Vec<&Task> = tasks
             .iter()
@@ -1151,18 +1144,6 @@ async fn run_inner(
                 }
                 if em.modes.debug {
                     em.send(StreamEvent::Task(ev));
-                }
-            }
-        }
-        if em.modes.custom {
-            for (i, r) in results.iter().enumerate() {
-                if let Some(TaskResult::Done { custom, .. }) = r {
-                    for c in custom {
-                        em.send(StreamEvent::Custom {
-                            node: g.nodes[tasks[i].node].id.clone(),
-                            value: c.clone(),
-                        });
-                    }
                 }
             }
         }
@@ -1297,7 +1278,7 @@ async fn execute(
         match &spec.imp {
             NodeImpl::Start => {
                 let cmd = Command::from(t.start_input.clone().unwrap_or_default());
-                results[i] = Some(finish_ok(g, t, &cmd, live, Vec::new(), None));
+                results[i] = Some(finish_ok(g, t, &cmd, live));
                 persist_result(g, t, results[i].as_ref(), None, ck, persist).await?;
             }
             NodeImpl::User(node) => {
@@ -1318,7 +1299,6 @@ async fn execute(
                         added: false,
                     }),
                     shared: shared.clone(),
-                    custom: Mutex::new(Vec::new()),
                 });
                 ctxs.insert(i, ctx.clone());
                 let node = node.clone();
@@ -1381,18 +1361,8 @@ async fn execute(
         };
         let t = &tasks[i];
         let ctx = ctxs.get(&i);
-        let custom = ctx
-            .map(|c| {
-                std::mem::take(
-                    &mut *c
-                        .custom
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                )
-            })
-            .unwrap_or_default();
         results[i] = Some(match r {
-            Ok(cmd) => finish_ok(g, t, &cmd, live, custom, None),
+            Ok(cmd) => finish_ok(g, t, &cmd, live),
             Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
                 TaskResult::Failed(Error::NodeFailed {
@@ -1406,19 +1376,9 @@ async fn execute(
     Ok(())
 }
 
-fn finish_ok(
-    g: &Graph,
-    t: &Task,
-    cmd: &Command,
-    live: &Live,
-    custom: Vec<Json>,
-    _x: Option<()>,
-) -> TaskResult {
+fn finish_ok(g: &Graph, t: &Task, cmd: &Command, live: &Live) -> TaskResult {
     match resolve(g, t.node, cmd, live) {
-        Ok(r) => TaskResult::Done {
-            writes: r.writes,
-            custom,
-        },
+        Ok(r) => TaskResult::Done { writes: r.writes },
         Err(e) => TaskResult::Failed(e),
     }
 }

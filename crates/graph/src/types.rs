@@ -231,7 +231,6 @@ pub(crate) struct TaskCtx {
     pub(crate) ns: String,
     pub(crate) resume: Mutex<ResumeState>,
     pub(crate) shared: Arc<SharedResume>,
-    pub(crate) custom: Mutex<Vec<Json>>,
 }
 
 /// What a running task knows about itself; also the door to `interrupt()` and custom stream events.
