@@ -14,7 +14,7 @@ use crate::state::{Val, Write};
 
 /// The erased reducer of a reducer channel: folds a batch of writes into the value.
 pub(crate) type ReduceFn =
-    Arc<dyn Fn(&Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
+    Arc<dyn Fn(Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
 
 /// One channel of a running graph.
 pub(crate) trait Channel: Send + Sync {
@@ -114,7 +114,10 @@ impl Channel for Reducer {
             return Ok(true);
         }
         let batch: Vec<Val> = writes.iter().map(|w| payload(w).clone()).collect();
-        self.value = (self.reduce)(&self.value, &batch).map_err(|source| Error::Reducer {
+        // The reducer receives the value by value: when this channel holds the only reference the
+        // value is reused in place instead of cloned. On error the channel is discarded with the run.
+        let current = std::mem::replace(&mut self.value, Arc::new(()) as Val);
+        self.value = (self.reduce)(current, &batch).map_err(|source| Error::Reducer {
             channel: self.name.to_string(),
             source,
         })?;

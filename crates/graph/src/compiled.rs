@@ -703,14 +703,16 @@ impl HotCache {
         if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        let g = self
+        let mut g = self
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let hit = g
-            .get(thread)
-            .filter(|(cid, _)| cid == id)
-            .map(|(_, live)| live.clone());
+        // Taken, not copied: the run then holds the only reference to each value, so reducers
+        // update in place; the run puts its head back when it ends.
+        let hit = match g.get(thread) {
+            Some((cid, _)) if cid == id => g.remove(thread).map(|(_, live)| live),
+            _ => None,
+        };
         if hit.is_some() {
             self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }

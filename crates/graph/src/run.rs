@@ -1061,7 +1061,7 @@ async fn run_inner(
         }
         let state = live.state_view(g);
         let ck = ckpt_id.clone().unwrap_or_else(|| CheckpointId::new(""));
-        let tasks = prepare_tasks(g, &live, ck.as_str(), step, &state)?;
+        let mut tasks = prepare_tasks(g, &live, ck.as_str(), step, &state)?;
         if tasks.is_empty() {
             break;
         }
@@ -1093,7 +1093,13 @@ async fn run_inner(
         )
         .await?;
 
-        // Barrier.
+        // Barrier. Inputs are no longer needed: dropping them leaves the channels the only owners of
+        // their values, so owned reducers update in place.
+        drop(state);
+        let empty = State::new(g.schema.clone(), HashMap::new());
+        for t in &mut tasks {
+            t.input = empty.clone();
+        }
         let mut first_error = None;
         let mut interrupts = Vec::new();
         let mut done: Vec<(usize, &Vec<(usize, Write)>)> = Vec::new();

@@ -107,7 +107,7 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
         I: Fn() -> V + Send + Sync + 'static,
         R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
     {
-        let reduce: ReduceFn = Arc::new(move |acc: &Val, batch: &[Val]| {
+        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val]| {
             let acc = acc
                 .downcast_ref::<V>()
                 .ok_or("reducer state has the wrong type")?;
@@ -131,17 +131,44 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
     }
 }
 
-impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
-    /// A delta channel (runtime-spec §5): like [`ChannelSpec::reducer`], but checkpoints store only
-    /// the step's writes, plus a snapshot of the value every `snapshot_frequency` updates (and when
-    /// forced: an Overwrite, pending writes that will not be replayed, exit durability).
-    /// The reducer must be batching-invariant. `snapshot_frequency` 0 is treated as 1.
-    pub fn delta<I, R>(id: &str, init: I, reduce: R, snapshot_frequency: u32) -> Self
+impl<V: Clone + Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
+    /// Like [`ChannelSpec::reducer`], but the reducer takes the accumulated value by value and the
+    /// whole step's writes at once: when the channel holds the only reference to its value (the
+    /// usual case at the barrier), the value is updated in place instead of cloned.
+    pub fn reducer_owned<I, R>(id: &str, init: I, reduce: R) -> Self
     where
         I: Fn() -> V + Send + Sync + 'static,
-        R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
+        R: Fn(V, &[&W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
     {
-        match Self::reducer(id, init, reduce).kind {
+        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val]| {
+            let acc: Arc<V> = acc
+                .downcast::<V>()
+                .map_err(|_| "reducer state has the wrong type")?;
+            let owned = Arc::try_unwrap(acc).unwrap_or_else(|shared| (*shared).clone());
+            let mut writes = Vec::with_capacity(batch.len());
+            for w in batch {
+                writes.push(
+                    w.downcast_ref::<W>()
+                        .ok_or("reducer write has the wrong type")?,
+                );
+            }
+            reduce(owned, &writes).map(|v| Arc::new(v) as Val)
+        });
+        Self {
+            kind: Kind::Reducer {
+                id: Arc::from(id),
+                init: Arc::new(move || Arc::new(init()) as Val),
+                reduce,
+            },
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
+    /// Turns a reducer declaration into a delta channel with snapshot frequency `F` (runtime-spec §5).
+    fn into_delta(self, snapshot_frequency: u32) -> Self {
+        match self.kind {
             Kind::Reducer { id, init, reduce } => Self {
                 kind: Kind::Delta {
                     id,
@@ -158,6 +185,18 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
             },
         }
     }
+
+    /// A delta channel (runtime-spec §5): like [`ChannelSpec::reducer`], but checkpoints store only
+    /// the step's writes, plus a snapshot of the value every `snapshot_frequency` updates (and when
+    /// forced: an Overwrite, pending writes that will not be replayed, exit durability).
+    /// The reducer must be batching-invariant. `snapshot_frequency` 0 is treated as 1.
+    pub fn delta<I, R>(id: &str, init: I, reduce: R, snapshot_frequency: u32) -> Self
+    where
+        I: Fn() -> V + Send + Sync + 'static,
+        R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
+    {
+        Self::reducer(id, init, reduce).into_delta(snapshot_frequency)
+    }
 }
 
 impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers::Message>> {
@@ -166,17 +205,7 @@ impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers:
     /// before the write is persisted, so replay rebuilds the same list.
     pub fn messages_delta(snapshot_frequency: u32) -> Self {
         use antler_state_reducers::Message;
-        let mut spec = Self::delta(
-            "add_messages",
-            Vec::new,
-            |acc: &Vec<Message>, writes: &[Vec<Message>]| {
-                use antler_state_reducers::{MessageWrite, merge_message_writes};
-                let writes: Vec<MessageWrite> =
-                    writes.iter().cloned().map(MessageWrite::Messages).collect();
-                merge_message_writes(acc, &writes).map_err(|e| Box::new(e) as BoxError)
-            },
-            snapshot_frequency,
-        );
+        let mut spec = Self::messages().into_delta(snapshot_frequency);
         if let Kind::Delta { prepare, .. } = &mut spec.kind {
             *prepare = Some(Arc::new(|v: &Val| {
                 let list = v.downcast_ref::<Vec<Message>>()?;
@@ -200,14 +229,13 @@ impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers:
     /// The `messages` channel in full mode: `add_messages` semantics (replace by id, append, remove),
     /// each write a list of messages.
     pub fn messages() -> Self {
-        use antler_state_reducers::{Message, MessageWrite, merge_message_writes};
-        Self::reducer(
+        use antler_state_reducers::{Message, MessageWrite, merge_message_writes_owned};
+        Self::reducer_owned(
             "add_messages",
             Vec::new,
-            |acc: &Vec<Message>, writes: &[Vec<Message>]| {
-                let writes: Vec<MessageWrite> =
-                    writes.iter().cloned().map(MessageWrite::Messages).collect();
-                merge_message_writes(acc, &writes).map_err(|e| Box::new(e) as BoxError)
+            |acc: Vec<Message>, writes: &[&Vec<Message>]| {
+                let writes = writes.iter().map(|w| MessageWrite::Messages((*w).clone()));
+                merge_message_writes_owned(acc, writes).map_err(|e| Box::new(e) as BoxError)
             },
         )
     }

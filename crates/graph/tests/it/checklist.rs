@@ -880,3 +880,57 @@ async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
         "every checkpoint stored on return"
     );
 }
+
+static CLONES: AtomicUsize = AtomicUsize::new(0);
+
+/// A list that counts its clones.
+#[derive(serde::Serialize, serde::Deserialize, Default, Debug, PartialEq)]
+struct Counted(Vec<i64>);
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        CLONES.fetch_add(1, Ordering::SeqCst);
+        Self(self.0.clone())
+    }
+}
+
+/// An owned reducer updates the channel's value in place: across steps and invokes (hot cache on),
+/// the accumulated value is never cloned.
+#[tokio::test]
+async fn owned_reducer_updates_in_place_without_cloning_the_value() {
+    const ACC: Key<Counted, i64> = Key::from_static("acc");
+    let mut g = antler_graph::StateGraph::new();
+    g.channel(
+        &ACC,
+        ChannelSpec::reducer_owned("push", Counted::default, |mut acc: Counted, w: &[&i64]| {
+            acc.0.extend(w.iter().copied());
+            Ok(acc)
+        }),
+    )
+    .expect("declared once");
+    for (name, n) in [("a", 1), ("b", 2)] {
+        g.add_node(name, move |_s: State, _c| async move {
+            Ok(Update::new().set(&ACC, n))
+        });
+    }
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    for i in 0..3 {
+        let out = graph
+            .invoke(Update::new().set(&ACC, 10 * i), &cfg)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.values.get(&ACC).map(|c| c.0.len()),
+            Some(3 * (i as usize + 1))
+        );
+    }
+    assert_eq!(
+        CLONES.load(Ordering::SeqCst),
+        0,
+        "no clone of the accumulated value"
+    );
+}
