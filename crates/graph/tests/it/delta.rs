@@ -267,3 +267,55 @@ async fn full_and_delta_modes_agree_and_delta_stores_less() {
         stored(&delta_store)
     );
 }
+
+/// Rule 12 (graph side): a forked branch never replays the writes of its sibling branch; cold reads
+/// (history walk) of both branch heads equal what the live runs produced.
+#[tokio::test]
+async fn rule_12_forked_branches_replay_only_their_own_writes() {
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let mut heads = Vec::new();
+    for i in 0..3 {
+        let out = graph.invoke(human(i), &cfg).await.unwrap();
+        heads.push((
+            out.checkpoint_id.clone().unwrap(),
+            out.values.get(&MESSAGES).cloned().unwrap(),
+        ));
+    }
+    // Fork from the head of turn 1 with new input, and replay the head of turn 0.
+    let fork = graph
+        .invoke(human(7), &cfg.clone().with_checkpoint(heads[0].0.clone()))
+        .await
+        .unwrap();
+    let fork_msgs = fork.values.get(&MESSAGES).cloned().unwrap();
+    assert_eq!(
+        fork_msgs.len(),
+        4,
+        "turn 0 (2 messages) + the forked turn (2)"
+    );
+    assert!(
+        fork_msgs.iter().all(|m| m.id.as_deref() != Some("h-1")),
+        "no message of the sibling branch"
+    );
+    let cold = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    let head = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.values.get(&MESSAGES), Some(&fork_msgs));
+    let old = cold
+        .get_state(&cfg.clone().with_checkpoint(heads[2].0.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        old.values.get(&MESSAGES),
+        Some(&heads[2].1),
+        "the original branch still rebuilds"
+    );
+}
