@@ -1284,7 +1284,13 @@ async fn execute(
         match &spec.imp {
             NodeImpl::Start => {
                 let cmd = Command::from(t.start_input.clone().unwrap_or_default());
-                results[i] = Some(finish_ok(g, t, &cmd, live));
+                results[i] = Some(finish_ok(
+                    g,
+                    t,
+                    &cmd,
+                    live,
+                    !info.cfg.checkpoint_ns.is_empty(),
+                ));
                 persist_result(g, t, results[i].as_ref(), None, ck, persist).await?;
             }
             NodeImpl::User(node) => {
@@ -1368,7 +1374,7 @@ async fn execute(
         let t = &tasks[i];
         let ctx = ctxs.get(&i);
         results[i] = Some(match r {
-            Ok(cmd) => finish_ok(g, t, &cmd, live),
+            Ok(cmd) => finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty()),
             Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
                 TaskResult::Failed(Error::NodeFailed {
@@ -1382,7 +1388,12 @@ async fn execute(
     Ok(())
 }
 
-fn finish_ok(g: &Graph, t: &Task, cmd: &Command, live: &Live) -> TaskResult {
+fn finish_ok(g: &Graph, t: &Task, cmd: &Command, live: &Live, nested: bool) -> TaskResult {
+    if cmd.to_parent && nested {
+        let mut up = cmd.clone();
+        up.to_parent = false;
+        return TaskResult::Failed(Error::ParentCommand(Box::new(up)));
+    }
     match resolve(g, t.node, cmd, live) {
         Ok(r) => TaskResult::Done { writes: r.writes },
         Err(e) => TaskResult::Failed(e),

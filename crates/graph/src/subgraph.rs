@@ -6,6 +6,8 @@
 //! declare, written to the parent through the parent's channels (as the reference does).
 //! An interrupt inside the subgraph interrupts the parent task; resuming the parent re-runs the
 //! task, which resumes the subgraph from its own checkpoint with the parent's resume value.
+//! A `Command::to_parent` returned inside the subgraph ends the subgraph run and becomes the
+//! parent task's result (its update and gotos apply in the parent).
 
 use std::sync::Arc;
 
@@ -79,10 +81,12 @@ impl Node for SubgraphNode {
             }
             _ => Input::Values(project(&input, &self.graph.g.schema)),
         };
-        let out = sub
-            .invoke(sub_input, &cfg)
-            .await
-            .map_err(NodeError::failed)?;
+        let out = match sub.invoke(sub_input, &cfg).await {
+            Ok(out) => out,
+            // `Command::to_parent` inside the subgraph: the command becomes this task's result.
+            Err(crate::Error::ParentCommand(cmd)) => return Ok(*cmd),
+            Err(e) => return Err(NodeError::failed(e)),
+        };
         if let Some(first) = out.interrupts.into_iter().next() {
             return Err(NodeError(NodeErrorKind::Interrupt(first)));
         }

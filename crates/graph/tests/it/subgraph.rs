@@ -104,3 +104,38 @@ async fn subgraph_runs_in_its_own_namespace_and_interrupts_bubble_up() {
         "the subgraph resumed from its own checkpoint (inner.first ran once)"
     );
 }
+
+/// `Command::to_parent` inside a subgraph ends the subgraph run; its update applies in the parent.
+#[tokio::test]
+async fn command_to_parent_from_a_subgraph_applies_in_the_parent() {
+    let mut inner = graph();
+    inner.add_node("escalate", |_s: State, _c| async {
+        Ok(Command::new()
+            .update(Update::new().set(&LOG, log(&["from child"])))
+            .to_parent())
+    });
+    inner.add_node("never", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["never"])))
+    });
+    inner
+        .add_edge("__start__", "escalate")
+        .add_edge("escalate", "never")
+        .add_edge("never", "__end__");
+    let mut outer = StateGraph::new();
+    outer
+        .channel(&LOG, ChannelSpec::last_value())
+        .expect("declared once");
+    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["from child"]));
+}
