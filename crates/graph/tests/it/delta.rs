@@ -319,3 +319,80 @@ async fn rule_12_forked_branches_replay_only_their_own_writes() {
         "the original branch still rebuilds"
     );
 }
+
+fn rec(
+    id: &str,
+    parent: Option<&str>,
+    version: u64,
+    value: Option<serde_json::Value>,
+) -> antler_graph::CheckpointRecord {
+    antler_graph::CheckpointRecord {
+        id: antler_graph::CheckpointId::new(id),
+        parent: parent.map(antler_graph::CheckpointId::new),
+        step: 0,
+        source: antler_graph::Source::Loop,
+        values: value.into_iter().map(|v| ("ch".to_owned(), v)).collect(),
+        versions: [("ch".to_owned(), version)].into(),
+        versions_seen: Default::default(),
+        updated_channels: None,
+        new_versions: ["ch".to_owned()].into(),
+        counters: Default::default(),
+    }
+}
+
+/// Rule 8 / rule 1 (walk contract of the in-process store): start at the target's parent (its own
+/// writes excluded), follow parent pointers (not id order), collect each ancestor's writes, stop at
+/// the first ancestor with a stored value (its own writes included), return writes oldest first.
+#[tokio::test]
+async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_writes() {
+    use antler_graph::{CheckpointId, Checkpointer, Scope, TaskId};
+    use serde_json::json;
+    let store = MemoryCheckpointer::new();
+    let scope = Scope::root("t");
+    // a (seed value) ← b ← c ← d (target); a sibling branch b ← x carries writes that must not appear.
+    store
+        .put(&scope, rec("a", None, 1, Some(json!(["seed"]))))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("b", Some("a"), 2, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("c", Some("b"), 3, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("x", Some("b"), 3, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("d", Some("c"), 4, None))
+        .await
+        .unwrap();
+    for (cp, v) in [
+        ("a", "w-a"),
+        ("b", "w-b"),
+        ("c", "w-c"),
+        ("x", "w-x"),
+        ("d", "w-d"),
+    ] {
+        store
+            .put_writes(
+                &scope,
+                &CheckpointId::new(cp),
+                &TaskId::new("task"),
+                "~p",
+                vec![("ch".to_owned(), json!(v))],
+            )
+            .await
+            .unwrap();
+    }
+    let h = store
+        .delta_history(&scope, &CheckpointId::new("d"), &["ch".to_owned()])
+        .await
+        .unwrap();
+    let h = &h["ch"];
+    assert_eq!(h.seed, Some(json!(["seed"])));
+    assert_eq!(h.writes, vec![json!("w-a"), json!("w-b"), json!("w-c")]);
+}
