@@ -3,7 +3,7 @@
 //! This facade re-exports the workspace crates under one name and passes the
 //! storage features (`sqlite`, `postgres`) through; it has no logic of its own.
 //!
-//! ```ignore
+//! ```
 //! use antler::state_reducers::{Message, merge_message_writes};
 //!
 //! let state = vec![Message::human("hello").with_id("m1")];

@@ -1,7 +1,62 @@
-//! The Pregel/BSP super-step runtime of antler: channels, the `StateGraph` builder, `Send`/`Command`, interrupts, durability, streaming and time travel.
+//! The Pregel/BSP super-step runtime of antler: channels, the [`StateGraph`] builder, [`Send`]/[`Command`],
+//! interrupts, durability, streaming and time travel.
 //!
-//! Status: this crate is part of the workspace layout but not built yet; it
-//! exports nothing so that no caller can depend on functionality that does not
-//! exist.
-//! See `docs/ARCHITECTURE.md` for the role it will play and what it may depend on.
+//! A graph is a schema of typed channels ([`Key`] + [`ChannelSpec`]), nodes (async functions of a
+//! [`State`] view and a [`Context`]) and edges.
+//! It runs in super-steps: all tasks of a step run concurrently on the step-start state; their writes
+//! are applied at the barrier in task-path order, never completion order; a checkpoint follows every step.
+//! The semantics are LangGraph's (`runtime-spec.md` §2–§3, §8); see `docs/super-step.md`.
+//!
+//! This crate knows channels, checkpoints and nodes; it never learns that middleware hooks exist.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use antler_graph::{ChannelSpec, Key, MemoryCheckpointer, RunConfig, State, StateGraph, Update};
+//!
+//! const LOG: Key<Vec<String>> = Key::from_static("log");
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let mut g = StateGraph::new();
+//! g.channel(&LOG, ChannelSpec::reducer("append", Vec::new, |acc: &Vec<String>, w: &[Vec<String>]| {
+//!     Ok(acc.iter().chain(w.iter().flatten()).cloned().collect())
+//! }))
+//! .unwrap();
+//! for name in ["a", "b"] {
+//!     g.add_node(name, move |_s: State, _ctx| async move { Ok(Update::new().set(&LOG, vec![name.to_owned()])) });
+//!     g.add_edge("__start__", name);
+//!     g.add_edge(name, "__end__");
+//! }
+//! let graph = g.compile().unwrap().with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+//! let out = graph.invoke(Update::new().set(&LOG, vec!["in".into()]), &RunConfig::new("t")).await.unwrap();
+//! // a and b ran in the same step; their writes reach the reducer in task-path order.
+//! assert_eq!(out.values.get(&LOG).unwrap(), &["in", "a", "b"]);
+//! # });
+//! ```
 #![warn(missing_docs)]
+
+mod builder;
+mod channel;
+mod checkpointer;
+mod compiled;
+mod error;
+mod ids;
+mod run;
+mod saver;
+mod schema;
+mod state;
+mod types;
+
+pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
+pub use checkpointer::{
+    CheckpointRecord, CheckpointTuple, Checkpointer, MemoryCheckpointer, PendingWrite, Source,
+};
+pub use compiled::{
+    CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot,
+    StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot, TaskStatus,
+};
+pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
+pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};
+pub use saver::SaverCheckpointer;
+pub use schema::ChannelSpec;
+pub use state::{Key, State, Update};
+pub use types::{Command, Context, Goto, Interrupt, NodeError, Resume, Send};

@@ -70,10 +70,16 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
     msg.content = Content::from_value(map.shift_remove("content").unwrap_or(Value::Null))?;
     msg.id = take_id(&mut map)?;
     msg.name = take_opt_string(&mut map, "name")?;
-    msg.additional_kwargs = take_map(&mut map, "additional_kwargs")?;
-    msg.response_metadata = take_map(&mut map, "response_metadata")?;
+    let kwargs = take_map(&mut map, "additional_kwargs")?;
+    if !kwargs.is_empty() {
+        *msg.additional_kwargs_mut() = kwargs;
+    }
+    let metadata = take_map(&mut map, "response_metadata")?;
+    if !metadata.is_empty() {
+        *msg.response_metadata_mut() = metadata;
+    }
     if developer {
-        msg.additional_kwargs
+        msg.additional_kwargs_mut()
             .insert("__openai_role__".into(), Value::String("developer".into()));
     }
     // Chunk-only fields do not survive the chunk → message conversion.
@@ -81,14 +87,21 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
     map.shift_remove("chunk_position");
     match kind {
         MessageType::Ai => {
-            if let Some(calls) = map.shift_remove("tool_calls") {
-                msg.tool_calls = tool_calls(calls, &mut msg.invalid_tool_calls)?;
+            let mut invalid = Vec::new();
+            let calls = match map.shift_remove("tool_calls") {
+                Some(calls) => tool_calls(calls, &mut invalid)?,
+                None => Vec::new(),
+            };
+            if let Some(raw) = map.shift_remove("invalid_tool_calls") {
+                invalid.append(&mut invalid_tool_calls(raw)?);
             }
-            if let Some(invalid) = map.shift_remove("invalid_tool_calls") {
-                let mut parsed = invalid_tool_calls(invalid)?;
-                msg.invalid_tool_calls.append(&mut parsed);
+            if !calls.is_empty() {
+                *msg.tool_calls_mut() = calls;
             }
-            msg.usage_metadata = match map.shift_remove("usage_metadata") {
+            if !invalid.is_empty() {
+                *msg.invalid_tool_calls_mut() = invalid;
+            }
+            let usage = match map.shift_remove("usage_metadata") {
                 None | Some(Value::Null) => None,
                 Some(v @ Value::Object(_)) => Some(v),
                 Some(other) => {
@@ -98,19 +111,25 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
                     )));
                 }
             };
+            if usage.is_some() {
+                msg.set_usage_metadata(usage);
+            }
         }
         MessageType::Tool => {
-            msg.tool_call_id = take_id_like(&mut map, "tool_call_id")?;
-            if msg.tool_call_id.is_none() {
+            let id = take_id_like(&mut map, "tool_call_id")?;
+            msg.set_tool_call_id(id);
+            if msg.tool_call_id().is_none() {
                 return Err(Error::malformed("tool message requires a `tool_call_id`"));
             }
-            msg.artifact = match map.shift_remove("artifact") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v),
-            };
+            match map.shift_remove("artifact") {
+                None | Some(Value::Null) => {}
+                Some(v) => msg.set_artifact(Some(v)),
+            }
             match map.shift_remove("status") {
                 None | Some(Value::Null) => {}
-                Some(Value::String(s)) if s == "success" || s == "error" => msg.status = Some(s),
+                Some(Value::String(s)) if s == "success" || s == "error" => {
+                    msg.set_status(Some(s));
+                }
                 Some(other) => {
                     return Err(Error::malformed(format!(
                         "tool message status must be \"success\" or \"error\", got {}",
@@ -120,7 +139,8 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
             }
         }
         MessageType::Chat => {
-            msg.role = take_opt_string(&mut map, "role")?;
+            let role = take_opt_string(&mut map, "role")?;
+            msg.set_role(role);
         }
         MessageType::Remove => {
             if msg.id.is_none() {
@@ -131,7 +151,9 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
         }
         MessageType::Human | MessageType::System | MessageType::Function => {}
     }
-    msg.extra = map;
+    if !map.is_empty() {
+        *msg.extra_mut() = map;
+    }
     Ok(msg)
 }
 

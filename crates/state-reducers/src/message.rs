@@ -177,11 +177,32 @@ pub struct InvalidToolCall {
     pub extra: Map<String, Value>,
 }
 
+/// Role-specific and rarely set fields, boxed so that a plain message stays
+/// small: the reducers move messages around, and a smaller message moves
+/// faster.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Ext {
+    tool_calls: Vec<ToolCall>,
+    invalid_tool_calls: Vec<InvalidToolCall>,
+    usage_metadata: Option<Value>,
+    tool_call_id: Option<String>,
+    status: Option<String>,
+    artifact: Option<Value>,
+    role: Option<String>,
+    extra: Map<String, Value>,
+}
+
+static EMPTY_MAP: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+static EMPTY_EXT: std::sync::LazyLock<Ext> = std::sync::LazyLock::new(Ext::default);
+
 /// A LangChain message.
 ///
-/// Fields that belong to one role are documented with that role; they are
-/// empty/`None` on other roles unless a caller sets them.
-#[derive(Clone, Debug, PartialEq)]
+/// The type, content, id and name are plain fields; the maps and the
+/// role-specific fields (tool calls, tool-call id, status, artifact, …) sit
+/// behind accessors because they are stored out of line until set. Fields
+/// that belong to one role are empty/`None` on other roles unless a caller
+/// sets them.
+#[derive(Clone, Debug)]
 pub struct Message {
     /// The message type.
     pub kind: MessageType,
@@ -191,47 +212,148 @@ pub struct Message {
     pub id: Option<String>,
     /// Optional participant name.
     pub name: Option<String>,
-    /// Provider-specific and kernel marker fields.
-    pub additional_kwargs: Map<String, Value>,
-    /// Response metadata (`finish_reason`, `model_name`, …).
-    pub response_metadata: Map<String, Value>,
-    /// AI: parsed tool calls.
-    pub tool_calls: Vec<ToolCall>,
-    /// AI: tool calls whose arguments did not parse.
-    pub invalid_tool_calls: Vec<InvalidToolCall>,
-    /// AI: token usage (`{input_tokens, output_tokens, total_tokens, …}`), kept verbatim.
-    pub usage_metadata: Option<Value>,
-    /// Tool: the id of the call this message answers.
-    pub tool_call_id: Option<String>,
-    /// Tool: `"success"` (default) or `"error"`.
-    pub status: Option<String>,
-    /// Tool: a free value not sent to the model (e.g. `{human_input: …}`).
-    pub artifact: Option<Value>,
-    /// Chat: the free-form role.
-    pub role: Option<String>,
-    /// Keys beyond the canonical ones, preserved in order.
-    pub extra: Map<String, Value>,
+    additional_kwargs: Option<Box<Map<String, Value>>>,
+    response_metadata: Option<Box<Map<String, Value>>>,
+    ext: Option<Box<Ext>>,
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Self) -> bool {
+        // An absent box and an empty one are the same value.
+        self.kind == other.kind
+            && self.content == other.content
+            && self.id == other.id
+            && self.name == other.name
+            && self.additional_kwargs() == other.additional_kwargs()
+            && self.response_metadata() == other.response_metadata()
+            && self.ext_ref() == other.ext_ref()
+    }
 }
 
 impl Message {
     /// A message of `kind` with `content` and everything else empty.
     pub fn new(kind: MessageType, content: impl Into<Content>) -> Self {
-        Message {
+        let mut m = Message {
             kind,
             content: content.into(),
             id: None,
             name: None,
-            additional_kwargs: Map::new(),
-            response_metadata: Map::new(),
-            tool_calls: Vec::new(),
-            invalid_tool_calls: Vec::new(),
-            usage_metadata: None,
-            tool_call_id: None,
-            status: (kind == MessageType::Tool).then(|| "success".to_owned()),
-            artifact: None,
-            role: None,
-            extra: Map::new(),
+            additional_kwargs: None,
+            response_metadata: None,
+            ext: None,
+        };
+        if kind == MessageType::Tool {
+            m.ext_mut().status = Some("success".to_owned());
         }
+        m
+    }
+
+    fn ext_ref(&self) -> &Ext {
+        self.ext.as_deref().unwrap_or(&EMPTY_EXT)
+    }
+
+    fn ext_mut(&mut self) -> &mut Ext {
+        self.ext.get_or_insert_with(Box::default)
+    }
+
+    /// Provider-specific and kernel marker fields.
+    pub fn additional_kwargs(&self) -> &Map<String, Value> {
+        self.additional_kwargs.as_deref().unwrap_or(&EMPTY_MAP)
+    }
+
+    /// Mutable access to `additional_kwargs`.
+    pub fn additional_kwargs_mut(&mut self) -> &mut Map<String, Value> {
+        self.additional_kwargs.get_or_insert_with(Box::default)
+    }
+
+    /// Response metadata (`finish_reason`, `model_name`, …).
+    pub fn response_metadata(&self) -> &Map<String, Value> {
+        self.response_metadata.as_deref().unwrap_or(&EMPTY_MAP)
+    }
+
+    /// Mutable access to `response_metadata`.
+    pub fn response_metadata_mut(&mut self) -> &mut Map<String, Value> {
+        self.response_metadata.get_or_insert_with(Box::default)
+    }
+
+    /// AI: parsed tool calls.
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        &self.ext_ref().tool_calls
+    }
+
+    /// Mutable access to the tool calls.
+    pub fn tool_calls_mut(&mut self) -> &mut Vec<ToolCall> {
+        &mut self.ext_mut().tool_calls
+    }
+
+    /// AI: tool calls whose arguments did not parse.
+    pub fn invalid_tool_calls(&self) -> &[InvalidToolCall] {
+        &self.ext_ref().invalid_tool_calls
+    }
+
+    /// Mutable access to the invalid tool calls.
+    pub fn invalid_tool_calls_mut(&mut self) -> &mut Vec<InvalidToolCall> {
+        &mut self.ext_mut().invalid_tool_calls
+    }
+
+    /// AI: token usage (`{input_tokens, output_tokens, total_tokens, …}`), kept verbatim.
+    pub fn usage_metadata(&self) -> Option<&Value> {
+        self.ext_ref().usage_metadata.as_ref()
+    }
+
+    /// Sets the token usage.
+    pub fn set_usage_metadata(&mut self, usage: Option<Value>) {
+        self.ext_mut().usage_metadata = usage;
+    }
+
+    /// Tool: the id of the call this message answers.
+    pub fn tool_call_id(&self) -> Option<&str> {
+        self.ext_ref().tool_call_id.as_deref()
+    }
+
+    /// Sets the answered tool-call id.
+    pub fn set_tool_call_id(&mut self, id: Option<String>) {
+        self.ext_mut().tool_call_id = id;
+    }
+
+    /// Tool: `"success"` (the default of tool messages) or `"error"`.
+    pub fn status(&self) -> Option<&str> {
+        self.ext_ref().status.as_deref()
+    }
+
+    /// Sets the tool status.
+    pub fn set_status(&mut self, status: Option<String>) {
+        self.ext_mut().status = status;
+    }
+
+    /// Tool: a free value not sent to the model (e.g. `{human_input: …}`).
+    pub fn artifact(&self) -> Option<&Value> {
+        self.ext_ref().artifact.as_ref()
+    }
+
+    /// Sets the artifact.
+    pub fn set_artifact(&mut self, artifact: Option<Value>) {
+        self.ext_mut().artifact = artifact;
+    }
+
+    /// Chat: the free-form role.
+    pub fn role(&self) -> Option<&str> {
+        self.ext_ref().role.as_deref()
+    }
+
+    /// Sets the free-form role.
+    pub fn set_role(&mut self, role: Option<String>) {
+        self.ext_mut().role = role;
+    }
+
+    /// Keys beyond the canonical ones, preserved in order.
+    pub fn extra(&self) -> &Map<String, Value> {
+        &self.ext_ref().extra
+    }
+
+    /// Mutable access to the unknown keys.
+    pub fn extra_mut(&mut self) -> &mut Map<String, Value> {
+        &mut self.ext_mut().extra
     }
 
     /// A human message.
@@ -252,7 +374,7 @@ impl Message {
     /// A tool message answering `tool_call_id`.
     pub fn tool(content: impl Into<Content>, tool_call_id: impl Into<String>) -> Self {
         let mut m = Self::new(MessageType::Tool, content);
-        m.tool_call_id = Some(tool_call_id.into());
+        m.set_tool_call_id(Some(tool_call_id.into()));
         m
     }
 
@@ -286,7 +408,7 @@ impl Message {
     /// Builder-lite: adds a tool call (AI messages).
     #[must_use]
     pub fn with_tool_call(mut self, call: ToolCall) -> Self {
-        self.tool_calls.push(call);
+        self.tool_calls_mut().push(call);
         self
     }
 
@@ -307,70 +429,8 @@ impl Message {
 
     /// The LangChain dict form of this message.
     pub fn to_json(&self) -> Value {
-        Value::Object(self.to_map())
-    }
-
-    fn to_map(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("content".into(), content_value(&self.content));
-        m.insert(
-            "additional_kwargs".into(),
-            Value::Object(self.additional_kwargs.clone()),
-        );
-        m.insert(
-            "response_metadata".into(),
-            Value::Object(self.response_metadata.clone()),
-        );
-        m.insert("type".into(), Value::String(self.kind.as_str().to_owned()));
-        m.insert("name".into(), opt_str(&self.name));
-        m.insert("id".into(), opt_str(&self.id));
-        let ai = self.kind == MessageType::Ai;
-        if ai || !self.tool_calls.is_empty() {
-            m.insert(
-                "tool_calls".into(),
-                Value::Array(self.tool_calls.iter().map(ToolCall::to_json).collect()),
-            );
-        }
-        if ai || !self.invalid_tool_calls.is_empty() {
-            m.insert(
-                "invalid_tool_calls".into(),
-                Value::Array(
-                    self.invalid_tool_calls
-                        .iter()
-                        .map(InvalidToolCall::to_json)
-                        .collect(),
-                ),
-            );
-        }
-        if ai || self.usage_metadata.is_some() {
-            m.insert(
-                "usage_metadata".into(),
-                self.usage_metadata.clone().unwrap_or(Value::Null),
-            );
-        }
-        let tool = self.kind == MessageType::Tool;
-        if tool || self.tool_call_id.is_some() {
-            m.insert("tool_call_id".into(), opt_str(&self.tool_call_id));
-        }
-        if tool || self.artifact.is_some() {
-            m.insert(
-                "artifact".into(),
-                self.artifact.clone().unwrap_or(Value::Null),
-            );
-        }
-        if tool || self.status.is_some() {
-            m.insert(
-                "status".into(),
-                Value::String(self.status.clone().unwrap_or_else(|| "success".into())),
-            );
-        }
-        if self.kind == MessageType::Chat || self.role.is_some() {
-            m.insert("role".into(), opt_str(&self.role));
-        }
-        for (k, v) in &self.extra {
-            m.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-        m
+        // Serialising a message into a `Value` cannot fail: every key is a string.
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
     /// Coerces a LangChain-style dict (`type` or `role` plus `content`, …)
@@ -388,13 +448,6 @@ impl Message {
 
 fn opt_str(v: &Option<String>) -> Value {
     v.as_ref().map_or(Value::Null, |s| Value::String(s.clone()))
-}
-
-fn content_value(c: &Content) -> Value {
-    match c {
-        Content::Text(s) => Value::String(s.clone()),
-        Content::Blocks(b) => Value::Array(b.clone()),
-    }
 }
 
 impl ToolCall {
@@ -439,8 +492,85 @@ impl InvalidToolCall {
 }
 
 impl Serialize for Message {
+    /// Writes the canonical keys in LangChain's order, then unknown keys,
+    /// without building an intermediate map (this is the storage hot path).
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        self.to_map().serialize(serializer)
+        use serde::ser::SerializeMap;
+        struct ToolCalls<'a>(&'a [ToolCall]);
+        impl Serialize for ToolCalls<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().map(ToolCall::to_json))
+            }
+        }
+        struct Invalid<'a>(&'a [InvalidToolCall]);
+        impl Serialize for Invalid<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().map(InvalidToolCall::to_json))
+            }
+        }
+        let mut m = serializer.serialize_map(None)?;
+        m.serialize_entry("content", &self.content)?;
+        m.serialize_entry("additional_kwargs", self.additional_kwargs())?;
+        m.serialize_entry("response_metadata", self.response_metadata())?;
+        let ext = self.ext_ref();
+        m.serialize_entry("type", self.kind.as_str())?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("id", &self.id)?;
+        let mut written: [&str; 7] = [""; 7];
+        let mut n = 0;
+        let ai = self.kind == MessageType::Ai;
+        if ai || !ext.tool_calls.is_empty() {
+            m.serialize_entry("tool_calls", &ToolCalls(&ext.tool_calls))?;
+            written[n] = "tool_calls";
+            n += 1;
+        }
+        if ai || !ext.invalid_tool_calls.is_empty() {
+            m.serialize_entry("invalid_tool_calls", &Invalid(&ext.invalid_tool_calls))?;
+            written[n] = "invalid_tool_calls";
+            n += 1;
+        }
+        if ai || ext.usage_metadata.is_some() {
+            m.serialize_entry("usage_metadata", &ext.usage_metadata)?;
+            written[n] = "usage_metadata";
+            n += 1;
+        }
+        let tool = self.kind == MessageType::Tool;
+        if tool || ext.tool_call_id.is_some() {
+            m.serialize_entry("tool_call_id", &ext.tool_call_id)?;
+            written[n] = "tool_call_id";
+            n += 1;
+        }
+        if tool || ext.artifact.is_some() {
+            m.serialize_entry("artifact", &ext.artifact)?;
+            written[n] = "artifact";
+            n += 1;
+        }
+        if tool || ext.status.is_some() {
+            m.serialize_entry("status", ext.status.as_deref().unwrap_or("success"))?;
+            written[n] = "status";
+            n += 1;
+        }
+        if self.kind == MessageType::Chat || ext.role.is_some() {
+            m.serialize_entry("role", &ext.role)?;
+            written[n] = "role";
+            n += 1;
+        }
+        const BASE: [&str; 6] = [
+            "content",
+            "additional_kwargs",
+            "response_metadata",
+            "type",
+            "name",
+            "id",
+        ];
+        for (k, v) in &ext.extra {
+            // A canonical key always wins over an unknown key of the same name.
+            if BASE.contains(&k.as_str()) || written[..n].contains(&k.as_str()) {
+                continue;
+            }
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
 }
 

@@ -455,11 +455,11 @@ fn r18_role_aliases_pairs_strings_and_chunks() {
     for (value, kind) in cases {
         let m = Message::from_json(value.clone()).unwrap();
         assert_eq!(m.kind, kind, "{value}");
-        assert!(!m.extra.contains_key("tool_call_chunks"));
+        assert!(!m.extra().contains_key("tool_call_chunks"));
     }
     let dev = Message::from_json(json!({"role": "developer", "content": "x"})).unwrap();
     assert_eq!(dev.kind, MessageType::System);
-    assert_eq!(dev.additional_kwargs["__openai_role__"], "developer");
+    assert_eq!(dev.additional_kwargs()["__openai_role__"], "developer");
 }
 
 #[test]
@@ -511,9 +511,9 @@ fn r18_openai_tool_calls_are_converted() {
         ]
     }))
     .unwrap();
-    assert_eq!(m.tool_calls.len(), 1);
-    assert_eq!(m.tool_calls[0].args["a"], 1);
-    assert_eq!(m.invalid_tool_calls[0].args.as_deref(), Some("{bad"));
+    assert_eq!(m.tool_calls().len(), 1);
+    assert_eq!(m.tool_calls()[0].args["a"], 1);
+    assert_eq!(m.invalid_tool_calls()[0].args.as_deref(), Some("{bad"));
 }
 
 // ---- R19 id assignment -----------------------------------------------------
@@ -663,9 +663,9 @@ fn r23_unknown_keys_and_role_fields_survive_a_round_trip() {
     assert_eq!(m.to_json(), dict);
     // A role-specific field set on another role is serialised, not dropped.
     let mut h = Message::human("x").with_id("h");
-    h.tool_call_id = Some("c".into());
+    h.set_tool_call_id(Some("c".into()));
     let back = Message::from_json(h.to_json()).unwrap();
-    assert_eq!(back.extra["tool_call_id"], "c");
+    assert_eq!(back.extra()["tool_call_id"], "c");
 }
 
 #[test]
@@ -776,4 +776,28 @@ fn r42_messages_overwrite_replaces_the_list_verbatim() {
     let s = apply_updates(state, updates).unwrap();
     assert_eq!(s.messages.len(), 1);
     assert_eq!(s.messages[0].id, None);
+}
+
+#[test]
+fn r23_streamed_serialisation_equals_the_dict_form() {
+    let mut m = Message::ai("x").with_id("a");
+    m.extra_mut().insert("type".into(), json!("bogus"));
+    m.extra_mut().insert("custom".into(), json!([1]));
+    m.tool_calls_mut()
+        .push(ToolCall::new("f", serde_json::Map::new(), "c1"));
+    let streamed = serde_json::to_value(&m).unwrap();
+    assert_eq!(streamed, m.to_json());
+    assert_eq!(streamed["type"], "ai");
+    assert_eq!(streamed["custom"], json!([1]));
+    let text = serde_json::to_string(&m).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Message>(&text).unwrap().tool_calls(),
+        m.tool_calls()
+    );
+}
+
+#[test]
+fn message_stays_small() {
+    // Kept small on purpose: the reducers move messages.
+    assert!(std::mem::size_of::<Message>() <= 128);
 }

@@ -50,12 +50,13 @@ fn any_message() -> impl Strategy<Value = Message> {
         1 => Just(None),
     ];
     (id, 0..4u8, any::<bool>()).prop_map(|(id, text, ai)| {
-        let m = if ai {
+        let mut m = if ai {
             Message::ai(format!("t{text}"))
         } else {
             Message::human(format!("t{text}"))
         };
-        Message { id, ..m }
+        m.id = id;
+        m
     })
 }
 

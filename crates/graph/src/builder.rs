@@ -1,0 +1,377 @@
+//! [`StateGraph`]: declare channels, nodes and edges; `compile()` validates them.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::compiled::CompiledGraph;
+use crate::error::BuildError;
+use crate::ids::{END, NodeId, START};
+use crate::schema::{ChannelSpec, ErasedSpec, Schema};
+use crate::state::{Key, State};
+use crate::types::{Command, Context, Goto, NodeError};
+
+/// A node: an async function of the task input and its [`Context`].
+#[async_trait]
+pub trait Node: Send + Sync + 'static {
+    /// Runs the node once.
+    async fn run(&self, input: State, ctx: Context) -> Result<Command, NodeError>;
+}
+
+struct FnNode<F>(F);
+
+#[async_trait]
+impl<F, Fut, O> Node for FnNode<F>
+where
+    F: Fn(State, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, NodeError>> + Send + 'static,
+    O: Into<Command> + 'static,
+{
+    async fn run(&self, input: State, ctx: Context) -> Result<Command, NodeError> {
+        (self.0)(input, ctx).await.map(Into::into)
+    }
+}
+
+/// Wraps an async closure `|input, ctx| async { Ok(update_or_command) }` as a [`Node`],
+/// for [`StateGraph::add_node_with`].
+pub fn node_fn<F, Fut, O>(f: F) -> Arc<dyn Node>
+where
+    F: Fn(State, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, NodeError>> + Send + 'static,
+    O: Into<Command> + 'static,
+{
+    Arc::new(FnNode(f))
+}
+
+/// A router (conditional edge): reads the source task's fresh view and picks the next nodes or packets.
+pub type RouterFn = Arc<dyn Fn(&State) -> Vec<Goto> + Send + Sync>;
+
+/// Retry policy of a node: failed attempts are re-run before the failure is recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in total, including the first (default 3).
+    pub max_attempts: u32,
+    /// Wait before the first retry (default 500 ms).
+    pub initial_interval: Duration,
+    /// Multiplier per retry (default 2.0).
+    pub backoff_factor: f64,
+    /// Upper bound of a wait (default 128 s).
+    pub max_interval: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial_interval: Duration::from_millis(500),
+            backoff_factor: 2.0,
+            max_interval: Duration::from_secs(128),
+        }
+    }
+}
+
+/// Options of a node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeOptions {
+    /// Deferred: runs only when nothing else will (default false).
+    pub defer: bool,
+    /// Retry policy (default none).
+    pub retry: Option<RetryPolicy>,
+    /// Nodes this node may `goto` or `Send` to; used only for validation (default none).
+    /// Declaring destinations also tells `compile()` that the node may end its branch.
+    pub destinations: Vec<NodeId>,
+}
+
+pub(crate) struct NodeDef {
+    pub(crate) node: Arc<dyn Node>,
+    pub(crate) options: NodeOptions,
+}
+
+pub(crate) struct RouterDef {
+    pub(crate) f: RouterFn,
+    /// Possible targets; `None` = any node.
+    pub(crate) targets: Option<Vec<NodeId>>,
+}
+
+/// Builder of a graph over typed state channels.
+///
+/// ```
+/// use antler_graph::{ChannelSpec, Key, StateGraph, Update, RunConfig, MemoryCheckpointer};
+/// const N: Key<i64> = Key::from_static("n");
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let mut g = StateGraph::new();
+/// g.channel(&N, ChannelSpec::last_value()).unwrap();
+/// g.add_node("inc", |s: antler_graph::State, _ctx| async move {
+///     Ok(Update::new().set(&N, s.get(&N).copied().unwrap_or(0) + 1))
+/// });
+/// g.add_edge("__start__", "inc");
+/// g.add_edge("inc", "__end__");
+/// let graph = g.compile().unwrap().with_checkpointer(std::sync::Arc::new(MemoryCheckpointer::new()));
+/// let out = graph.invoke(Update::new().set(&N, 41), &RunConfig::new("t1")).await.unwrap();
+/// assert_eq!(out.values.get(&N), Some(&42));
+/// # });
+/// ```
+#[derive(Default)]
+pub struct StateGraph {
+    pub(crate) schema: Schema,
+    pub(crate) nodes: Vec<(NodeId, NodeDef)>,
+    pub(crate) edges: Vec<(NodeId, NodeId)>,
+    pub(crate) joins: Vec<(Vec<NodeId>, NodeId)>,
+    pub(crate) routers: HashMap<NodeId, RouterDef>,
+    pub(crate) interrupt_before: Vec<NodeId>,
+    pub(crate) interrupt_after: Vec<NodeId>,
+    errors: Vec<BuildError>,
+}
+
+impl StateGraph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declares `key`'s channel; re-declaring it identically is allowed, differently is an error.
+    pub fn channel<V, W>(
+        &mut self,
+        key: &Key<V, W>,
+        spec: ChannelSpec<V, W>,
+    ) -> Result<&mut Self, BuildError>
+    where
+        V: Serialize + DeserializeOwned + Send + Sync + 'static,
+        W: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        self.schema.declare(ErasedSpec::new(key, spec))?;
+        Ok(self)
+    }
+
+    /// Adds a node from an async closure `|input, ctx| async { Ok(update_or_command) }`.
+    pub fn add_node<F, Fut, O>(&mut self, name: impl Into<NodeId>, f: F) -> &mut Self
+    where
+        F: Fn(State, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, NodeError>> + Send + 'static,
+        O: Into<Command> + 'static,
+    {
+        self.add_node_with(name, Arc::new(FnNode(f)), NodeOptions::default())
+    }
+
+    /// Adds a node implementing [`Node`] with options.
+    pub fn add_node_with(
+        &mut self,
+        name: impl Into<NodeId>,
+        node: Arc<dyn Node>,
+        options: NodeOptions,
+    ) -> &mut Self {
+        let name = name.into();
+        let n = name.as_str();
+        if n.starts_with("__") || n.contains('|') || n.contains(':') || n.is_empty() {
+            self.errors
+                .push(BuildError::ReservedName { node: n.to_owned() });
+        } else if self.nodes.iter().any(|(id, _)| *id == name) {
+            self.errors
+                .push(BuildError::DuplicateNode { node: n.to_owned() });
+        } else {
+            self.nodes.push((name, NodeDef { node, options }));
+        }
+        self
+    }
+
+    /// A plain edge: after a task of `from`, `to` runs in the next step.
+    pub fn add_edge(&mut self, from: impl Into<NodeId>, to: impl Into<NodeId>) -> &mut Self {
+        self.edges.push((from.into(), to.into()));
+        self
+    }
+
+    /// A join: `to` runs once every source ran since `to` last ran through this join.
+    pub fn add_join<I, N>(&mut self, from: I, to: impl Into<NodeId>) -> &mut Self
+    where
+        I: IntoIterator<Item = N>,
+        N: Into<NodeId>,
+    {
+        let from: Vec<NodeId> = from.into_iter().map(Into::into).collect();
+        let to = to.into();
+        if from.is_empty() {
+            self.errors.push(BuildError::EmptyJoin {
+                node: to.to_string(),
+            });
+        }
+        self.joins.push((from, to));
+        self
+    }
+
+    /// A router on `from`: after `from`'s task, `f` (fed the task's fresh view) picks what runs next.
+    /// `targets` lists the possible targets for validation (`None`: any node).
+    pub fn add_router<F>(
+        &mut self,
+        from: impl Into<NodeId>,
+        targets: Option<Vec<NodeId>>,
+        f: F,
+    ) -> &mut Self
+    where
+        F: Fn(&State) -> Vec<Goto> + Send + Sync + 'static,
+    {
+        let from = from.into();
+        match self.routers.entry(from) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                self.errors.push(BuildError::DuplicateRouter {
+                    node: e.key().to_string(),
+                });
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(RouterDef {
+                    f: Arc::new(f),
+                    targets,
+                });
+            }
+        }
+        self
+    }
+
+    /// Static breakpoint before these nodes (`"*"` = all).
+    pub fn interrupt_before<I: IntoIterator<Item = N>, N: Into<NodeId>>(
+        &mut self,
+        nodes: I,
+    ) -> &mut Self {
+        self.interrupt_before
+            .extend(nodes.into_iter().map(Into::into));
+        self
+    }
+
+    /// Static breakpoint after these nodes (`"*"` = all).
+    pub fn interrupt_after<I: IntoIterator<Item = N>, N: Into<NodeId>>(
+        &mut self,
+        nodes: I,
+    ) -> &mut Self {
+        self.interrupt_after
+            .extend(nodes.into_iter().map(Into::into));
+        self
+    }
+
+    /// Validates the graph: unknown nodes, no entry, unreachable nodes, no path to `__end__`.
+    pub fn compile(self) -> Result<CompiledGraph, BuildError> {
+        if let Some(e) = self.errors.first() {
+            return Err(e.clone());
+        }
+        self.validate()?;
+        Ok(CompiledGraph::new(self))
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        let known: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
+        let check = |n: &NodeId, ctx: &str, allow: &str| -> Result<(), BuildError> {
+            if known.contains(n.as_str()) || n.as_str() == allow {
+                Ok(())
+            } else {
+                Err(BuildError::UnknownNode {
+                    node: n.to_string(),
+                    context: ctx.to_owned(),
+                })
+            }
+        };
+        for (a, b) in &self.edges {
+            check(a, &format!("edge {a} -> {b}"), START)?;
+            check(b, &format!("edge {a} -> {b}"), END)?;
+        }
+        for (srcs, to) in &self.joins {
+            for s in srcs {
+                check(s, &format!("join into {to}"), START)?;
+            }
+            check(to, "a join", "")?;
+        }
+        for (from, r) in &self.routers {
+            check(from, "a router", START)?;
+            for t in r.targets.iter().flatten() {
+                check(t, &format!("router of {from}"), END)?;
+            }
+        }
+        for (n, d) in &self.nodes {
+            for t in &d.options.destinations {
+                check(t, &format!("destinations of {n}"), END)?;
+            }
+        }
+        for n in self.interrupt_before.iter().chain(&self.interrupt_after) {
+            check(n, "an interrupt list", "*")?;
+        }
+        // Topology: node 0 = START, 1 = END, user nodes from 2 in declaration order.
+        let mut g: petgraph::graph::DiGraph<(), ()> = petgraph::graph::DiGraph::new();
+        let start = g.add_node(());
+        let end = g.add_node(());
+        let mut idx: HashMap<&str, petgraph::graph::NodeIndex> =
+            HashMap::from([(START, start), (END, end)]);
+        let mut all = Vec::new();
+        for (n, _) in &self.nodes {
+            let i = g.add_node(());
+            idx.insert(n.as_str(), i);
+            all.push(i);
+        }
+        let id = |n: &NodeId| idx.get(n.as_str()).copied().unwrap_or(end);
+        for (a, b) in &self.edges {
+            g.update_edge(id(a), id(b), ());
+        }
+        for (srcs, to) in &self.joins {
+            for s in srcs {
+                g.update_edge(id(s), id(to), ());
+            }
+        }
+        for (from, r) in &self.routers {
+            match &r.targets {
+                Some(ts) => {
+                    for t in ts {
+                        g.update_edge(id(from), id(t), ());
+                    }
+                }
+                None => {
+                    for &t in all.iter().chain(std::iter::once(&end)) {
+                        g.update_edge(id(from), t, ());
+                    }
+                }
+            }
+        }
+        for (n, d) in &self.nodes {
+            for t in &d.options.destinations {
+                g.update_edge(id(n), id(t), ());
+            }
+            // A goto or Send is a choice made at run time: a node that declares destinations may also
+            // return none of them, which ends its branch. Only static edges and routers can trap a run.
+            if !d.options.destinations.is_empty() {
+                g.update_edge(id(n), end, ());
+            }
+        }
+        if g.neighbors(start).next().is_none() {
+            return Err(BuildError::NoEntry);
+        }
+        // A node with no way out at all simply ends the run, like an edge to END.
+        for &n in &all {
+            if g.neighbors(n).next().is_none() {
+                g.update_edge(n, end, ());
+            }
+        }
+        let mut reach = BTreeSet::new();
+        let mut dfs = petgraph::visit::Dfs::new(&g, start);
+        while let Some(n) = dfs.next(&g) {
+            reach.insert(n);
+        }
+        let rev = petgraph::visit::Reversed(&g);
+        let mut to_end = BTreeSet::new();
+        let mut dfs = petgraph::visit::Dfs::new(rev, end);
+        while let Some(n) = dfs.next(rev) {
+            to_end.insert(n);
+        }
+        for ((n, _), k) in self.nodes.iter().zip(&all) {
+            if !reach.contains(k) {
+                return Err(BuildError::Unreachable {
+                    node: n.to_string(),
+                });
+            }
+            if !to_end.contains(k) {
+                return Err(BuildError::NoPathToEnd {
+                    node: n.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

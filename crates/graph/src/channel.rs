@@ -1,0 +1,340 @@
+//! Channel kinds and their update / consume / finish / checkpoint rules (runtime-spec §3).
+//!
+//! Channels are internal: users pick a kind through [`crate::ChannelSpec`]; the graph adds
+//! trigger channels (`branch:to:<node>`), join barriers and the `Send` topic itself.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+
+use crate::error::{BoxError, Error, Result};
+use crate::state::{Val, Write};
+
+/// The erased reducer of a reducer channel: folds a batch of writes into the value.
+pub(crate) type ReduceFn =
+    Arc<dyn Fn(&Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
+
+/// One channel of a running graph.
+pub(crate) trait Channel: Send + Sync {
+    /// The value, when available.
+    fn get(&self) -> Option<&Val>;
+    /// Applies one step's writes (all of them, in task order). Returns whether the channel changed.
+    fn update(&mut self, writes: &[&Write]) -> Result<bool>;
+    /// Called on trigger channels of executed tasks; barriers reset here.
+    fn consume(&mut self) -> bool {
+        false
+    }
+    /// Called when nothing will trigger any more (tentative last step).
+    fn finish(&mut self) -> bool {
+        false
+    }
+    /// Stored form, or `None` when the channel stores nothing.
+    fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>>;
+    /// A copy (values are shared, state is not).
+    fn box_clone(&self) -> Box<dyn Channel>;
+    /// Queued packets (only the `Send` topic has any).
+    fn packets(&self) -> &[Val] {
+        &[]
+    }
+}
+
+fn payload(w: &Write) -> &Val {
+    match w {
+        Write::Value(v) | Write::Overwrite(v) => v,
+    }
+}
+
+/// `LastValue`: exactly one write per step.
+#[derive(Clone)]
+pub(crate) struct LastValue {
+    pub(crate) name: Arc<str>,
+    pub(crate) value: Option<Val>,
+}
+
+impl Channel for LastValue {
+    fn get(&self) -> Option<&Val> {
+        self.value.as_ref()
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        match writes {
+            [] => Ok(false),
+            [w] => {
+                self.value = Some(payload(w).clone());
+                Ok(true)
+            }
+            _ => Err(Error::InvalidConcurrentUpdate {
+                channel: self.name.to_string(),
+            }),
+        }
+    }
+    fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        self.value.as_ref().map(ser).transpose()
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+}
+
+/// `BinaryOperatorAggregate`: folds the step's writes with a batch reducer; one `Overwrite` per step.
+#[derive(Clone)]
+pub(crate) struct Reducer {
+    pub(crate) name: Arc<str>,
+    pub(crate) value: Val,
+    pub(crate) reduce: ReduceFn,
+}
+
+impl Channel for Reducer {
+    fn get(&self) -> Option<&Val> {
+        Some(&self.value)
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        if writes.is_empty() {
+            return Ok(false);
+        }
+        let mut overwrite = None;
+        for w in writes {
+            if let Write::Overwrite(v) = w {
+                if overwrite.is_some() {
+                    return Err(Error::MultipleOverwrites {
+                        channel: self.name.to_string(),
+                    });
+                }
+                overwrite = Some(v.clone());
+            }
+        }
+        if let Some(v) = overwrite {
+            // Invariant: an Overwrite replaces the value and drops the step's other writes (spec §3, R42).
+            self.value = v;
+            return Ok(true);
+        }
+        let batch: Vec<Val> = writes.iter().map(|w| payload(w).clone()).collect();
+        self.value = (self.reduce)(&self.value, &batch).map_err(|source| Error::Reducer {
+            channel: self.name.to_string(),
+            source,
+        })?;
+        Ok(true)
+    }
+    fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        ser(&self.value).map(Some)
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+}
+
+/// `EphemeralValue`: cleared by `update([])` one step after it was set. `guard` rejects two writes.
+#[derive(Clone)]
+pub(crate) struct Ephemeral {
+    pub(crate) name: Arc<str>,
+    pub(crate) value: Option<Val>,
+    pub(crate) guard: bool,
+    /// Untracked values are never stored and are not cleared by `update([])`.
+    pub(crate) untracked: bool,
+}
+
+impl Channel for Ephemeral {
+    fn get(&self) -> Option<&Val> {
+        self.value.as_ref()
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        match writes {
+            [] if self.untracked => Ok(false),
+            [] => Ok(self.value.take().is_some()),
+            [.., last] => {
+                if self.guard && writes.len() > 1 {
+                    return Err(Error::InvalidConcurrentUpdate {
+                        channel: self.name.to_string(),
+                    });
+                }
+                self.value = Some(payload(last).clone());
+                Ok(true)
+            }
+        }
+    }
+    fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        if self.untracked {
+            return Ok(None);
+        }
+        self.value.as_ref().map(ser).transpose()
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+}
+
+/// `LastValueAfterFinish`: the trigger of a deferred node, readable only after `finish()`.
+#[derive(Clone)]
+pub(crate) struct AfterFinish {
+    pub(crate) value: Option<Val>,
+    pub(crate) finished: bool,
+}
+
+impl Channel for AfterFinish {
+    fn get(&self) -> Option<&Val> {
+        if self.finished {
+            self.value.as_ref()
+        } else {
+            None
+        }
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        match writes.last() {
+            None => Ok(false),
+            Some(w) => {
+                self.value = Some(payload(w).clone());
+                self.finished = false;
+                Ok(true)
+            }
+        }
+    }
+    fn consume(&mut self) -> bool {
+        if self.finished {
+            self.finished = false;
+            self.value = None;
+            true
+        } else {
+            false
+        }
+    }
+    fn finish(&mut self) -> bool {
+        if !self.finished && self.value.is_some() {
+            self.finished = true;
+            true
+        } else {
+            false
+        }
+    }
+    fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        Ok(self
+            .value
+            .as_ref()
+            .map(|_| serde_json::json!({"finished": self.finished})))
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+}
+
+/// `NamedBarrierValue` (optionally `…AfterFinish`): available once every source has written its name.
+#[derive(Clone)]
+pub(crate) struct Barrier {
+    pub(crate) name: Arc<str>,
+    pub(crate) names: Arc<BTreeSet<String>>,
+    pub(crate) seen: BTreeSet<String>,
+    pub(crate) after_finish: bool,
+    pub(crate) finished: bool,
+    pub(crate) unit: Val,
+}
+
+impl Barrier {
+    fn complete(&self) -> bool {
+        self.seen.len() == self.names.len()
+    }
+}
+
+impl Channel for Barrier {
+    fn get(&self) -> Option<&Val> {
+        if self.complete() && (!self.after_finish || self.finished) {
+            Some(&self.unit)
+        } else {
+            None
+        }
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        let mut changed = false;
+        for w in writes {
+            let Some(n) = payload(w).downcast_ref::<String>() else {
+                return Err(Error::WriteType {
+                    channel: self.name.to_string(),
+                });
+            };
+            if !self.names.contains(n) {
+                return Err(Error::UnknownNode { node: n.clone() });
+            }
+            changed |= self.seen.insert(n.clone());
+        }
+        Ok(changed)
+    }
+    fn consume(&mut self) -> bool {
+        if self.complete() && (!self.after_finish || self.finished) {
+            self.seen.clear();
+            self.finished = false;
+            true
+        } else {
+            false
+        }
+    }
+    fn finish(&mut self) -> bool {
+        if self.after_finish && !self.finished && self.complete() {
+            self.finished = true;
+            true
+        } else {
+            false
+        }
+    }
+    fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        // Invariant: the stored form is a copy taken now, never a view of the live set (spec §4 of the
+        // graph-programs README: the reference leaked next-step writes into stored barriers).
+        if self.seen.is_empty() && !self.finished {
+            return Ok(None);
+        }
+        let seen: Vec<&String> = self.seen.iter().collect();
+        Ok(Some(if self.after_finish {
+            serde_json::json!({"seen": seen, "finished": self.finished})
+        } else {
+            serde_json::json!(seen)
+        }))
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+}
+
+/// Non-accumulating `Topic` of `Send` packets (`__pregel_tasks`).
+#[derive(Clone, Default)]
+pub(crate) struct Topic {
+    pub(crate) values: Vec<Val>,
+    pub(crate) list: Option<Val>,
+}
+
+impl Channel for Topic {
+    fn get(&self) -> Option<&Val> {
+        self.list.as_ref()
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        let mut updated = !self.values.is_empty();
+        self.values.clear();
+        if !writes.is_empty() {
+            updated = true;
+            self.values
+                .extend(writes.iter().map(|w| payload(w).clone()));
+        }
+        self.list = if self.values.is_empty() {
+            None
+        } else {
+            Some(Arc::new(()) as Arc<dyn Any + Send + Sync>)
+        };
+        Ok(updated)
+    }
+    fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        if self.values.is_empty() {
+            return Ok(None);
+        }
+        self.values
+            .iter()
+            .map(ser)
+            .collect::<Result<Vec<_>>>()
+            .map(|v| Some(Json::Array(v)))
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+    fn packets(&self) -> &[Val] {
+        &self.values
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,123 @@
+//! Unit tests of the channel kinds (runtime-spec §3).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::*;
+
+fn v(x: i64) -> Write {
+    Write::Value(Arc::new(x))
+}
+
+fn get(c: &dyn Channel) -> Option<i64> {
+    c.get().and_then(|v| v.downcast_ref::<i64>()).copied()
+}
+
+#[test]
+fn last_value_rejects_two_writes_in_one_step() {
+    let mut c = LastValue {
+        name: Arc::from("x"),
+        value: None,
+    };
+    assert!(c.update(&[&v(1)]).unwrap());
+    let err = c.update(&[&v(2), &v(3)]).unwrap_err();
+    assert!(matches!(err, Error::InvalidConcurrentUpdate { ref channel } if channel == "x"));
+    assert!(
+        !c.update(&[]).unwrap(),
+        "update([]) leaves a last value alone"
+    );
+    assert_eq!(get(&c), Some(1));
+}
+
+#[test]
+fn ephemeral_is_cleared_by_empty_update_and_that_is_a_change() {
+    let mut c = Ephemeral {
+        name: Arc::from("e"),
+        value: None,
+        guard: false,
+        untracked: false,
+    };
+    assert!(c.update(&[&v(1), &v(2)]).unwrap());
+    assert_eq!(get(&c), Some(2), "unguarded keeps the last of many");
+    assert!(c.update(&[]).unwrap());
+    assert_eq!(get(&c), None);
+    assert!(!c.update(&[]).unwrap());
+}
+
+#[test]
+fn reducer_overwrite_drops_other_writes_and_only_one_per_step() {
+    let reduce: ReduceFn = Arc::new(|acc: &Val, batch: &[Val]| {
+        let mut s = *acc.downcast_ref::<i64>().ok_or("type")?;
+        for b in batch {
+            s += *b.downcast_ref::<i64>().ok_or("type")?;
+        }
+        Ok(Arc::new(s) as Val)
+    });
+    let mut c = Reducer {
+        name: Arc::from("n"),
+        value: Arc::new(0i64),
+        reduce,
+    };
+    assert!(c.update(&[&v(1), &v(2)]).unwrap());
+    assert_eq!(get(&c), Some(3));
+    let ow = Write::Overwrite(Arc::new(10i64));
+    assert!(c.update(&[&v(5), &ow, &v(7)]).unwrap());
+    assert_eq!(get(&c), Some(10));
+    let err = c.update(&[&ow, &ow]).unwrap_err();
+    assert!(matches!(err, Error::MultipleOverwrites { .. }));
+}
+
+#[test]
+fn barrier_needs_every_name_and_resets_on_consume() {
+    let names: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into();
+    let mut c = Barrier {
+        name: Arc::from("join:a+b:c"),
+        names: Arc::new(names),
+        seen: BTreeSet::new(),
+        after_finish: false,
+        finished: false,
+        unit: Arc::new(()),
+    };
+    let a = Write::Value(Arc::new("a".to_owned()));
+    let b = Write::Value(Arc::new("b".to_owned()));
+    assert!(c.update(&[&a]).unwrap());
+    assert!(c.get().is_none());
+    assert!(!c.update(&[&a]).unwrap(), "a name seen twice is no change");
+    assert!(
+        !c.update(&[]).unwrap(),
+        "update([]) keeps a partial barrier"
+    );
+    assert!(c.update(&[&b]).unwrap());
+    assert!(c.get().is_some());
+    assert!(c.consume());
+    assert!(c.get().is_none());
+    let x = Write::Value(Arc::new("x".to_owned()));
+    assert!(c.update(&[&x]).is_err());
+}
+
+#[test]
+fn after_finish_is_readable_only_after_finish() {
+    let mut c = AfterFinish {
+        value: None,
+        finished: false,
+    };
+    assert!(c.update(&[&v(1)]).unwrap());
+    assert!(c.get().is_none());
+    assert!(!c.consume());
+    assert!(c.finish());
+    assert!(c.get().is_some());
+    assert!(c.consume());
+    assert!(c.get().is_none());
+}
+
+#[test]
+fn topic_is_not_accumulating() {
+    let mut t = Topic::default();
+    assert!(t.update(&[&v(1), &v(2)]).unwrap());
+    assert_eq!(t.packets().len(), 2);
+    assert!(t.update(&[&v(3)]).unwrap());
+    assert_eq!(t.packets().len(), 1);
+    assert!(t.update(&[]).unwrap(), "clearing is a change");
+    assert!(t.get().is_none());
+    assert!(!t.update(&[]).unwrap());
+}

@@ -1,0 +1,275 @@
+//! The persistence seam of the runtime: what the loop stores per checkpoint and per task.
+//!
+//! [`Checkpointer`] is the narrow, object-safe interface the loop talks to.
+//! [`MemoryCheckpointer`] keeps everything in process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde_json::Value as Json;
+
+use crate::error::Result;
+use crate::ids::{CheckpointId, TaskId, ThreadId};
+
+/// Why a checkpoint was created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// New input was applied.
+    Input,
+    /// A super-step finished.
+    Loop,
+    /// `update_state`.
+    Update,
+    /// Copy of an older checkpoint, start of a new branch.
+    Fork,
+}
+
+impl Source {
+    /// Lowercase name as in the reference metadata.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Input => "input",
+            Self::Loop => "loop",
+            Self::Update => "update",
+            Self::Fork => "fork",
+        }
+    }
+}
+
+/// A checkpoint as the loop persists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointRecord {
+    /// Its id (ids sort in creation order).
+    pub id: CheckpointId,
+    /// The checkpoint it was derived from.
+    pub parent: Option<CheckpointId>,
+    /// Metadata step.
+    pub step: i64,
+    /// Metadata source.
+    pub source: Source,
+    /// Channel values. On `put`: only the channels whose version moved since the previous stored
+    /// checkpoint (a moved channel without an entry is empty). On read: every channel with a value.
+    pub values: BTreeMap<String, Json>,
+    /// Channel versions.
+    pub versions: BTreeMap<String, u64>,
+    /// Node → channel → version last seen.
+    pub versions_seen: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Channels updated by the step that produced this checkpoint (sorted).
+    pub updated_channels: Option<Vec<String>>,
+    /// On `put`: the channels whose version moved since the previous stored checkpoint.
+    pub new_versions: std::collections::BTreeSet<String>,
+}
+
+/// A write of a task of the step that starts at some checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingWrite {
+    /// The task.
+    pub task_id: TaskId,
+    /// The task's path (sort key); empty for NULL-task writes.
+    pub task_path: String,
+    /// Channel (or control name such as `__error__`).
+    pub channel: String,
+    /// Serialized value.
+    pub value: Json,
+}
+
+/// A checkpoint with the writes of the step that started from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointTuple {
+    /// The checkpoint.
+    pub checkpoint: CheckpointRecord,
+    /// Pending writes, in (task path, task id, index) order.
+    pub pending_writes: Vec<PendingWrite>,
+}
+
+/// Control write names: upserted, never attached to tasks as results.
+pub(crate) const ERROR: &str = "__error__";
+pub(crate) const INTERRUPT: &str = "__interrupt__";
+pub(crate) const RESUME: &str = "__resume__";
+pub(crate) const NO_WRITES: &str = "__no_writes__";
+
+pub(crate) fn is_control(channel: &str) -> bool {
+    matches!(
+        channel,
+        ERROR | INTERRUPT | RESUME | "__error_source_node__" | "__scheduled__"
+    )
+}
+
+/// The persistence the loop needs; implemented by [`MemoryCheckpointer`] and by the `Saver` adapter.
+#[async_trait]
+pub trait Checkpointer: Send + Sync {
+    /// The latest checkpoint of the thread, or the addressed one, with its pending writes.
+    async fn get_tuple(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>>;
+    /// All checkpoints of the thread, newest first.
+    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>>;
+    /// Stores a checkpoint.
+    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()>;
+    /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()>;
+}
+
+#[derive(Default)]
+struct ThreadData {
+    checkpoints: BTreeMap<CheckpointId, CheckpointRecord>,
+    // (channel, version) → value: unchanged channels are stored once.
+    blobs: HashMap<(String, u64), Json>,
+    // checkpoint → (task path, task id, idx) → write
+    writes: HashMap<CheckpointId, BTreeMap<(String, TaskId, i64), PendingWrite>>,
+}
+
+/// An in-process checkpointer.
+#[derive(Default)]
+pub struct MemoryCheckpointer {
+    threads: Mutex<HashMap<ThreadId, ThreadData>>,
+}
+
+impl MemoryCheckpointer {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ThreadId, ThreadData>> {
+        self.threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn control_idx(channel: &str) -> Option<i64> {
+    match channel {
+        ERROR => Some(-1),
+        "__scheduled__" => Some(-2),
+        INTERRUPT => Some(-3),
+        RESUME => Some(-4),
+        "__error_source_node__" => Some(-5),
+        _ => None,
+    }
+}
+
+fn tuple_of(t: &ThreadData, c: &CheckpointRecord) -> CheckpointTuple {
+    let mut checkpoint = c.clone();
+    checkpoint.values = c
+        .versions
+        .iter()
+        .filter_map(|(ch, v)| {
+            t.blobs
+                .get(&(ch.clone(), *v))
+                .map(|j| (ch.clone(), j.clone()))
+        })
+        .collect();
+    CheckpointTuple {
+        checkpoint,
+        pending_writes: t
+            .writes
+            .get(&c.id)
+            .map(|w| w.values().cloned().collect())
+            .unwrap_or_default(),
+    }
+}
+
+#[async_trait]
+impl Checkpointer for MemoryCheckpointer {
+    async fn get_tuple(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        let g = self.lock();
+        let Some(t) = g.get(thread) else {
+            return Ok(None);
+        };
+        let c = match id {
+            Some(id) => t.checkpoints.get(id),
+            None => t.checkpoints.values().next_back(),
+        };
+        Ok(c.map(|c| tuple_of(t, c)))
+    }
+
+    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+        let g = self.lock();
+        let Some(t) = g.get(thread) else {
+            return Ok(Vec::new());
+        };
+        Ok(t.checkpoints
+            .values()
+            .rev()
+            .map(|c| tuple_of(t, c))
+            .collect())
+    }
+
+    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
+        let mut g = self.lock();
+        let t = g.entry(thread.clone()).or_default();
+        let mut checkpoint = checkpoint;
+        for (ch, value) in std::mem::take(&mut checkpoint.values) {
+            let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
+            t.blobs.insert((ch, v), value);
+        }
+        t.checkpoints.insert(checkpoint.id.clone(), checkpoint);
+        Ok(())
+    }
+
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        let mut g = self.lock();
+        let w = g
+            .entry(thread.clone())
+            .or_default()
+            .writes
+            .entry(checkpoint.clone())
+            .or_default();
+        for (i, (channel, value)) in writes.into_iter().enumerate() {
+            let (idx, upsert) = match control_idx(&channel) {
+                Some(idx) => (idx, true),
+                None => (i64::try_from(i).unwrap_or(i64::MAX), false),
+            };
+            let key = (task_path.to_owned(), task_id.clone(), idx);
+            let pw = PendingWrite {
+                task_id: task_id.clone(),
+                task_path: task_path.to_owned(),
+                channel,
+                value,
+            };
+            if upsert {
+                w.insert(key, pw);
+            } else {
+                w.entry(key).or_insert(pw);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// New checkpoint ids: strictly increasing within the process, UUID-shaped.
+pub(crate) fn new_checkpoint_id() -> CheckpointId {
+    static LAST: Mutex<u128> = Mutex::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let v = if now > *last { now } else { *last + 1 };
+    *last = v;
+    CheckpointId::new(uuid::Uuid::from_u128(v).hyphenated().to_string())
+}

@@ -1,0 +1,787 @@
+//! [`CompiledGraph`]: the validated graph with its channel layout, and the public run API.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use serde_json::Value as Json;
+
+use crate::builder::{RetryPolicy, RouterFn, StateGraph};
+use crate::channel::{AfterFinish, Barrier, Channel, Ephemeral, Topic};
+use crate::checkpointer::{Checkpointer, Source};
+use crate::error::{Error, Result};
+use crate::ids::{CheckpointId, END, NodeId, START, TaskId, ThreadId};
+use crate::schema::Schema;
+use crate::state::{State, Update, Val, Write};
+use crate::types::{Command, Interrupt};
+
+pub(crate) enum ChanKind {
+    User,
+    Start,
+    Tasks,
+    Branch {
+        defer: bool,
+    },
+    Join {
+        names: Arc<BTreeSet<String>>,
+        after_finish: bool,
+    },
+}
+
+pub(crate) struct ChanDef {
+    pub(crate) name: Arc<str>,
+    pub(crate) kind: ChanKind,
+}
+
+pub(crate) enum NodeImpl {
+    Start,
+    User(Arc<dyn crate::builder::Node>),
+}
+
+pub(crate) struct NodeSpec {
+    pub(crate) id: NodeId,
+    pub(crate) imp: NodeImpl,
+    pub(crate) triggers: Vec<usize>,
+    pub(crate) edge_writes: Vec<usize>,
+    pub(crate) join_writes: Vec<usize>,
+    pub(crate) router: Option<RouterFn>,
+    pub(crate) retry: Option<RetryPolicy>,
+}
+
+/// A `Send` packet as stored in the tasks topic.
+pub(crate) struct Packet {
+    pub(crate) node: usize,
+    pub(crate) arg: Vec<(Arc<str>, Val)>,
+}
+
+pub(crate) struct Graph {
+    pub(crate) schema: Arc<Schema>,
+    pub(crate) chans: Vec<ChanDef>,
+    pub(crate) chan_idx: HashMap<Arc<str>, usize>,
+    pub(crate) nodes: Vec<NodeSpec>,
+    pub(crate) node_idx: HashMap<NodeId, usize>,
+    pub(crate) trigger_to_nodes: HashMap<usize, Vec<usize>>,
+    pub(crate) start_chan: usize,
+    pub(crate) tasks_chan: usize,
+    pub(crate) branch_of: Vec<usize>,
+    pub(crate) interrupt_before: Vec<NodeId>,
+    pub(crate) interrupt_after: Vec<NodeId>,
+    pub(crate) unit: Val,
+}
+
+impl Graph {
+    fn build(b: StateGraph) -> Self {
+        let schema = Arc::new(b.schema);
+        let mut chans: Vec<ChanDef> = schema
+            .specs()
+            .map(|s| ChanDef {
+                name: s.name_arc().clone(),
+                kind: ChanKind::User,
+            })
+            .collect();
+        let start_chan = chans.len();
+        chans.push(ChanDef {
+            name: Arc::from(START),
+            kind: ChanKind::Start,
+        });
+        let tasks_chan = chans.len();
+        chans.push(ChanDef {
+            name: Arc::from("__pregel_tasks"),
+            kind: ChanKind::Tasks,
+        });
+        let mut node_idx = HashMap::new();
+        let mut nodes = vec![NodeSpec {
+            id: NodeId::start(),
+            imp: NodeImpl::Start,
+            triggers: vec![start_chan],
+            edge_writes: Vec::new(),
+            join_writes: Vec::new(),
+            router: None,
+            retry: None,
+        }];
+        node_idx.insert(NodeId::start(), 0);
+        let mut branch_of = vec![usize::MAX];
+        for (id, def) in b.nodes {
+            let ch = chans.len();
+            chans.push(ChanDef {
+                name: Arc::from(format!("branch:to:{id}")),
+                kind: ChanKind::Branch {
+                    defer: def.options.defer,
+                },
+            });
+            node_idx.insert(id.clone(), nodes.len());
+            branch_of.push(ch);
+            nodes.push(NodeSpec {
+                id,
+                imp: NodeImpl::User(def.node),
+                triggers: vec![ch],
+                edge_writes: Vec::new(),
+                join_writes: Vec::new(),
+                router: None,
+                retry: def.options.retry,
+            });
+        }
+        for (from, to) in &b.edges {
+            if to.as_str() == END {
+                continue;
+            }
+            if let (Some(&f), Some(&t)) = (node_idx.get(from), node_idx.get(to)) {
+                let ch = branch_of[t];
+                if !nodes[f].edge_writes.contains(&ch) {
+                    nodes[f].edge_writes.push(ch);
+                }
+            }
+        }
+        for (srcs, to) in &b.joins {
+            let Some(&t) = node_idx.get(to) else { continue };
+            let names: BTreeSet<String> = srcs.iter().map(|s| s.to_string()).collect();
+            let ch = chans.len();
+            let defer = matches!(chans[branch_of[t]].kind, ChanKind::Branch { defer: true });
+            chans.push(ChanDef {
+                name: Arc::from(format!(
+                    "join:{}:{to}",
+                    srcs.iter()
+                        .map(NodeId::as_str)
+                        .collect::<Vec<_>>()
+                        .join("+")
+                )),
+                kind: ChanKind::Join {
+                    names: Arc::new(names),
+                    after_finish: defer,
+                },
+            });
+            nodes[t].triggers.push(ch);
+            for s in srcs {
+                if let Some(&f) = node_idx.get(s) {
+                    nodes[f].join_writes.push(ch);
+                }
+            }
+        }
+        for (from, r) in b.routers {
+            if let Some(&f) = node_idx.get(&from) {
+                nodes[f].router = Some(r.f);
+            }
+        }
+        let mut trigger_to_nodes: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            for &t in &n.triggers {
+                trigger_to_nodes.entry(t).or_default().push(i);
+            }
+        }
+        let chan_idx = chans
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), i))
+            .collect();
+        Self {
+            schema,
+            chans,
+            chan_idx,
+            nodes,
+            node_idx,
+            trigger_to_nodes,
+            start_chan,
+            tasks_chan,
+            branch_of,
+            interrupt_before: b.interrupt_before,
+            interrupt_after: b.interrupt_after,
+            unit: Arc::new(()),
+        }
+    }
+
+    /// A fresh channel for slot `i`, restored from its stored form when given.
+    pub(crate) fn channel(&self, i: usize, stored: Option<Json>) -> Result<Box<dyn Channel>> {
+        let def = &self.chans[i];
+        Ok(match &def.kind {
+            ChanKind::User => {
+                let spec = self
+                    .schema
+                    .get(&def.name)
+                    .ok_or_else(|| Error::UnknownChannel {
+                        channel: def.name.to_string(),
+                    })?;
+                spec.channel(stored)?
+            }
+            ChanKind::Start => {
+                let value = stored
+                    .map(|j| self.update_from_json(j).map(|u| Arc::new(u) as Val))
+                    .transpose()?;
+                Box::new(Ephemeral {
+                    name: def.name.clone(),
+                    value,
+                    guard: true,
+                    untracked: false,
+                })
+            }
+            ChanKind::Tasks => {
+                let mut t = Topic::default();
+                if let Some(Json::Array(items)) = stored {
+                    for j in items {
+                        t.values.push(Arc::new(self.packet_from_json(j)?));
+                    }
+                    if !t.values.is_empty() {
+                        t.list = Some(self.unit.clone());
+                    }
+                }
+                Box::new(t)
+            }
+            ChanKind::Branch { defer: false } => Box::new(Ephemeral {
+                name: def.name.clone(),
+                value: stored.map(|_| self.unit.clone()),
+                guard: false,
+                untracked: false,
+            }),
+            ChanKind::Branch { defer: true } => Box::new(AfterFinish {
+                value: stored.as_ref().map(|_| self.unit.clone()),
+                finished: stored
+                    .as_ref()
+                    .and_then(|j| j.get("finished"))
+                    .and_then(Json::as_bool)
+                    .unwrap_or(false),
+            }),
+            ChanKind::Join {
+                names,
+                after_finish,
+            } => {
+                let (seen_j, finished) = match stored {
+                    Some(Json::Object(m)) => (
+                        m.get("seen").cloned(),
+                        m.get("finished").and_then(Json::as_bool).unwrap_or(false),
+                    ),
+                    other => (other, false),
+                };
+                let seen = match seen_j {
+                    Some(Json::Array(a)) => a
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect(),
+                    _ => BTreeSet::new(),
+                };
+                Box::new(Barrier {
+                    name: def.name.clone(),
+                    names: names.clone(),
+                    seen,
+                    after_finish: *after_finish,
+                    finished,
+                    unit: self.unit.clone(),
+                })
+            }
+        })
+    }
+
+    /// Serializes a channel's stored value.
+    pub(crate) fn value_to_json(&self, i: usize, v: &Val) -> Result<Json> {
+        let def = &self.chans[i];
+        match &def.kind {
+            ChanKind::User => self
+                .schema
+                .get(&def.name)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: def.name.to_string(),
+                })?
+                .value_to_json(v),
+            ChanKind::Start => match v.downcast_ref::<Update>() {
+                Some(u) => self.update_to_json(u),
+                None => Err(Error::WriteType {
+                    channel: def.name.to_string(),
+                }),
+            },
+            ChanKind::Tasks => match v.downcast_ref::<Packet>() {
+                Some(p) => self.packet_to_json(p),
+                None => Err(Error::WriteType {
+                    channel: def.name.to_string(),
+                }),
+            },
+            ChanKind::Branch { .. } | ChanKind::Join { .. } => Ok(Json::Null),
+        }
+    }
+
+    pub(crate) fn write_to_json(&self, i: usize, w: &Write) -> Result<Json> {
+        let def = &self.chans[i];
+        match (&def.kind, w) {
+            (ChanKind::User, w) => self
+                .schema
+                .get(&def.name)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: def.name.to_string(),
+                })?
+                .write_to_json(w),
+            (ChanKind::Join { .. }, Write::Value(v)) => match v.downcast_ref::<String>() {
+                Some(s) => Ok(Json::String(s.clone())),
+                None => Err(Error::WriteType {
+                    channel: def.name.to_string(),
+                }),
+            },
+            (_, Write::Value(v) | Write::Overwrite(v)) => self.value_to_json(i, v),
+        }
+    }
+
+    pub(crate) fn write_from_json(&self, i: usize, j: Json) -> Result<Write> {
+        let def = &self.chans[i];
+        Ok(match &def.kind {
+            ChanKind::User => self
+                .schema
+                .get(&def.name)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: def.name.to_string(),
+                })?
+                .write_from_json(j)?,
+            ChanKind::Start => Write::Value(Arc::new(self.update_from_json(j)?)),
+            ChanKind::Tasks => Write::Value(Arc::new(self.packet_from_json(j)?)),
+            ChanKind::Branch { .. } => Write::Value(self.unit.clone()),
+            ChanKind::Join { .. } => match j {
+                Json::String(s) => Write::Value(Arc::new(s)),
+                _ => {
+                    return Err(Error::WriteType {
+                        channel: def.name.to_string(),
+                    });
+                }
+            },
+        })
+    }
+
+    pub(crate) fn update_to_json(&self, u: &Update) -> Result<Json> {
+        let mut out = Vec::with_capacity(u.writes.len());
+        for w in &u.writes {
+            let spec = self
+                .schema
+                .get(&w.channel)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: w.channel.to_string(),
+                })?;
+            out.push(serde_json::json!([
+                &*w.channel,
+                spec.write_to_json(&w.write)?
+            ]));
+        }
+        Ok(Json::Array(out))
+    }
+
+    fn update_from_json(&self, j: Json) -> Result<Update> {
+        let mut u = Update::new();
+        let Json::Array(items) = j else {
+            return Err(Error::WriteType {
+                channel: START.to_owned(),
+            });
+        };
+        for item in items {
+            let (name, w) = match item {
+                Json::Array(mut pair) if pair.len() == 2 => {
+                    let w = pair.pop().unwrap_or(Json::Null);
+                    (pair.pop().unwrap_or(Json::Null), w)
+                }
+                _ => {
+                    return Err(Error::WriteType {
+                        channel: START.to_owned(),
+                    });
+                }
+            };
+            let name = name.as_str().unwrap_or_default().to_owned();
+            let spec = self
+                .schema
+                .get(&name)
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: name.clone(),
+                })?;
+            let write = spec.write_from_json(w)?;
+            let type_id = spec.type_id_of(&write);
+            u.writes.push(crate::state::NamedWrite {
+                channel: spec.name_arc().clone(),
+                type_id,
+                write,
+            });
+        }
+        Ok(u)
+    }
+
+    pub(crate) fn packet_to_json(&self, p: &Packet) -> Result<Json> {
+        let mut arg = Vec::with_capacity(p.arg.len());
+        for (k, v) in &p.arg {
+            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
+                channel: k.to_string(),
+            })?;
+            arg.push(serde_json::json!([&**k, spec.value_to_json(v)?]));
+        }
+        Ok(serde_json::json!({"node": self.nodes[p.node].id.as_str(), "arg": arg}))
+    }
+
+    fn packet_from_json(&self, j: Json) -> Result<Packet> {
+        let bad = || Error::WriteType {
+            channel: "__pregel_tasks".to_owned(),
+        };
+        let node = j.get("node").and_then(Json::as_str).ok_or_else(bad)?;
+        let node = *self
+            .node_idx
+            .get(&NodeId::from(node))
+            .ok_or_else(|| Error::UnknownNode {
+                node: node.to_owned(),
+            })?;
+        let mut arg = Vec::new();
+        for item in j.get("arg").and_then(Json::as_array).ok_or_else(bad)? {
+            let k = item.get(0).and_then(Json::as_str).ok_or_else(bad)?;
+            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
+                channel: k.to_owned(),
+            })?;
+            arg.push((
+                spec.name_arc().clone(),
+                spec.value_from_json(item.get(1).cloned().unwrap_or(Json::Null))?,
+            ));
+        }
+        Ok(Packet { node, arg })
+    }
+}
+
+/// How often checkpoints reach the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Each checkpoint is stored before the next step starts.
+    Sync,
+    /// Checkpoints are stored while the run goes on; an `invoke` that returned has stored everything.
+    /// (Today antler stores them before the next step, like `Sync`.)
+    #[default]
+    Async,
+    /// Nothing is stored during the run; the final checkpoint and pending writes at exit.
+    Exit,
+}
+
+/// Per-call configuration.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The thread.
+    pub thread_id: ThreadId,
+    /// Start from this checkpoint (time travel) instead of the thread's latest (default none).
+    pub checkpoint_id: Option<CheckpointId>,
+    /// Super-steps allowed per call (default 10007, as the reference).
+    pub recursion_limit: usize,
+    /// Durability mode (default [`Durability::Async`]).
+    pub durability: Durability,
+}
+
+impl RunConfig {
+    /// Config for `thread` with defaults.
+    pub fn new(thread: impl Into<ThreadId>) -> Self {
+        Self {
+            thread_id: thread.into(),
+            checkpoint_id: None,
+            recursion_limit: 10007,
+            durability: Durability::Async,
+        }
+    }
+    /// Sets the starting checkpoint.
+    pub fn with_checkpoint(mut self, id: CheckpointId) -> Self {
+        self.checkpoint_id = Some(id);
+        self
+    }
+    /// Sets the recursion limit.
+    pub fn with_recursion_limit(mut self, limit: usize) -> Self {
+        self.recursion_limit = limit;
+        self
+    }
+    /// Sets the durability mode.
+    pub fn with_durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+}
+
+/// Input of a run.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// New values (an unfinished step of the thread is abandoned).
+    Values(Update),
+    /// A command: resume interrupts, update state, goto.
+    Command(Command),
+    /// No input: continue the thread's pending step (after an error, or to replay a checkpoint).
+    Continue,
+}
+
+impl From<Update> for Input {
+    fn from(u: Update) -> Self {
+        Self::Values(u)
+    }
+}
+impl From<Command> for Input {
+    fn from(c: Command) -> Self {
+        Self::Command(c)
+    }
+}
+impl From<Option<Update>> for Input {
+    fn from(u: Option<Update>) -> Self {
+        u.map_or(Self::Continue, Self::Values)
+    }
+}
+
+/// What a run returned.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    /// The state after the run (the head checkpoint's values).
+    pub values: State,
+    /// Pending interrupts when the run stopped on them, in task order.
+    pub interrupts: Vec<Interrupt>,
+    /// The head checkpoint after the run.
+    pub checkpoint_id: Option<CheckpointId>,
+}
+
+/// Kind of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskKind {
+    /// Triggered by a channel.
+    Pull,
+    /// Created by a `Send` packet.
+    Push,
+}
+
+/// Status of a pending task of a checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskStatus {
+    /// Not run yet.
+    Todo,
+    /// Finished; its writes are saved.
+    Done,
+    /// Raised an error.
+    Error,
+    /// Stopped on an interrupt.
+    Interrupted,
+}
+
+/// A task of a checkpoint's next step.
+#[derive(Clone, Debug)]
+pub struct TaskSnapshot {
+    /// Deterministic id.
+    pub id: TaskId,
+    /// Node.
+    pub node: NodeId,
+    /// Pull or push.
+    pub kind: TaskKind,
+    /// What happened to it so far.
+    pub status: TaskStatus,
+    /// Its pending interrupts.
+    pub interrupts: Vec<Interrupt>,
+    /// Its saved error message.
+    pub error: Option<String>,
+}
+
+/// A checkpoint as seen by `get_state`.
+#[derive(Clone, Debug)]
+pub struct StateSnapshot {
+    /// Stored values (writes of the pending step not included).
+    pub values: State,
+    /// Nodes of the next step in task order.
+    pub next: Vec<NodeId>,
+    /// Tasks of the next step in task order.
+    pub tasks: Vec<TaskSnapshot>,
+    /// This checkpoint.
+    pub checkpoint_id: CheckpointId,
+    /// Its parent.
+    pub parent_id: Option<CheckpointId>,
+    /// Metadata step.
+    pub step: i64,
+    /// Metadata source.
+    pub source: Source,
+}
+
+impl StateSnapshot {
+    /// Pending interrupts of all tasks, in task order.
+    pub fn interrupts(&self) -> Vec<Interrupt> {
+        self.tasks
+            .iter()
+            .flat_map(|t| t.interrupts.iter().cloned())
+            .collect()
+    }
+}
+
+/// A task of a finished step, as streamed in debug mode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskEvent {
+    /// The step's metadata step.
+    pub step: i64,
+    /// Node.
+    pub node: NodeId,
+    /// Pull or push.
+    pub kind: TaskKind,
+    /// Writes to state channels, in write order.
+    pub writes: Vec<(String, Json)>,
+    /// Packets it emitted, in emission order: (target, packet values).
+    pub sends: Vec<(NodeId, Json)>,
+}
+
+/// A checkpoint saved by a run, as streamed in debug mode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointEvent {
+    /// Its id.
+    pub id: CheckpointId,
+    /// Its parent.
+    pub parent: Option<CheckpointId>,
+    /// Metadata step.
+    pub step: i64,
+    /// Metadata source.
+    pub source: Source,
+}
+
+/// One item of [`CompiledGraph::stream`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// Full state after a step (mode `values`).
+    Values(State),
+    /// A task's state writes (mode `updates`), at the end of its step, in task order.
+    Updates {
+        /// Node.
+        node: NodeId,
+        /// Writes as JSON.
+        writes: Vec<(String, Json)>,
+    },
+    /// A custom event a node emitted (mode `custom`), delivered when its task finishes.
+    Custom {
+        /// Node.
+        node: NodeId,
+        /// Payload.
+        value: Json,
+    },
+    /// A task of a finished step (mode `debug`).
+    Task(TaskEvent),
+    /// A checkpoint was saved (mode `debug`).
+    Checkpoint(CheckpointEvent),
+    /// The run stopped on interrupts.
+    Interrupted(Vec<Interrupt>),
+}
+
+/// Which events a stream carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamModes {
+    /// `values` events.
+    pub values: bool,
+    /// `updates` events.
+    pub updates: bool,
+    /// `custom` events.
+    pub custom: bool,
+    /// `debug` events (tasks and checkpoints).
+    pub debug: bool,
+}
+
+impl StreamModes {
+    /// Every mode.
+    pub fn all() -> Self {
+        Self {
+            values: true,
+            updates: true,
+            custom: true,
+            debug: true,
+        }
+    }
+}
+
+/// A validated graph, ready to run on threads.
+#[derive(Clone)]
+pub struct CompiledGraph {
+    pub(crate) g: Arc<Graph>,
+    pub(crate) cp: Option<Arc<dyn Checkpointer>>,
+}
+
+impl CompiledGraph {
+    pub(crate) fn new(b: StateGraph) -> Self {
+        Self {
+            g: Arc::new(Graph::build(b)),
+            cp: None,
+        }
+    }
+
+    /// Attaches a checkpointer (without one, runs keep no history and cannot be resumed).
+    pub fn with_checkpointer(mut self, cp: Arc<dyn Checkpointer>) -> Self {
+        self.cp = Some(cp);
+        self
+    }
+
+    /// Runs to completion or interrupt.
+    pub async fn invoke(&self, input: impl Into<Input>, config: &RunConfig) -> Result<RunOutcome> {
+        crate::run::run(
+            &self.g,
+            self.cp.as_deref(),
+            input.into(),
+            config,
+            None,
+            StreamModes::default(),
+        )
+        .await
+    }
+
+    /// Runs and streams events; the last item is the outcome. Dropping the stream cancels the run at
+    /// its next await point; finished tasks keep their saved writes and no partial checkpoint is written.
+    pub fn stream(
+        &self,
+        input: impl Into<Input>,
+        config: &RunConfig,
+        modes: StreamModes,
+    ) -> impl Stream<Item = Result<StreamItem>> + Send + 'static {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<StreamItem>>();
+        let this = self.clone();
+        let input = input.into();
+        let config = config.clone();
+        let fut = async move {
+            let r = crate::run::run(
+                &this.g,
+                this.cp.as_deref(),
+                input,
+                &config,
+                Some(&tx),
+                modes,
+            )
+            .await;
+            let _ = tx.unbounded_send(r.map(StreamItem::Done));
+        };
+        let driver = futures::stream::once(fut).filter_map(|()| async { None });
+        futures::stream::select(rx, driver)
+    }
+
+    /// The thread's latest checkpoint (or the configured one) with its next tasks.
+    pub async fn get_state(&self, config: &RunConfig) -> Result<Option<StateSnapshot>> {
+        crate::run::get_state(
+            &self.g,
+            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            config,
+        )
+        .await
+    }
+
+    /// Every checkpoint of the thread, newest first (all branches).
+    pub async fn get_state_history(&self, config: &RunConfig) -> Result<Vec<StateSnapshot>> {
+        crate::run::history(
+            &self.g,
+            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            config,
+        )
+        .await
+    }
+
+    /// Applies `values` as if `as_node` had written them, creating an `update` checkpoint; returns its id.
+    pub async fn update_state(
+        &self,
+        config: &RunConfig,
+        values: Update,
+        as_node: Option<NodeId>,
+    ) -> Result<CheckpointId> {
+        crate::run::update_state(
+            &self.g,
+            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            config,
+            values,
+            as_node,
+        )
+        .await
+    }
+
+    /// Node names, in declaration order (without `__start__`).
+    pub fn nodes(&self) -> Vec<NodeId> {
+        self.g.nodes.iter().skip(1).map(|n| n.id.clone()).collect()
+    }
+}
+
+/// An item of [`CompiledGraph::stream`]: an event, or the final outcome.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum StreamItem {
+    /// An event.
+    Event(StreamEvent),
+    /// The run finished with this outcome (always the last item).
+    Done(RunOutcome),
+}

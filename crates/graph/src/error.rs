@@ -1,0 +1,256 @@
+//! The crate's error types: one [`Error`] for running graphs, a narrow [`BuildError`] for `compile()`.
+
+use crate::ids::NodeId;
+
+/// A boxed error as returned by user code (nodes, reducers).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why [`crate::StateGraph::compile`] rejected a graph.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// An edge, router target or interrupt list names a node that was never added.
+    #[error("unknown node '{node}' referenced by {context}")]
+    UnknownNode {
+        /// The missing node.
+        node: String,
+        /// Where it was referenced.
+        context: String,
+    },
+    /// A node name was added twice.
+    #[error("node '{node}' is already present")]
+    DuplicateNode {
+        /// The node.
+        node: String,
+    },
+    /// A node name collides with a reserved name (`__start__`, `__end__`, `__…`) or contains `|`/`:`.
+    #[error("node name '{node}' is reserved or contains a separator")]
+    ReservedName {
+        /// The node.
+        node: String,
+    },
+    /// No edge leaves `__start__`.
+    #[error("graph has no entry point: add an edge from __start__")]
+    NoEntry,
+    /// A node cannot be reached from `__start__` by edges, routers, gotos or `Send`.
+    #[error("node '{node}' is not reachable from __start__")]
+    Unreachable {
+        /// The node.
+        node: String,
+    },
+    /// From a node no path leads to `__end__` (or to a node without outgoing edges).
+    #[error("node '{node}' has no path to __end__")]
+    NoPathToEnd {
+        /// The node.
+        node: String,
+    },
+    /// A channel was declared twice with different kinds or types.
+    #[error("channel '{channel}' declared twice with different kinds: {first} vs {second}")]
+    ChannelConflict {
+        /// The channel.
+        channel: String,
+        /// The first declaration.
+        first: String,
+        /// The conflicting declaration.
+        second: String,
+    },
+    /// A channel name is reserved or malformed.
+    #[error("channel name '{channel}' is reserved")]
+    ReservedChannel {
+        /// The channel.
+        channel: String,
+    },
+    /// A node has more than one router.
+    #[error("node '{node}' already has a router")]
+    DuplicateRouter {
+        /// The node.
+        node: String,
+    },
+    /// A join needs at least one source.
+    #[error("join into '{node}' has no sources")]
+    EmptyJoin {
+        /// The join target.
+        node: String,
+    },
+}
+
+/// Coarse classification of an [`Error`], for callers that branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Concurrent or ill-typed writes reached a channel.
+    InvalidUpdate,
+    /// The recursion limit was hit.
+    RecursionLimit,
+    /// A node returned an error or panicked.
+    Node,
+    /// A reducer rejected the step's writes.
+    Reducer,
+    /// The input or config of a call is not acceptable.
+    Input,
+    /// A checkpoint or thread does not exist.
+    NotFound,
+    /// The checkpoint store failed.
+    Storage,
+    /// A value could not be (de)serialized.
+    Serialization,
+    /// The graph definition is invalid.
+    Build,
+}
+
+/// Errors of running a compiled graph.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Two writes (or two values) reached a last-value channel in one step.
+    ///
+    /// The text reproduces the reference's `InvalidUpdateError` byte for byte.
+    #[error(
+        "At key '{channel}': Can receive only one value per step. Use an Annotated key to handle multiple values.\nFor troubleshooting, visit: https://docs.langchain.com/oss/python/langgraph/errors/INVALID_CONCURRENT_GRAPH_UPDATE"
+    )]
+    InvalidConcurrentUpdate {
+        /// The channel.
+        channel: String,
+    },
+    /// More than one `Overwrite` reached a reducer channel in one step.
+    #[error("At key '{channel}': Can receive only one Overwrite value per super-step.")]
+    MultipleOverwrites {
+        /// The channel.
+        channel: String,
+    },
+    /// A write's type does not match the channel's declared write type.
+    #[error("write to channel '{channel}' has the wrong type")]
+    WriteType {
+        /// The channel.
+        channel: String,
+    },
+    /// A write or packet names a channel the schema does not know.
+    #[error("unknown channel '{channel}'")]
+    UnknownChannel {
+        /// The channel.
+        channel: String,
+    },
+    /// A `Send` or `goto` names an unknown node.
+    #[error("unknown node '{node}' in goto or Send")]
+    UnknownNode {
+        /// The node.
+        node: String,
+    },
+    /// The recursion limit was reached.
+    ///
+    /// The text reproduces the reference's `GraphRecursionError` byte for byte.
+    #[error(
+        "Recursion limit of {limit} reached without hitting a stop condition. You can increase the limit by setting the `recursion_limit` config key.\nFor troubleshooting, visit: https://docs.langchain.com/oss/python/langgraph/errors/GRAPH_RECURSION_LIMIT"
+    )]
+    RecursionLimit {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A node returned an error.
+    #[error("node '{node}' failed: {source}")]
+    NodeFailed {
+        /// The node.
+        node: NodeId,
+        /// What the node returned.
+        #[source]
+        source: BoxError,
+    },
+    /// A node panicked; the panic was caught.
+    #[error("node '{node}' panicked: {message}")]
+    NodePanicked {
+        /// The node.
+        node: NodeId,
+        /// The panic payload, when it was a string.
+        message: String,
+    },
+    /// A reducer rejected the writes of a step.
+    #[error("reducer of channel '{channel}' failed: {source}")]
+    Reducer {
+        /// The channel.
+        channel: String,
+        /// The reducer's error.
+        #[source]
+        source: BoxError,
+    },
+    /// Neither input nor a resumable checkpoint was given.
+    #[error("received no input and thread '{thread}' has nothing to resume")]
+    EmptyInput {
+        /// The thread.
+        thread: String,
+    },
+    /// A single resume value was given while several interrupts are pending.
+    #[error(
+        "a single resume value cannot answer {count} pending interrupts; pass a map interrupt id -> value"
+    )]
+    AmbiguousResume {
+        /// Pending interrupts.
+        count: usize,
+    },
+    /// A `Command` addressed to the parent graph reached the top level.
+    #[error("there is no parent graph for a Command addressed to the parent")]
+    NoParentGraph,
+    /// The addressed checkpoint does not exist.
+    #[error("checkpoint '{checkpoint}' not found in thread '{thread}'")]
+    CheckpointNotFound {
+        /// The thread.
+        thread: String,
+        /// The checkpoint.
+        checkpoint: String,
+    },
+    /// An operation needs a checkpointer but the graph has none.
+    #[error("operation needs a checkpointer")]
+    NoCheckpointer,
+    /// `update_state` needs a node or a single candidate node.
+    #[error("update_state needs as_node: {reason}")]
+    AmbiguousAsNode {
+        /// Why no node could be chosen.
+        reason: String,
+    },
+    /// A value could not be (de)serialized.
+    #[error("cannot (de)serialize channel '{channel}': {source}")]
+    Serialization {
+        /// The channel.
+        channel: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The checkpoint store failed.
+    #[error("checkpoint store failed: {source}")]
+    Storage {
+        /// The store's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The graph definition is invalid.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+}
+
+impl Error {
+    /// The coarse kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidConcurrentUpdate { .. }
+            | Self::MultipleOverwrites { .. }
+            | Self::WriteType { .. }
+            | Self::UnknownChannel { .. }
+            | Self::UnknownNode { .. } => ErrorKind::InvalidUpdate,
+            Self::RecursionLimit { .. } => ErrorKind::RecursionLimit,
+            Self::NodeFailed { .. } | Self::NodePanicked { .. } => ErrorKind::Node,
+            Self::Reducer { .. } => ErrorKind::Reducer,
+            Self::EmptyInput { .. }
+            | Self::AmbiguousResume { .. }
+            | Self::NoParentGraph
+            | Self::NoCheckpointer
+            | Self::AmbiguousAsNode { .. } => ErrorKind::Input,
+            Self::CheckpointNotFound { .. } => ErrorKind::NotFound,
+            Self::Serialization { .. } => ErrorKind::Serialization,
+            Self::Storage { .. } => ErrorKind::Storage,
+            Self::Build(_) => ErrorKind::Build,
+        }
+    }
+}

@@ -1,0 +1,1473 @@
+//! The super-step loop (runtime-spec §2): load, input handling, plan → run → barrier → checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc::UnboundedSender;
+use serde_json::Value as Json;
+
+use crate::channel::Channel;
+use crate::checkpointer::{
+    CheckpointRecord, CheckpointTuple, Checkpointer, ERROR, INTERRUPT, NO_WRITES, PendingWrite,
+    RESUME, Source, is_control, new_checkpoint_id,
+};
+use crate::compiled::{
+    ChanKind, CheckpointEvent, Durability, Graph, Input, NodeImpl, Packet, RunConfig, RunOutcome,
+    StateSnapshot, StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot,
+    TaskStatus,
+};
+use crate::error::{Error, Result};
+use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId, ThreadId};
+use crate::state::{State, Update, Val, Write};
+use crate::types::{
+    Command, Context, Goto, Interrupt, NodeError, NodeErrorKind, Resume, ResumeState, SharedResume,
+    TaskCtx,
+};
+
+const INTERRUPT_SEEN: &str = "__interrupt__";
+
+/// Live channels of a thread at one checkpoint.
+pub(crate) struct Live {
+    pub(crate) chans: Vec<Box<dyn Channel>>,
+    pub(crate) versions: Vec<u64>,
+    /// Versions at the last checkpoint that reached the store (values are stored only for moved channels).
+    pub(crate) stored: Vec<u64>,
+    pub(crate) seen: BTreeMap<String, BTreeMap<usize, u64>>,
+    pub(crate) updated: Option<BTreeSet<usize>>,
+}
+
+impl Clone for Live {
+    fn clone(&self) -> Self {
+        Self {
+            chans: self.chans.iter().map(|c| c.box_clone()).collect(),
+            versions: self.versions.clone(),
+            stored: self.stored.clone(),
+            seen: self.seen.clone(),
+            updated: self.updated.clone(),
+        }
+    }
+}
+
+impl Live {
+    pub(crate) fn new(g: &Graph) -> Result<Self> {
+        let chans = (0..g.chans.len())
+            .map(|i| g.channel(i, None))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            versions: vec![0; chans.len()],
+            stored: vec![0; chans.len()],
+            chans,
+            seen: BTreeMap::new(),
+            updated: None,
+        })
+    }
+
+    pub(crate) fn restore(g: &Graph, rec: &CheckpointRecord) -> Result<Self> {
+        let mut chans = Vec::with_capacity(g.chans.len());
+        let mut versions = vec![0; g.chans.len()];
+        for (i, def) in g.chans.iter().enumerate() {
+            versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
+            chans.push(g.channel(i, rec.values.get(&*def.name).cloned())?);
+        }
+        let mut seen = BTreeMap::new();
+        for (node, m) in &rec.versions_seen {
+            let e: &mut BTreeMap<usize, u64> = seen.entry(node.clone()).or_default();
+            for (c, v) in m {
+                if let Some(&i) = g.chan_idx.get(c.as_str()) {
+                    e.insert(i, *v);
+                }
+            }
+        }
+        let updated = rec.updated_channels.as_ref().map(|u| {
+            u.iter()
+                .filter_map(|c| g.chan_idx.get(c.as_str()).copied())
+                .collect()
+        });
+        Ok(Self {
+            chans,
+            stored: versions.clone(),
+            versions,
+            seen,
+            updated,
+        })
+    }
+
+    fn to_record(
+        &self,
+        g: &Graph,
+        id: CheckpointId,
+        parent: Option<CheckpointId>,
+        step: i64,
+        source: Source,
+    ) -> Result<CheckpointRecord> {
+        let mut values = BTreeMap::new();
+        let mut versions = BTreeMap::new();
+        let mut new_versions = BTreeSet::new();
+        for (i, def) in g.chans.iter().enumerate() {
+            if self.versions[i] == 0 {
+                continue;
+            }
+            versions.insert(def.name.to_string(), self.versions[i]);
+            if self.versions[i] == self.stored[i] {
+                continue;
+            }
+            new_versions.insert(def.name.to_string());
+            if let Some(j) = self.chans[i].checkpoint(&|v: &Val| g.value_to_json(i, v))? {
+                values.insert(def.name.to_string(), j);
+            }
+        }
+        let versions_seen = self
+            .seen
+            .iter()
+            .map(|(n, m)| {
+                (
+                    n.clone(),
+                    m.iter()
+                        .map(|(c, v)| (g.chans[*c].name.to_string(), *v))
+                        .collect(),
+                )
+            })
+            .collect();
+        let updated_channels = self.updated.as_ref().map(|u| {
+            let mut v: Vec<String> = u.iter().map(|c| g.chans[*c].name.to_string()).collect();
+            v.sort();
+            v
+        });
+        Ok(CheckpointRecord {
+            id,
+            parent,
+            step,
+            source,
+            values,
+            versions,
+            versions_seen,
+            updated_channels,
+            new_versions,
+        })
+    }
+
+    pub(crate) fn state_view(&self, g: &Graph) -> State {
+        let mut m = HashMap::new();
+        for (i, def) in g.chans.iter().enumerate() {
+            if !matches!(def.kind, ChanKind::User) {
+                continue;
+            }
+            if let (Some(v), Some(spec)) = (self.chans[i].get(), g.schema.get(&def.name))
+                && spec.is_state()
+            {
+                m.insert(def.name.clone(), v.clone());
+            }
+        }
+        State::new(g.schema.clone(), m)
+    }
+
+    /// Records that the versions just checkpointed reached the store (not in exit mode).
+    fn mark_stored(&mut self, d: Durability) {
+        if d != Durability::Exit {
+            self.stored.clone_from(&self.versions);
+        }
+    }
+
+    fn has_versions(&self) -> bool {
+        self.versions.iter().any(|v| *v > 0)
+    }
+}
+
+/// A planned task.
+pub(crate) struct Task {
+    pub(crate) id: TaskId,
+    pub(crate) node: usize,
+    pub(crate) kind: TaskKind,
+    pub(crate) path: String,
+    pub(crate) triggers: Vec<usize>,
+    pub(crate) input: State,
+    pub(crate) start_input: Option<Update>,
+}
+
+fn task_id(ckpt: &str, step: i64, node: &str, kind: &str, extra: &[String]) -> TaskId {
+    let mut key = format!("{ckpt}\u{0}\u{0}{step}\u{0}{node}\u{0}{kind}");
+    for e in extra {
+        key.push('\u{0}');
+        key.push_str(e);
+    }
+    TaskId::new(
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes())
+            .hyphenated()
+            .to_string(),
+    )
+}
+
+/// PUSH tasks from queued packets, then PULL tasks of triggered nodes; in task-path order.
+pub(crate) fn prepare_tasks(
+    g: &Graph,
+    live: &Live,
+    ckpt: &str,
+    step: i64,
+    state: &State,
+) -> Result<Vec<Task>> {
+    let mut pull = Vec::new();
+    let cands: Vec<usize> = match &live.updated {
+        Some(u) => {
+            let mut s = BTreeSet::new();
+            for c in u {
+                if let Some(ns) = g.trigger_to_nodes.get(c) {
+                    s.extend(ns.iter().copied());
+                }
+            }
+            s.into_iter().collect()
+        }
+        None => (0..g.nodes.len()).collect(),
+    };
+    for n in cands {
+        let spec = &g.nodes[n];
+        let seen = live.seen.get(spec.id.as_str());
+        let fires = spec.triggers.iter().any(|&c| {
+            live.chans[c].get().is_some()
+                && seen.is_none_or(|s| live.versions[c] > s.get(&c).copied().unwrap_or(0))
+        });
+        if !fires {
+            continue;
+        }
+        let mut trig: Vec<String> = spec
+            .triggers
+            .iter()
+            .map(|&c| g.chans[c].name.to_string())
+            .collect();
+        trig.sort();
+        let start_input = if matches!(spec.imp, NodeImpl::Start) {
+            live.chans[g.start_chan]
+                .get()
+                .and_then(|v| v.downcast_ref::<Update>())
+                .cloned()
+        } else {
+            None
+        };
+        pull.push(Task {
+            id: task_id(ckpt, step, spec.id.as_str(), "__pregel_pull", &trig),
+            node: n,
+            kind: TaskKind::Pull,
+            path: format!("~__pregel_pull, {}", spec.id),
+            triggers: spec.triggers.clone(),
+            input: state.clone(),
+            start_input,
+        });
+    }
+    pull.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut tasks = pull;
+    let topic = &live.chans[g.tasks_chan];
+    if topic.get().is_some() {
+        // Invariant: the tasks channel only ever holds `Packet`s (see `goto_write`).
+        let packets = topic
+            .packets()
+            .iter()
+            .filter_map(|v| v.downcast_ref::<Packet>());
+        for (i, p) in (0..).zip(packets) {
+            let spec = &g.nodes[p.node];
+            let values: HashMap<Arc<str>, Val> =
+                p.arg.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            tasks.push(Task {
+                id: task_id(
+                    ckpt,
+                    step,
+                    spec.id.as_str(),
+                    "__pregel_push",
+                    &[i.to_string()],
+                ),
+                node: p.node,
+                kind: TaskKind::Push,
+                path: format!("~__pregel_push, {i:010}"),
+                triggers: Vec::new(),
+                input: State::new(g.schema.clone(), values),
+                start_input: None,
+            });
+        }
+    }
+    Ok(tasks)
+}
+
+/// One entry of a barrier batch.
+pub(crate) struct Applied<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) triggers: &'a [usize],
+    pub(crate) bump: bool,
+    pub(crate) writes: &'a [(usize, Write)],
+}
+
+/// The version after `current`, the greatest version of the checkpoint (runtime-spec §2.4.3).
+///
+/// Like the reference's `"{n:032}.{random:016}"`, a version is a counter plus a random part:
+/// the counter (high 32 bits) orders versions, the random low 32 bits keep the versions of two
+/// branches forked from one checkpoint apart, because savers key stored values by
+/// (channel, version) within a thread.
+pub(crate) fn next_version(current: u64) -> u64 {
+    let random = uuid::Uuid::new_v4().as_u64_pair().1 & 0xffff_ffff;
+    (((current >> 32) + 1) << 32) | random
+}
+
+/// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
+pub(crate) fn apply_writes(
+    g: &Graph,
+    live: &mut Live,
+    batch: &[Applied<'_>],
+) -> Result<BTreeSet<usize>> {
+    for t in batch {
+        let e = live.seen.entry(t.name.to_owned()).or_default();
+        for &c in t.triggers {
+            if live.versions[c] > 0 {
+                e.insert(c, live.versions[c]);
+            }
+        }
+    }
+    let next = next_version(live.versions.iter().copied().max().unwrap_or(0));
+    let consumed: BTreeSet<usize> = batch
+        .iter()
+        .flat_map(|t| t.triggers.iter().copied())
+        .collect();
+    for c in consumed {
+        if live.chans[c].consume() {
+            live.versions[c] = next;
+        }
+    }
+    let mut groups: Vec<(usize, Vec<&Write>)> = Vec::new();
+    for t in batch {
+        for (c, w) in t.writes {
+            match groups.iter_mut().find(|(gc, _)| gc == c) {
+                Some((_, v)) => v.push(w),
+                None => groups.push((*c, vec![w])),
+            }
+        }
+    }
+    let mut updated = BTreeSet::new();
+    for (c, vals) in &groups {
+        if live.chans[*c].update(vals)? {
+            live.versions[*c] = next;
+            if live.chans[*c].get().is_some() {
+                updated.insert(*c);
+            }
+        }
+    }
+    let bump = batch.iter().any(|t| t.bump);
+    if bump {
+        for c in 0..live.chans.len() {
+            if live.chans[c].get().is_some() && !updated.contains(&c) && live.chans[c].update(&[])?
+            {
+                live.versions[c] = next;
+                if live.chans[c].get().is_some() {
+                    updated.insert(c);
+                }
+            }
+        }
+        if updated.iter().all(|c| !g.trigger_to_nodes.contains_key(c)) {
+            for c in 0..live.chans.len() {
+                if live.chans[c].finish() {
+                    live.versions[c] = next;
+                    if live.chans[c].get().is_some() {
+                        updated.insert(c);
+                    }
+                }
+            }
+        }
+    }
+    Ok(updated)
+}
+
+/// Turns a node's [`Command`] plus its static edges and router into channel writes.
+pub(crate) struct Resolved {
+    pub(crate) writes: Vec<(usize, Write)>,
+}
+
+fn goto_write(g: &Graph, goto: &Goto, out: &mut Vec<(usize, Write)>) -> Result<()> {
+    match goto {
+        Goto::Node(n) if n.as_str() == END => {}
+        Goto::Node(n) => {
+            let i = *g
+                .node_idx
+                .get(n)
+                .filter(|&&i| i != 0)
+                .ok_or_else(|| Error::UnknownNode {
+                    node: n.to_string(),
+                })?;
+            out.push((g.branch_of[i], Write::Value(g.unit.clone())));
+        }
+        Goto::Send(s) => {
+            let i = *g
+                .node_idx
+                .get(&s.node)
+                .filter(|&&i| i != 0)
+                .ok_or_else(|| Error::UnknownNode {
+                    node: s.node.to_string(),
+                })?;
+            let mut arg = Vec::with_capacity(s.arg.len());
+            for (k, t, v) in &s.arg {
+                let spec = g.schema.get(k).ok_or_else(|| Error::UnknownChannel {
+                    channel: k.to_string(),
+                })?;
+                if !spec.accepts_value(*t) {
+                    return Err(Error::WriteType {
+                        channel: k.to_string(),
+                    });
+                }
+                arg.push((spec.name_arc().clone(), v.clone()));
+            }
+            out.push((
+                g.tasks_chan,
+                Write::Value(Arc::new(Packet { node: i, arg })),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Result<Resolved> {
+    if cmd.to_parent {
+        return Err(Error::NoParentGraph);
+    }
+    let mut writes = Vec::new();
+    for w in &cmd.update.writes {
+        let pos = g
+            .schema
+            .position(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
+        let spec = g
+            .schema
+            .get(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
+        if !spec.is_state() {
+            return Err(Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            });
+        }
+        if !spec.accepts_write(w.type_id, &w.write) {
+            return Err(Error::WriteType {
+                channel: w.channel.to_string(),
+            });
+        }
+        writes.push((pos, w.write.clone()));
+    }
+    let user_writes = writes.len();
+    for goto in &cmd.goto {
+        goto_write(g, goto, &mut writes)?;
+    }
+    let spec = &g.nodes[node];
+    for &c in &spec.edge_writes {
+        writes.push((c, Write::Value(g.unit.clone())));
+    }
+    for &c in &spec.join_writes {
+        writes.push((c, Write::Value(Arc::new(spec.id.to_string()))));
+    }
+    if let Some(router) = &spec.router {
+        // Fresh view: the step-start state with this task's own writes applied (runtime-spec §1.4).
+        let mut m = HashMap::new();
+        for (i, def) in g.chans.iter().enumerate() {
+            if !matches!(def.kind, ChanKind::User) {
+                continue;
+            }
+            let own: Vec<&Write> = writes[..user_writes]
+                .iter()
+                .filter(|(c, _)| *c == i)
+                .map(|(_, w)| w)
+                .collect();
+            let value = if own.is_empty() {
+                base.chans[i].get().cloned()
+            } else {
+                let mut ch = base.chans[i].box_clone();
+                ch.update(&own)?;
+                ch.get().cloned()
+            };
+            if let Some(v) = value {
+                m.insert(def.name.clone(), v);
+            }
+        }
+        let fresh = State::new(g.schema.clone(), m);
+        for goto in router(&fresh) {
+            goto_write(g, &goto, &mut writes)?;
+        }
+    }
+    Ok(Resolved { writes })
+}
+
+/// Persistence wrapper implementing the durability modes.
+struct Persist<'a> {
+    cp: Option<&'a dyn Checkpointer>,
+    thread: &'a ThreadId,
+    durability: Durability,
+    /// The newest checkpoint that exists in the store.
+    stored_head: Option<CheckpointId>,
+    exit_ckpt: Option<CheckpointRecord>,
+    exit_writes: Vec<BufferedWrites>,
+}
+
+/// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
+type BufferedWrites = (CheckpointId, TaskId, String, Vec<(String, Json)>);
+
+impl Persist<'_> {
+    async fn put(&mut self, mut rec: CheckpointRecord) -> Result<()> {
+        let Some(cp) = self.cp else { return Ok(()) };
+        if self.durability == Durability::Exit {
+            rec.parent = self.stored_head.clone();
+            self.exit_writes.clear();
+            self.exit_ckpt = Some(rec);
+            return Ok(());
+        }
+        cp.put(self.thread, rec).await
+    }
+
+    async fn put_writes(
+        &mut self,
+        ckpt: &CheckpointId,
+        task: &TaskId,
+        path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        let Some(cp) = self.cp else { return Ok(()) };
+        if self.durability == Durability::Exit {
+            self.exit_writes
+                .push((ckpt.clone(), task.clone(), path.to_owned(), writes));
+            return Ok(());
+        }
+        cp.put_writes(self.thread, ckpt, task, path, writes).await
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        let Some(cp) = self.cp else { return Ok(()) };
+        if let Some(rec) = self.exit_ckpt.take() {
+            cp.put(self.thread, rec).await?;
+        }
+        for (c, t, p, w) in std::mem::take(&mut self.exit_writes) {
+            cp.put_writes(self.thread, &c, &t, &p, w).await?;
+        }
+        Ok(())
+    }
+}
+
+struct Emitter<'a> {
+    tx: Option<&'a UnboundedSender<Result<StreamItem>>>,
+    modes: StreamModes,
+}
+
+impl Emitter<'_> {
+    fn send(&self, ev: StreamEvent) {
+        if let Some(tx) = self.tx {
+            // A closed receiver means the stream was dropped; the run stops at its next await.
+            let _ = tx.unbounded_send(Ok(StreamItem::Event(ev)));
+        }
+    }
+}
+
+fn decode_writes(
+    g: &Graph,
+    pending: &[PendingWrite],
+    task: &TaskId,
+) -> Result<Option<Vec<(usize, Write)>>> {
+    let mut done = false;
+    let mut out = Vec::new();
+    for w in pending
+        .iter()
+        .filter(|w| &w.task_id == task && !is_control(&w.channel))
+    {
+        done = true;
+        if w.channel == NO_WRITES {
+            continue;
+        }
+        let c = *g
+            .chan_idx
+            .get(w.channel.as_str())
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.clone(),
+            })?;
+        out.push((c, g.write_from_json(c, w.value.clone())?));
+    }
+    Ok(done.then_some(out))
+}
+
+fn saved_answers(pending: &[PendingWrite], task: &TaskId) -> Vec<Json> {
+    pending
+        .iter()
+        .find(|w| &w.task_id == task && w.channel == RESUME)
+        .map(|w| match &w.value {
+            Json::Array(a) => a.clone(),
+            other => vec![other.clone()],
+        })
+        .unwrap_or_default()
+}
+
+fn saved_interrupts(pending: &[PendingWrite], task: &TaskId) -> Vec<Interrupt> {
+    pending
+        .iter()
+        .filter(|w| &w.task_id == task && w.channel == INTERRUPT)
+        .flat_map(|w| serde_json::from_value::<Vec<Interrupt>>(w.value.clone()).unwrap_or_default())
+        .collect()
+}
+
+fn ser_writes(g: &Graph, writes: &[(usize, Write)]) -> Result<Vec<(String, Json)>> {
+    writes
+        .iter()
+        .map(|(c, w)| Ok((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)))
+        .collect()
+}
+
+fn task_event(g: &Graph, t: &Task, writes: &[(usize, Write)], step: i64) -> Result<TaskEvent> {
+    let mut user = Vec::new();
+    let mut sends = Vec::new();
+    for (c, w) in writes {
+        match g.chans[*c].kind {
+            ChanKind::User => user.push((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)),
+            ChanKind::Tasks => {
+                if let Write::Value(v) = w
+                    && let Some(p) = v.downcast_ref::<Packet>()
+                {
+                    let mut m = serde_json::Map::new();
+                    for (k, v) in &p.arg {
+                        if let Some(spec) = g.schema.get(k) {
+                            m.insert(k.to_string(), spec.value_to_json(v)?);
+                        }
+                    }
+                    sends.push((g.nodes[p.node].id.clone(), Json::Object(m)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(TaskEvent {
+        step,
+        node: g.nodes[t.node].id.clone(),
+        kind: t.kind,
+        writes: user,
+        sends,
+    })
+}
+
+fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) -> bool {
+    if list.is_empty() {
+        return false;
+    }
+    let seen = live.seen.get(INTERRUPT_SEEN);
+    let any_new = live
+        .versions
+        .iter()
+        .enumerate()
+        .any(|(c, v)| *v > seen.and_then(|s| s.get(&c)).copied().unwrap_or(0));
+    any_new
+        && tasks.iter().any(|t| {
+            list.iter()
+                .any(|n| n.as_str() == "*" || *n == g.nodes[t.node].id)
+        })
+}
+
+fn mark_interrupt_seen(live: &mut Live) {
+    let all: BTreeMap<usize, u64> = live
+        .versions
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v > 0)
+        .map(|(c, v)| (c, *v))
+        .collect();
+    live.seen.insert(INTERRUPT_SEEN.to_owned(), all);
+}
+
+enum TaskResult {
+    Done {
+        writes: Vec<(usize, Write)>,
+        custom: Vec<Json>,
+    },
+    Interrupted(Interrupt),
+    Failed(Error),
+}
+
+/// Runs one call on a thread.
+pub(crate) async fn run(
+    g: &Graph,
+    cp: Option<&dyn Checkpointer>,
+    input: Input,
+    cfg: &RunConfig,
+    tx: Option<&UnboundedSender<Result<StreamItem>>>,
+    modes: StreamModes,
+) -> Result<RunOutcome> {
+    let mut persist = Persist {
+        cp,
+        thread: &cfg.thread_id,
+        durability: cfg.durability,
+        stored_head: None,
+        exit_ckpt: None,
+        exit_writes: Vec::new(),
+    };
+    let em = Emitter { tx, modes };
+    let r = run_inner(g, cp, input, cfg, &mut persist, &em).await;
+    // Exit durability: persist on every exit path (normal, error, interrupt).
+    persist.flush().await?;
+    r
+}
+
+#[allow(clippy::too_many_lines)]
+async fn run_inner(
+    g: &Graph,
+    cp: Option<&dyn Checkpointer>,
+    input: Input,
+    cfg: &RunConfig,
+    persist: &mut Persist<'_>,
+    em: &Emitter<'_>,
+) -> Result<RunOutcome> {
+    let thread = &cfg.thread_id;
+    let saved = match cp {
+        Some(cp) => cp.get_tuple(thread, cfg.checkpoint_id.as_ref()).await?,
+        None => None,
+    };
+    if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
+        return Err(Error::CheckpointNotFound {
+            thread: thread.to_string(),
+            checkpoint: id.to_string(),
+        });
+    }
+    let explicit = cfg.checkpoint_id.is_some();
+    let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
+        Some(t) => (
+            Live::restore(g, &t.checkpoint)?,
+            Some(t.checkpoint.id.clone()),
+            t.checkpoint.step,
+            Some(t.checkpoint.source),
+            t.pending_writes.clone(),
+        ),
+        None => (Live::new(g)?, None, -2, None, Vec::new()),
+    };
+    persist.stored_head.clone_from(&ckpt_id);
+    let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
+    let mut step = meta_step + 1;
+    let stop = step + limit + 1;
+    let replay = explicit && matches!(input, Input::Continue);
+    if explicit {
+        // Time travel: writes saved by the original run are not reused, stale resume values dropped.
+        if replay {
+            pending.clear();
+        } else {
+            pending.retain(|w| w.task_id.as_str() != NULL_TASK_ID);
+        }
+    }
+    let resuming = live.has_versions() && matches!(input, Input::Continue | Input::Command(_));
+    let mut shared = SharedResume::default();
+
+    if let Input::Command(cmd) = &input {
+        let mut null_writes = Vec::new();
+        let base = live.clone();
+        let resolved = resolve_input_command(g, cmd, &base)?;
+        null_writes.extend(ser_writes(g, &resolved)?);
+        match &cmd.resume {
+            Some(Resume::Value(v)) => {
+                let tasks_with_interrupts = pending
+                    .iter()
+                    .filter(|w| w.channel == INTERRUPT)
+                    .map(|w| &w.task_id)
+                    .collect::<BTreeSet<_>>()
+                    .len();
+                if tasks_with_interrupts > 1 {
+                    return Err(Error::AmbiguousResume {
+                        count: tasks_with_interrupts,
+                    });
+                }
+                null_writes.push((RESUME.to_owned(), v.clone()));
+            }
+            Some(Resume::Map(m)) => shared.map.clone_from(m),
+            None => {}
+        }
+        if let Some(id) = &ckpt_id
+            && !null_writes.is_empty()
+        {
+            persist
+                .put_writes(id, &TaskId::new(NULL_TASK_ID), "", null_writes.clone())
+                .await?;
+        }
+        for (channel, value) in null_writes {
+            // Upsert semantics for the NULL task's resume value.
+            if channel == RESUME {
+                pending.retain(|w| !(w.task_id.as_str() == NULL_TASK_ID && w.channel == RESUME));
+            }
+            pending.push(PendingWrite {
+                task_id: TaskId::new(NULL_TASK_ID),
+                task_path: String::new(),
+                channel,
+                value,
+            });
+        }
+    }
+    // NULL-task writes: this checkpoint's own not-yet-applied input.
+    let mut null_ch = Vec::new();
+    for w in pending
+        .iter()
+        .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
+    {
+        if w.channel == RESUME {
+            shared.null_value = Mutex::new(Some(w.value.clone()));
+        } else if !is_control(&w.channel)
+            && let Some(&c) = g.chan_idx.get(w.channel.as_str())
+        {
+            null_ch.push((c, g.write_from_json(c, w.value.clone())?));
+        }
+    }
+    if !null_ch.is_empty() {
+        let upd = apply_writes(
+            g,
+            &mut live,
+            &[Applied {
+                name: "__input__",
+                triggers: &[],
+                bump: false,
+                writes: &null_ch,
+            }],
+        )?;
+        live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
+    }
+    let shared = Arc::new(shared);
+
+    if resuming {
+        mark_interrupt_seen(&mut live);
+        if replay {
+            let newest = match cp {
+                Some(cp) => cp.get_tuple(thread, None).await?.map(|t| t.checkpoint.id),
+                None => None,
+            };
+            let direct =
+                newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
+            if !direct {
+                let id = new_checkpoint_id();
+                let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Fork)?;
+                persist.put(rec).await?;
+                live.mark_stored(persist.durability);
+                live.mark_stored(persist.durability);
+                emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Fork);
+                ckpt_id = Some(id);
+                step += 1;
+            }
+        }
+    } else if let Input::Values(u) = &input
+        && !u.is_empty()
+    {
+        let state = live.state_view(g);
+        let ck = ckpt_id.as_ref().map_or("", CheckpointId::as_str).to_owned();
+        let discard = prepare_tasks(g, &live, &ck, step, &state)?;
+        let input_writes = vec![(g.start_chan, Write::Value(Arc::new(u.clone())))];
+        let mut batch = vec![Applied {
+            name: "__input__",
+            triggers: &[],
+            bump: false,
+            writes: &input_writes,
+        }];
+        for t in &discard {
+            batch.push(Applied {
+                name: g.nodes[t.node].id.as_str(),
+                triggers: &t.triggers,
+                bump: true,
+                writes: &[],
+            });
+        }
+        live.updated = Some(apply_writes(g, &mut live, &batch)?);
+        let id = new_checkpoint_id();
+        let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Input)?;
+        persist.put(rec).await?;
+        live.mark_stored(persist.durability);
+        emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Input);
+        ckpt_id = Some(id);
+        step += 1;
+        pending.clear();
+    } else if !resuming {
+        return Err(Error::EmptyInput {
+            thread: thread.to_string(),
+        });
+    }
+
+    loop {
+        if step > stop {
+            return Err(Error::RecursionLimit {
+                limit: cfg.recursion_limit,
+            });
+        }
+        let state = live.state_view(g);
+        let ck = ckpt_id.clone().unwrap_or_else(|| CheckpointId::new(""));
+        let tasks = prepare_tasks(g, &live, ck.as_str(), step, &state)?;
+        if tasks.is_empty() {
+            break;
+        }
+        let mut results: Vec<Option<TaskResult>> = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            results.push(
+                decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done {
+                    writes,
+                    custom: Vec::new(),
+                }),
+            );
+        }
+        let to_run: Vec<&Task> = tasks
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|(t, _)| t)
+            .collect();
+        if should_interrupt(g, &live, &g.interrupt_before, &to_run) {
+            return Ok(RunOutcome {
+                values: live.state_view(g),
+                interrupts: Vec::new(),
+                checkpoint_id: ckpt_id,
+            });
+        }
+        execute(
+            g,
+            &tasks,
+            &mut results,
+            &pending,
+            &shared,
+            &live,
+            step,
+            &ck,
+            persist,
+        )
+        .await?;
+
+        // Barrier.
+        let mut first_error = None;
+        let mut interrupts = Vec::new();
+        let mut done: Vec<(usize, &Vec<(usize, Write)>)> = Vec::new();
+        for (i, r) in results.iter_mut().enumerate() {
+            match r {
+                Some(TaskResult::Failed(_)) => {
+                    if first_error.is_none()
+                        && let Some(TaskResult::Failed(e)) = r.take()
+                    {
+                        first_error = Some(e);
+                    }
+                }
+                Some(TaskResult::Interrupted(int)) => interrupts.push(int.clone()),
+                Some(TaskResult::Done { writes, .. }) => done.push((i, writes)),
+                None => {}
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let batch: Vec<Applied<'_>> = done
+            .iter()
+            .map(|(i, w)| Applied {
+                name: g.nodes[tasks[*i].node].id.as_str(),
+                triggers: &tasks[*i].triggers,
+                bump: true,
+                writes: w.as_slice(),
+            })
+            .collect();
+        if !interrupts.is_empty() {
+            // The reference applies the finished tasks' writes to build its output, so their conflicts win.
+            let mut scratch = live.clone();
+            apply_writes(g, &mut scratch, &batch)?;
+            em.send(StreamEvent::Interrupted(interrupts.clone()));
+            return Ok(RunOutcome {
+                values: live.state_view(g),
+                interrupts,
+                checkpoint_id: ckpt_id,
+            });
+        }
+        let updated = apply_writes(g, &mut live, &batch)?;
+        live.updated = Some(updated);
+        for (i, writes) in &done {
+            let t = &tasks[*i];
+            if em.modes.debug || em.modes.updates {
+                let ev = task_event(g, t, writes, step)?;
+                if em.modes.updates {
+                    em.send(StreamEvent::Updates {
+                        node: ev.node.clone(),
+                        writes: ev.writes.clone(),
+                    });
+                }
+                if em.modes.debug {
+                    em.send(StreamEvent::Task(ev));
+                }
+            }
+        }
+        if em.modes.custom {
+            for (i, r) in results.iter().enumerate() {
+                if let Some(TaskResult::Done { custom, .. }) = r {
+                    for c in custom {
+                        em.send(StreamEvent::Custom {
+                            node: g.nodes[tasks[i].node].id.clone(),
+                            value: c.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let id = new_checkpoint_id();
+        let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Loop)?;
+        persist.put(rec).await?;
+        live.mark_stored(persist.durability);
+        emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Loop);
+        if em.modes.values {
+            em.send(StreamEvent::Values(live.state_view(g)));
+        }
+        ckpt_id = Some(id);
+        if persist.durability != Durability::Exit {
+            persist.stored_head.clone_from(&ckpt_id);
+        }
+        step += 1;
+        pending.clear();
+        let ran: Vec<&Task> = tasks.iter().collect();
+        if should_interrupt(g, &live, &g.interrupt_after, &ran) {
+            return Ok(RunOutcome {
+                values: live.state_view(g),
+                interrupts: Vec::new(),
+                checkpoint_id: ckpt_id,
+            });
+        }
+    }
+    Ok(RunOutcome {
+        values: live.state_view(g),
+        interrupts: Vec::new(),
+        checkpoint_id: ckpt_id,
+    })
+}
+
+fn emit_checkpoint(
+    em: &Emitter<'_>,
+    id: &CheckpointId,
+    parent: Option<&CheckpointId>,
+    step: i64,
+    source: Source,
+) {
+    if em.modes.debug {
+        em.send(StreamEvent::Checkpoint(CheckpointEvent {
+            id: id.clone(),
+            parent: parent.cloned(),
+            step,
+            source,
+        }));
+    }
+}
+
+fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(usize, Write)>> {
+    if cmd.to_parent {
+        return Err(Error::NoParentGraph);
+    }
+    let mut writes = Vec::new();
+    for w in &cmd.update.writes {
+        let pos = g
+            .schema
+            .position(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
+        writes.push((pos, w.write.clone()));
+    }
+    for goto in &cmd.goto {
+        goto_write(g, goto, &mut writes)?;
+    }
+    let _ = base;
+    Ok(writes)
+}
+
+/// Runs every task without saved writes concurrently; persists each one's writes as it finishes.
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    g: &Graph,
+    tasks: &[Task],
+    results: &mut [Option<TaskResult>],
+    pending: &[PendingWrite],
+    shared: &Arc<SharedResume>,
+    live: &Live,
+    step: i64,
+    ck: &CheckpointId,
+    persist: &mut Persist<'_>,
+) -> Result<()> {
+    let mut set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)> =
+        tokio::task::JoinSet::new();
+    let mut ctxs: HashMap<usize, Arc<TaskCtx>> = HashMap::new();
+    let mut ids = HashMap::new();
+    for (i, t) in tasks.iter().enumerate() {
+        if results[i].is_some() {
+            continue;
+        }
+        let spec = &g.nodes[t.node];
+        match &spec.imp {
+            NodeImpl::Start => {
+                let cmd = Command::from(t.start_input.clone().unwrap_or_default());
+                results[i] = Some(finish_ok(g, t, &cmd, live, Vec::new(), None));
+                persist_result(g, t, results[i].as_ref(), None, ck, persist).await?;
+            }
+            NodeImpl::User(node) => {
+                let ctx = Arc::new(TaskCtx {
+                    node: spec.id.clone(),
+                    task_id: t.id.clone(),
+                    step,
+                    ns: format!("{}:{}", spec.id, t.id),
+                    resume: Mutex::new(ResumeState {
+                        answers: saved_answers(pending, &t.id),
+                        counter: 0,
+                        added: false,
+                    }),
+                    shared: shared.clone(),
+                    custom: Mutex::new(Vec::new()),
+                });
+                ctxs.insert(i, ctx.clone());
+                let node = node.clone();
+                let input = t.input.clone();
+                let retry = spec.retry.clone();
+                let handle = set.spawn(async move {
+                    let mut attempt = 1u32;
+                    loop {
+                        {
+                            let mut r = ctx
+                                .resume
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            r.counter = 0;
+                        }
+                        let r = node
+                            .run(input.clone(), Context { inner: ctx.clone() })
+                            .await;
+                        match (&r, &retry) {
+                            (Err(NodeError(NodeErrorKind::Failed(_))), Some(p))
+                                if attempt < p.max_attempts =>
+                            {
+                                let secs = p.initial_interval.as_secs_f64()
+                                    * p.backoff_factor
+                                        .powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
+                                let wait = std::time::Duration::from_secs_f64(
+                                    secs.min(p.max_interval.as_secs_f64()),
+                                );
+                                tokio::time::sleep(wait).await;
+                                attempt += 1;
+                            }
+                            _ => return (i, r),
+                        }
+                    }
+                });
+                ids.insert(handle.id(), i);
+            }
+        }
+    }
+    while let Some(joined) = set.join_next_with_id().await {
+        let (i, r) = match joined {
+            Ok((_, (i, r))) => (i, r),
+            Err(e) => {
+                let Some(&i) = ids.get(&e.id()) else { continue };
+                let message = if e.is_panic() {
+                    let p = e.into_panic();
+                    p.downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-string panic payload".to_owned())
+                } else {
+                    "task cancelled".to_owned()
+                };
+                let node = g.nodes[tasks[i].node].id.clone();
+                results[i] = Some(TaskResult::Failed(Error::NodePanicked { node, message }));
+                persist_result(g, &tasks[i], results[i].as_ref(), ctxs.get(&i), ck, persist)
+                    .await?;
+                continue;
+            }
+        };
+        let t = &tasks[i];
+        let ctx = ctxs.get(&i);
+        let custom = ctx
+            .map(|c| {
+                std::mem::take(
+                    &mut *c
+                        .custom
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                )
+            })
+            .unwrap_or_default();
+        results[i] = Some(match r {
+            Ok(cmd) => finish_ok(g, t, &cmd, live, custom, None),
+            Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
+            Err(NodeError(NodeErrorKind::Failed(source))) => {
+                TaskResult::Failed(Error::NodeFailed {
+                    node: g.nodes[t.node].id.clone(),
+                    source,
+                })
+            }
+        });
+        persist_result(g, t, results[i].as_ref(), ctx, ck, persist).await?;
+    }
+    Ok(())
+}
+
+fn finish_ok(
+    g: &Graph,
+    t: &Task,
+    cmd: &Command,
+    live: &Live,
+    custom: Vec<Json>,
+    _x: Option<()>,
+) -> TaskResult {
+    match resolve(g, t.node, cmd, live) {
+        Ok(r) => TaskResult::Done {
+            writes: r.writes,
+            custom,
+        },
+        Err(e) => TaskResult::Failed(e),
+    }
+}
+
+async fn persist_result(
+    g: &Graph,
+    t: &Task,
+    r: Option<&TaskResult>,
+    ctx: Option<&Arc<TaskCtx>>,
+    ck: &CheckpointId,
+    persist: &mut Persist<'_>,
+) -> Result<()> {
+    if ck.as_str().is_empty() {
+        return Ok(());
+    }
+    let mut out = Vec::new();
+    if let Some(ctx) = ctx {
+        let st = ctx
+            .resume
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if st.added {
+            out.push((RESUME.to_owned(), Json::Array(st.answers.clone())));
+        }
+    }
+    match r {
+        Some(TaskResult::Done { writes, .. }) => {
+            let w = ser_writes(g, writes)?;
+            if w.is_empty() {
+                out.push((NO_WRITES.to_owned(), Json::Null));
+            }
+            out.extend(w);
+        }
+        Some(TaskResult::Interrupted(i)) => {
+            out.push((
+                INTERRUPT.to_owned(),
+                serde_json::to_value(vec![i]).unwrap_or(Json::Null),
+            ));
+        }
+        Some(TaskResult::Failed(e)) => {
+            out.push((
+                ERROR.to_owned(),
+                serde_json::json!({ "message": error_message(e) }),
+            ));
+        }
+        None => return Ok(()),
+    }
+    persist.put_writes(ck, &t.id, &t.path, out).await
+}
+
+fn error_message(e: &Error) -> String {
+    match e {
+        Error::NodeFailed { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Builds the snapshot of one stored checkpoint.
+pub(crate) fn snapshot_of(g: &Graph, t: &CheckpointTuple) -> Result<StateSnapshot> {
+    let mut live = Live::restore(g, &t.checkpoint)?;
+    let mut null_ch = Vec::new();
+    for w in t
+        .pending_writes
+        .iter()
+        .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
+    {
+        if let Some(&c) = g.chan_idx.get(w.channel.as_str()) {
+            null_ch.push((c, g.write_from_json(c, w.value.clone())?));
+        }
+    }
+    if !null_ch.is_empty() {
+        let upd = apply_writes(
+            g,
+            &mut live,
+            &[Applied {
+                name: "__input__",
+                triggers: &[],
+                bump: false,
+                writes: &null_ch,
+            }],
+        )?;
+        live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
+    }
+    let state = live.state_view(g);
+    let tasks = prepare_tasks(
+        g,
+        &live,
+        t.checkpoint.id.as_str(),
+        t.checkpoint.step + 1,
+        &state,
+    )?;
+    let mut snaps = Vec::with_capacity(tasks.len());
+    for task in &tasks {
+        let mine: Vec<&PendingWrite> = t
+            .pending_writes
+            .iter()
+            .filter(|w| w.task_id == task.id)
+            .collect();
+        let error = mine.iter().find(|w| w.channel == ERROR).map(|w| {
+            w.value
+                .get("message")
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        });
+        let interrupts = saved_interrupts(&t.pending_writes, &task.id);
+        let has_result = mine.iter().any(|w| !is_control(&w.channel));
+        let status = if error.is_some() {
+            TaskStatus::Error
+        } else if has_result {
+            TaskStatus::Done
+        } else if !interrupts.is_empty() {
+            TaskStatus::Interrupted
+        } else {
+            TaskStatus::Todo
+        };
+        snaps.push(TaskSnapshot {
+            id: task.id.clone(),
+            node: g.nodes[task.node].id.clone(),
+            kind: task.kind,
+            status,
+            interrupts: if status == TaskStatus::Interrupted {
+                interrupts
+            } else {
+                Vec::new()
+            },
+            error,
+        });
+    }
+    Ok(StateSnapshot {
+        values: state,
+        next: snaps.iter().map(|s| s.node.clone()).collect(),
+        tasks: snaps,
+        checkpoint_id: t.checkpoint.id.clone(),
+        parent_id: t.checkpoint.parent.clone(),
+        step: t.checkpoint.step,
+        source: t.checkpoint.source,
+    })
+}
+
+pub(crate) async fn get_state(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    cfg: &RunConfig,
+) -> Result<Option<StateSnapshot>> {
+    match cp
+        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .await?
+    {
+        Some(t) => snapshot_of(g, &t).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(crate) async fn history(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    cfg: &RunConfig,
+) -> Result<Vec<StateSnapshot>> {
+    cp.list(&cfg.thread_id)
+        .await?
+        .iter()
+        .map(|t| snapshot_of(g, t))
+        .collect()
+}
+
+pub(crate) async fn update_state(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    cfg: &RunConfig,
+    values: Update,
+    as_node: Option<NodeId>,
+) -> Result<CheckpointId> {
+    let saved = cp
+        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .await?;
+    if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
+        return Err(Error::CheckpointNotFound {
+            thread: cfg.thread_id.to_string(),
+            checkpoint: id.to_string(),
+        });
+    }
+    let (mut live, parent, step) = match &saved {
+        Some(t) => (
+            Live::restore(g, &t.checkpoint)?,
+            Some(t.checkpoint.id.clone()),
+            t.checkpoint.step + 1,
+        ),
+        None => (Live::new(g)?, None, -1),
+    };
+    if let Some(t) = &saved {
+        let mut null_ch = Vec::new();
+        for w in t
+            .pending_writes
+            .iter()
+            .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
+        {
+            if let Some(&c) = g.chan_idx.get(w.channel.as_str()) {
+                null_ch.push((c, g.write_from_json(c, w.value.clone())?));
+            }
+        }
+        if !null_ch.is_empty() {
+            apply_writes(
+                g,
+                &mut live,
+                &[Applied {
+                    name: "__input__",
+                    triggers: &[],
+                    bump: false,
+                    writes: &null_ch,
+                }],
+            )?;
+        }
+    }
+    let node = match as_node {
+        Some(n) => {
+            *g.node_idx
+                .get(&n)
+                .filter(|&&i| i != 0)
+                .ok_or_else(|| Error::AmbiguousAsNode {
+                    reason: format!("unknown node '{n}'"),
+                })?
+        }
+        None => infer_as_node(g, &live)?,
+    };
+    let resolved = resolve(g, node, &Command::from(values), &live)?;
+    let name = g.nodes[node].id.as_str();
+    let updated = apply_writes(
+        g,
+        &mut live,
+        &[Applied {
+            name,
+            triggers: &[],
+            bump: true,
+            writes: &resolved.writes,
+        }],
+    )?;
+    live.updated = Some(updated);
+    let id = new_checkpoint_id();
+    let rec = live.to_record(g, id.clone(), parent, step, Source::Update)?;
+    cp.put(&cfg.thread_id, rec).await?;
+    Ok(id)
+}
+
+fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
+    let mut best: Option<(u64, Vec<usize>)> = None;
+    for (i, n) in g.nodes.iter().enumerate().skip(1) {
+        let Some(m) = live.seen.get(n.id.as_str()) else {
+            continue;
+        };
+        let v = m.values().copied().max().unwrap_or(0);
+        match &mut best {
+            Some((bv, nodes)) if *bv == v => nodes.push(i),
+            Some((bv, _)) if *bv > v => {}
+            _ => best = Some((v, vec![i])),
+        }
+    }
+    match best {
+        Some((_, nodes)) if nodes.len() == 1 => Ok(nodes[0]),
+        Some(_) => Err(Error::AmbiguousAsNode {
+            reason: "several nodes ran last".to_owned(),
+        }),
+        None if g.nodes.len() == 2 => Ok(1),
+        None => Err(Error::AmbiguousAsNode {
+            reason: "no node has run yet".to_owned(),
+        }),
+    }
+}

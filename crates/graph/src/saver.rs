@@ -1,0 +1,257 @@
+//! [`SaverCheckpointer`]: the runtime's persistence seam implemented over `antler-checkpoint`'s [`Saver`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use antler_checkpoint as cp;
+use async_trait::async_trait;
+use serde_json::Value as Json;
+
+use crate::checkpointer::{CheckpointRecord, CheckpointTuple, Checkpointer, PendingWrite, Source};
+use crate::error::{Error, Result};
+use crate::ids::{CheckpointId, TaskId, ThreadId};
+
+/// Adapts any [`cp::Saver`] (memory, SQLite, PostgreSQL) to the runtime.
+#[derive(Clone)]
+pub struct SaverCheckpointer {
+    saver: Arc<dyn cp::Saver>,
+}
+
+impl SaverCheckpointer {
+    /// Wraps a saver.
+    pub fn new(saver: Arc<dyn cp::Saver>) -> Self {
+        Self { saver }
+    }
+    /// The wrapped saver.
+    pub fn saver(&self) -> &Arc<dyn cp::Saver> {
+        &self.saver
+    }
+}
+
+fn storage(e: cp::Error) -> Error {
+    Error::Storage {
+        source: Box::new(e),
+    }
+}
+
+fn parse_id(id: &CheckpointId) -> Result<cp::CheckpointId> {
+    id.as_str()
+        .parse()
+        .map_err(|e: cp::ParseCheckpointIdError| Error::Storage {
+            source: Box::new(e),
+        })
+}
+
+fn decode(channel: &str, b: &cp::Blob) -> Result<Json> {
+    b.decode_json::<Json>()
+        .map_err(|source| Error::Serialization {
+            channel: channel.to_owned(),
+            source,
+        })
+}
+
+fn encode(channel: &str, j: &Json) -> Result<cp::Blob> {
+    if j.is_null() {
+        return Ok(cp::Blob::Null);
+    }
+    cp::Blob::json(j).map_err(|source| Error::Serialization {
+        channel: channel.to_owned(),
+        source,
+    })
+}
+
+fn source_of(s: Option<cp::CheckpointSource>) -> Source {
+    match s {
+        Some(cp::CheckpointSource::Input) => Source::Input,
+        Some(cp::CheckpointSource::Update) => Source::Update,
+        Some(cp::CheckpointSource::Fork) => Source::Fork,
+        _ => Source::Loop,
+    }
+}
+
+fn to_cp_source(s: Source) -> cp::CheckpointSource {
+    match s {
+        Source::Input => cp::CheckpointSource::Input,
+        Source::Loop => cp::CheckpointSource::Loop,
+        Source::Update => cp::CheckpointSource::Update,
+        Source::Fork => cp::CheckpointSource::Fork,
+    }
+}
+
+fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
+    let c = t.checkpoint;
+    let mut values = BTreeMap::new();
+    for (ch, b) in &c.channel_values {
+        values.insert(ch.to_string(), decode(ch.as_str(), b)?);
+    }
+    let versions = c
+        .channel_versions
+        .iter()
+        .map(|(ch, v)| (ch.to_string(), v.get()))
+        .collect();
+    let versions_seen = c
+        .versions_seen
+        .iter()
+        .map(|(n, m)| {
+            (
+                n.to_string(),
+                m.iter().map(|(ch, v)| (ch.to_string(), v.get())).collect(),
+            )
+        })
+        .collect();
+    let mut pending_writes = Vec::with_capacity(t.pending_writes.len());
+    for w in &t.pending_writes {
+        pending_writes.push(PendingWrite {
+            task_id: TaskId::new(w.task_id.as_str()),
+            task_path: w.task_path.to_string(),
+            channel: w.channel.to_string(),
+            value: decode(w.channel.as_str(), &w.value)?,
+        });
+    }
+    Ok(CheckpointTuple {
+        checkpoint: CheckpointRecord {
+            id: CheckpointId::new(c.id.to_string()),
+            parent: t
+                .parent_config
+                .and_then(|p| p.checkpoint_id)
+                .map(|id| CheckpointId::new(id.to_string())),
+            step: t.metadata.step,
+            source: source_of(t.metadata.source),
+            values,
+            versions,
+            versions_seen,
+            updated_channels: c
+                .updated_channels
+                .map(|u| u.iter().map(ToString::to_string).collect()),
+            new_versions: Default::default(),
+        },
+        pending_writes,
+    })
+}
+
+#[async_trait]
+impl Checkpointer for SaverCheckpointer {
+    async fn get_tuple(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        let mut config = cp::CheckpointConfig::latest(thread.as_str());
+        if let Some(id) = id {
+            config = config.with_checkpoint_id(parse_id(id)?);
+        }
+        self.saver
+            .get_tuple(&config)
+            .await
+            .map_err(storage)?
+            .map(convert)
+            .transpose()
+    }
+
+    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+        let query = cp::ListQuery {
+            thread_id: Some(cp::ThreadId::new(thread.as_str())),
+            checkpoint_ns: Some(cp::CheckpointNs::root()),
+            ..cp::ListQuery::default()
+        };
+        self.saver
+            .list(&query)
+            .await
+            .map_err(storage)?
+            .into_iter()
+            .map(convert)
+            .collect()
+    }
+
+    async fn put(&self, thread: &ThreadId, rec: CheckpointRecord) -> Result<()> {
+        let mut config = cp::CheckpointConfig::latest(thread.as_str());
+        if let Some(parent) = &rec.parent {
+            config = config.with_checkpoint_id(parse_id(parent)?);
+        }
+        let mut checkpoint = cp::Checkpoint::empty();
+        checkpoint.id = parse_id(&rec.id)?;
+        for (ch, j) in &rec.values {
+            checkpoint
+                .channel_values
+                .insert(cp::ChannelName::new(ch.as_str()), encode(ch, j)?);
+        }
+        checkpoint.channel_versions = rec
+            .versions
+            .iter()
+            .map(|(ch, v)| {
+                (
+                    cp::ChannelName::new(ch.as_str()),
+                    cp::ChannelVersion::new(*v),
+                )
+            })
+            .collect();
+        checkpoint.versions_seen = rec
+            .versions_seen
+            .iter()
+            .map(|(n, m)| {
+                (
+                    cp::NodeName::new(n.as_str()),
+                    m.iter()
+                        .map(|(ch, v)| {
+                            (
+                                cp::ChannelName::new(ch.as_str()),
+                                cp::ChannelVersion::new(*v),
+                            )
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        checkpoint.updated_channels = rec
+            .updated_channels
+            .as_ref()
+            .map(|u| u.iter().map(|c| cp::ChannelName::new(c.as_str())).collect());
+        let new_versions: cp::ChannelVersions = rec
+            .new_versions
+            .iter()
+            .filter_map(|ch| {
+                rec.versions.get(ch).map(|v| {
+                    (
+                        cp::ChannelName::new(ch.as_str()),
+                        cp::ChannelVersion::new(*v),
+                    )
+                })
+            })
+            .collect();
+        let metadata = cp::CheckpointMetadata {
+            source: Some(to_cp_source(rec.source)),
+            step: rec.step,
+            ..Default::default()
+        };
+        self.saver
+            .put(&config, checkpoint, metadata, &new_versions)
+            .await
+            .map_err(storage)?;
+        Ok(())
+    }
+
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        let config =
+            cp::CheckpointConfig::latest(thread.as_str()).with_checkpoint_id(parse_id(checkpoint)?);
+        let mut blobs = Vec::with_capacity(writes.len());
+        for (ch, j) in &writes {
+            blobs.push((cp::ChannelName::new(ch.as_str()), encode(ch, j)?));
+        }
+        self.saver
+            .put_writes(
+                &config,
+                blobs,
+                &cp::TaskId::new(task_id.as_str()),
+                &cp::TaskPath::new(task_path),
+            )
+            .await
+            .map_err(storage)
+    }
+}

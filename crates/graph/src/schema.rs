@@ -1,0 +1,385 @@
+//! The state schema: channel declarations ([`ChannelSpec`]) erased into specs with serde hooks.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value as Json;
+
+use crate::channel::{Channel, Ephemeral, LastValue, ReduceFn, Reducer};
+use crate::error::{BoxError, BuildError, Error, Result};
+use crate::state::{Key, Val, Write};
+
+type ToJson = Arc<dyn Fn(&Val) -> std::result::Result<Json, SerdeFail> + Send + Sync>;
+type FromJson = Arc<dyn Fn(Json) -> std::result::Result<Val, serde_json::Error> + Send + Sync>;
+
+/// A serialization failure: serde's error, or a value of an unexpected type.
+pub(crate) enum SerdeFail {
+    Serde(serde_json::Error),
+    Type,
+}
+
+#[derive(Clone)]
+enum Kind {
+    LastValue,
+    Reducer {
+        id: Arc<str>,
+        init: Arc<dyn Fn() -> Val + Send + Sync>,
+        reduce: ReduceFn,
+    },
+    Ephemeral,
+    Untracked,
+    PacketOnly,
+}
+
+/// How a channel updates: the declaration registered into a graph's schema for a [`Key`].
+///
+/// ```
+/// use antler_graph::{ChannelSpec, Key, StateGraph};
+/// const LOG: Key<Vec<String>> = Key::from_static("log");
+/// let mut graph = StateGraph::new();
+/// graph.channel(&LOG, ChannelSpec::reducer("append", Vec::new, |acc: &Vec<String>, writes: &[Vec<String>]| {
+///     let mut out = acc.clone();
+///     writes.iter().for_each(|w| out.extend(w.iter().cloned()));
+///     Ok(out)
+/// })).unwrap();
+/// ```
+pub struct ChannelSpec<V, W = V> {
+    kind: Kind,
+    _t: std::marker::PhantomData<fn() -> (V, W)>,
+}
+
+impl<V> ChannelSpec<V, V> {
+    /// A plain field: one write per step, a second one is `InvalidConcurrentUpdate`. Empty until written.
+    pub fn last_value() -> Self {
+        Self {
+            kind: Kind::LastValue,
+            _t: std::marker::PhantomData,
+        }
+    }
+    /// A value that lives for one step: cleared in the next step that does not write it.
+    pub fn ephemeral() -> Self {
+        Self {
+            kind: Kind::Ephemeral,
+            _t: std::marker::PhantomData,
+        }
+    }
+    /// A value that is never checkpointed (and stripped from persisted writes).
+    pub fn untracked() -> Self {
+        Self {
+            kind: Kind::Untracked,
+            _t: std::marker::PhantomData,
+        }
+    }
+    /// Not a state channel: a key that may only appear in `Send` packets (a worker's private input).
+    pub fn packet_only() -> Self {
+        Self {
+            kind: Kind::PacketOnly,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
+    /// A reducer channel (`BinaryOperatorAggregate`): starts at `init()`, and folds each step's writes,
+    /// in task-path order, with the batch reducer `reduce(value, writes)`.
+    ///
+    /// `id` names the reducer: two declarations of one channel conflict unless kind, types and id agree.
+    /// One [`crate::Update::overwrite`] per step replaces the value and drops the step's other writes.
+    pub fn reducer<I, R>(id: &str, init: I, reduce: R) -> Self
+    where
+        I: Fn() -> V + Send + Sync + 'static,
+        R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
+    {
+        let reduce: ReduceFn = Arc::new(move |acc: &Val, batch: &[Val]| {
+            let acc = acc
+                .downcast_ref::<V>()
+                .ok_or("reducer state has the wrong type")?;
+            let mut writes = Vec::with_capacity(batch.len());
+            for w in batch {
+                writes.push(
+                    w.downcast_ref::<W>()
+                        .ok_or("reducer write has the wrong type")?,
+                );
+            }
+            reduce_refs(&reduce, acc, &writes).map(|v| Arc::new(v) as Val)
+        });
+        Self {
+            kind: Kind::Reducer {
+                id: Arc::from(id),
+                init: Arc::new(move || Arc::new(init()) as Val),
+                reduce,
+            },
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers::Message>> {
+    /// The `messages` channel in full mode: `add_messages` semantics (replace by id, append, remove),
+    /// each write a list of messages.
+    pub fn messages() -> Self {
+        use antler_state_reducers::{Message, MessageWrite, merge_message_writes};
+        Self::reducer(
+            "add_messages",
+            Vec::new,
+            |acc: &Vec<Message>, writes: &[Vec<Message>]| {
+                let writes: Vec<MessageWrite> =
+                    writes.iter().cloned().map(MessageWrite::Messages).collect();
+                merge_message_writes(acc, &writes).map_err(|e| Box::new(e) as BoxError)
+            },
+        )
+    }
+}
+
+fn reduce_refs<V, W, R>(reduce: &R, acc: &V, writes: &[&W]) -> std::result::Result<V, BoxError>
+where
+    R: Fn(&V, &[W]) -> std::result::Result<V, BoxError>,
+{
+    // The reducer takes `&[W]` but the writes are shared; rather than cloning them, fold write by
+    // write. Reducers must be batching-invariant (runtime-spec §5.1), so this equals one batch call.
+    match writes {
+        [] => reduce(acc, &[]),
+        [one] => reduce(acc, std::slice::from_ref(*one)),
+        [first, rest @ ..] => {
+            let mut v = reduce(acc, std::slice::from_ref(*first))?;
+            for w in rest {
+                v = reduce(&v, std::slice::from_ref(*w))?;
+            }
+            Ok(v)
+        }
+    }
+}
+
+impl<V, W> fmt::Debug for ChannelSpec<V, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&kind_desc(&self.kind))
+    }
+}
+
+fn kind_desc(k: &Kind) -> String {
+    match k {
+        Kind::LastValue => "last_value".into(),
+        Kind::Reducer { id, .. } => format!("reducer({id})"),
+        Kind::Ephemeral => "ephemeral".into(),
+        Kind::Untracked => "untracked".into(),
+        Kind::PacketOnly => "packet_only".into(),
+    }
+}
+
+/// A channel declaration with its types erased and serde hooks captured.
+#[derive(Clone)]
+pub(crate) struct ErasedSpec {
+    name: Arc<str>,
+    kind: Kind,
+    value_type: TypeId,
+    write_type: TypeId,
+    type_names: (&'static str, &'static str),
+    value_to_json: ToJson,
+    value_from_json: FromJson,
+    write_to_json: ToJson,
+    write_from_json: FromJson,
+}
+
+fn to_json<T: Serialize + 'static>() -> ToJson {
+    Arc::new(|v: &Val| match v.downcast_ref::<T>() {
+        Some(t) => serde_json::to_value(t).map_err(SerdeFail::Serde),
+        None => Err(SerdeFail::Type),
+    })
+}
+
+fn from_json<T: DeserializeOwned + Send + Sync + 'static>() -> FromJson {
+    Arc::new(|j: Json| serde_json::from_value::<T>(j).map(|t| Arc::new(t) as Val))
+}
+
+impl ErasedSpec {
+    pub(crate) fn new<V, W>(key: &Key<V, W>, spec: ChannelSpec<V, W>) -> Self
+    where
+        V: Serialize + DeserializeOwned + Send + Sync + 'static,
+        W: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        Self {
+            name: Arc::from(key.name()),
+            kind: spec.kind,
+            value_type: TypeId::of::<V>(),
+            write_type: TypeId::of::<W>(),
+            type_names: (std::any::type_name::<V>(), std::any::type_name::<W>()),
+            value_to_json: to_json::<V>(),
+            value_from_json: from_json::<V>(),
+            write_to_json: to_json::<W>(),
+            write_from_json: from_json::<W>(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Human-readable kind, used in conflict errors.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{}<{}, {}>",
+            kind_desc(&self.kind),
+            self.type_names.0,
+            self.type_names.1
+        )
+    }
+
+    /// Whether `other` declares the same channel (same kind, reducer id and types).
+    pub(crate) fn same_as(&self, other: &Self) -> bool {
+        let kinds = match (&self.kind, &other.kind) {
+            (Kind::Reducer { id: a, .. }, Kind::Reducer { id: b, .. }) => a == b,
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        };
+        kinds && self.value_type == other.value_type && self.write_type == other.write_type
+    }
+
+    /// Whether this is a state channel (packet-only keys are not).
+    pub(crate) fn is_state(&self) -> bool {
+        !matches!(self.kind, Kind::PacketOnly)
+    }
+
+    pub(crate) fn accepts_write(&self, type_id: TypeId, write: &Write) -> bool {
+        match write {
+            Write::Value(_) => type_id == self.write_type,
+            Write::Overwrite(_) => {
+                type_id == self.value_type && matches!(self.kind, Kind::Reducer { .. })
+            }
+        }
+    }
+
+    pub(crate) fn type_id_of(&self, write: &Write) -> TypeId {
+        match write {
+            Write::Value(_) => self.write_type,
+            Write::Overwrite(_) => self.value_type,
+        }
+    }
+
+    pub(crate) fn accepts_value(&self, type_id: TypeId) -> bool {
+        type_id == self.value_type
+    }
+
+    fn map_fail(&self, f: SerdeFail) -> Error {
+        match f {
+            SerdeFail::Serde(source) => Error::Serialization {
+                channel: self.name.to_string(),
+                source,
+            },
+            SerdeFail::Type => Error::WriteType {
+                channel: self.name.to_string(),
+            },
+        }
+    }
+
+    pub(crate) fn value_to_json(&self, v: &Val) -> Result<Json> {
+        (self.value_to_json)(v).map_err(|f| self.map_fail(f))
+    }
+    pub(crate) fn value_from_json(&self, j: Json) -> Result<Val> {
+        (self.value_from_json)(j).map_err(|source| Error::Serialization {
+            channel: self.name.to_string(),
+            source,
+        })
+    }
+    pub(crate) fn write_to_json(&self, w: &Write) -> Result<Json> {
+        match w {
+            Write::Value(v) => (self.write_to_json)(v).map_err(|f| self.map_fail(f)),
+            Write::Overwrite(v) => {
+                Ok(serde_json::json!({ "__overwrite__": self.value_to_json(v)? }))
+            }
+        }
+    }
+    pub(crate) fn write_from_json(&self, j: Json) -> Result<Write> {
+        if let Json::Object(m) = &j
+            && m.len() == 1
+            && let Some(inner) = m.get("__overwrite__")
+            && matches!(self.kind, Kind::Reducer { .. })
+        {
+            return Ok(Write::Overwrite(self.value_from_json(inner.clone())?));
+        }
+        (self.write_from_json)(j)
+            .map(Write::Value)
+            .map_err(|source| Error::Serialization {
+                channel: self.name.to_string(),
+                source,
+            })
+    }
+
+    /// A fresh channel, optionally restored from its stored form.
+    pub(crate) fn channel(&self, stored: Option<Json>) -> Result<Box<dyn Channel>> {
+        let value = stored.map(|j| self.value_from_json(j)).transpose()?;
+        Ok(match &self.kind {
+            Kind::LastValue | Kind::PacketOnly => Box::new(LastValue {
+                name: self.name.clone(),
+                value,
+            }),
+            Kind::Reducer { init, reduce, .. } => Box::new(Reducer {
+                name: self.name.clone(),
+                value: value.unwrap_or_else(|| init()),
+                reduce: reduce.clone(),
+            }),
+            Kind::Ephemeral => Box::new(Ephemeral {
+                name: self.name.clone(),
+                value,
+                guard: true,
+                untracked: false,
+            }),
+            Kind::Untracked => Box::new(Ephemeral {
+                name: self.name.clone(),
+                value,
+                guard: true,
+                untracked: true,
+            }),
+        })
+    }
+}
+
+/// The declared channels of a graph, in declaration order.
+#[derive(Clone, Default)]
+pub(crate) struct Schema {
+    specs: Vec<ErasedSpec>,
+    index: HashMap<Arc<str>, usize>,
+}
+
+impl Schema {
+    /// Adds a declaration; an identical re-declaration is a no-op, a different one a [`BuildError`].
+    pub(crate) fn declare(&mut self, spec: ErasedSpec) -> std::result::Result<(), BuildError> {
+        let name = spec.name();
+        if name.starts_with("__") || name.contains(':') || name.contains('|') || name.is_empty() {
+            return Err(BuildError::ReservedChannel {
+                channel: name.to_owned(),
+            });
+        }
+        if let Some(&i) = self.index.get(name) {
+            let first = &self.specs[i];
+            if first.same_as(&spec) {
+                return Ok(());
+            }
+            return Err(BuildError::ChannelConflict {
+                channel: name.to_owned(),
+                first: first.describe(),
+                second: spec.describe(),
+            });
+        }
+        self.index.insert(spec.name.clone(), self.specs.len());
+        self.specs.push(spec);
+        Ok(())
+    }
+
+    pub(crate) fn specs(&self) -> impl Iterator<Item = &ErasedSpec> {
+        self.specs.iter()
+    }
+
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&ErasedSpec> {
+        self.position(name).map(|i| &self.specs[i])
+    }
+}

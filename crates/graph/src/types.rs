@@ -1,0 +1,307 @@
+//! What nodes return and receive: [`Command`], [`Send`], [`Goto`], interrupts and the task [`Context`].
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value as Json;
+
+use crate::error::BoxError;
+use crate::ids::{InterruptId, NodeId, TaskId};
+use crate::state::{Key, Update, Val};
+
+/// A packet for a node: the node runs as a PUSH task whose input is exactly the packet's values.
+#[derive(Clone)]
+pub struct Send {
+    pub(crate) node: NodeId,
+    pub(crate) arg: Vec<(Arc<str>, TypeId, Val)>,
+}
+
+impl Send {
+    /// A packet for `node` with no values yet.
+    pub fn new(node: impl Into<NodeId>) -> Self {
+        Self {
+            node: node.into(),
+            arg: Vec::new(),
+        }
+    }
+    /// Adds a value for `key` (a state channel or a packet-only key of the schema).
+    pub fn with<V: std::marker::Send + Sync + 'static, W>(mut self, key: &Key<V, W>, v: V) -> Self {
+        self.arg
+            .push((Arc::from(key.name()), TypeId::of::<V>(), Arc::new(v)));
+        self
+    }
+    /// The target node.
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+}
+
+impl fmt::Debug for Send {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Send({}, {:?})",
+            self.node,
+            self.arg.iter().map(|a| &*a.0).collect::<Vec<_>>()
+        )
+    }
+}
+
+/// Where control goes next: a node (or `__end__`), or a `Send` packet.
+#[derive(Clone, Debug)]
+pub enum Goto {
+    /// Trigger this node in the next step (`__end__` does nothing).
+    Node(NodeId),
+    /// Run the packet's node as a PUSH task in the next step.
+    Send(Send),
+}
+
+impl From<&str> for Goto {
+    fn from(s: &str) -> Self {
+        Self::Node(NodeId::from(s))
+    }
+}
+impl From<NodeId> for Goto {
+    fn from(s: NodeId) -> Self {
+        Self::Node(s)
+    }
+}
+impl From<Send> for Goto {
+    fn from(s: Send) -> Self {
+        Self::Send(s)
+    }
+}
+
+/// The answer(s) to pending interrupts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resume {
+    /// One value: consumed by the first `interrupt()` that needs an answer.
+    Value(Json),
+    /// Interrupt id → value, for several pending interrupts.
+    Map(HashMap<InterruptId, Json>),
+}
+
+/// A node's full return value: state writes plus control flow; also usable as graph input to resume.
+#[derive(Clone, Default, Debug)]
+pub struct Command {
+    pub(crate) update: Update,
+    pub(crate) goto: Vec<Goto>,
+    pub(crate) resume: Option<Resume>,
+    pub(crate) to_parent: bool,
+}
+
+impl Command {
+    /// An empty command.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the state writes.
+    pub fn update(mut self, update: Update) -> Self {
+        self.update = update;
+        self
+    }
+    /// Adds a goto target (node name, `__end__` or a [`Send`]).
+    pub fn goto(mut self, to: impl Into<Goto>) -> Self {
+        self.goto.push(to.into());
+        self
+    }
+    /// Resume with one value (as graph input).
+    pub fn resume(value: Json) -> Self {
+        Self {
+            resume: Some(Resume::Value(value)),
+            ..Self::default()
+        }
+    }
+    /// Resume several interrupts by id (as graph input).
+    pub fn resume_map(map: HashMap<InterruptId, Json>) -> Self {
+        Self {
+            resume: Some(Resume::Map(map)),
+            ..Self::default()
+        }
+    }
+    /// Addresses the command to the parent graph (only valid inside a subgraph).
+    pub fn to_parent(mut self) -> Self {
+        self.to_parent = true;
+        self
+    }
+    /// The state writes.
+    pub fn updates(&self) -> &Update {
+        &self.update
+    }
+    /// The goto targets, in order.
+    pub fn gotos(&self) -> &[Goto] {
+        &self.goto
+    }
+    /// Splits a node's command into its writes and goto targets (for code that
+    /// combines several sub-results into one task's command); resume and
+    /// parent addressing only make sense on a graph input or a subgraph's own result.
+    pub fn into_update_and_gotos(self) -> (Update, Vec<Goto>) {
+        (self.update, self.goto)
+    }
+}
+
+impl From<Update> for Command {
+    fn from(update: Update) -> Self {
+        Self {
+            update,
+            ..Self::default()
+        }
+    }
+}
+
+/// A pending `interrupt(value)` of a task.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Interrupt {
+    /// Stable id of the interrupt slot (use it in [`Command::resume_map`]).
+    pub id: InterruptId,
+    /// The value passed to `interrupt()`.
+    pub value: Json,
+    /// The node whose task raised it.
+    pub node: NodeId,
+}
+
+/// The error a node returns: a failure, or an interrupt raised through [`Context::interrupt`].
+pub struct NodeError(pub(crate) NodeErrorKind);
+
+pub(crate) enum NodeErrorKind {
+    Interrupt(Interrupt),
+    Failed(BoxError),
+}
+
+impl NodeError {
+    /// Wraps a failure.
+    pub fn failed(e: impl Into<BoxError>) -> Self {
+        Self(NodeErrorKind::Failed(e.into()))
+    }
+    /// Whether this is an interrupt (propagate it with `?`, do not swallow it).
+    pub fn is_interrupt(&self) -> bool {
+        matches!(self.0, NodeErrorKind::Interrupt(_))
+    }
+}
+
+impl<E: std::error::Error + std::marker::Send + Sync + 'static> From<E> for NodeError {
+    fn from(e: E) -> Self {
+        Self::failed(e)
+    }
+}
+
+impl fmt::Debug for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            NodeErrorKind::Interrupt(i) => write!(f, "Interrupt({:?})", i.value),
+            NodeErrorKind::Failed(e) => write!(f, "Failed({e})"),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct ResumeState {
+    /// Answers this task already holds, by interrupt slot.
+    pub(crate) answers: Vec<Json>,
+    /// Next slot index.
+    pub(crate) counter: usize,
+    /// Whether this run added answers (they must be persisted).
+    pub(crate) added: bool,
+}
+
+/// Per-run resume inputs shared by the tasks of a step.
+#[derive(Default)]
+pub(crate) struct SharedResume {
+    pub(crate) null_value: Mutex<Option<Json>>,
+    pub(crate) map: HashMap<InterruptId, Json>,
+}
+
+pub(crate) struct TaskCtx {
+    pub(crate) node: NodeId,
+    pub(crate) task_id: TaskId,
+    pub(crate) step: i64,
+    pub(crate) ns: String,
+    pub(crate) resume: Mutex<ResumeState>,
+    pub(crate) shared: Arc<SharedResume>,
+    pub(crate) custom: Mutex<Vec<Json>>,
+}
+
+/// What a running task knows about itself; also the door to `interrupt()` and custom stream events.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<TaskCtx>,
+}
+
+pub(crate) fn interrupt_id(ns: &str, slot: usize) -> InterruptId {
+    let key = if slot == 0 {
+        ns.to_owned()
+    } else {
+        format!("{ns}|{slot}")
+    };
+    InterruptId::new(
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes())
+            .simple()
+            .to_string(),
+    )
+}
+
+impl Context {
+    /// The node this task runs.
+    pub fn node(&self) -> &NodeId {
+        &self.inner.node
+    }
+    /// The task's deterministic id.
+    pub fn task_id(&self) -> &TaskId {
+        &self.inner.task_id
+    }
+    /// The super-step number.
+    pub fn step(&self) -> i64 {
+        self.inner.step
+    }
+
+    /// Pauses the graph until a resume value is supplied, or returns that value when it exists.
+    ///
+    /// On resume the node re-runs from its beginning; the n-th call of a run gets the n-th answer.
+    /// Propagate the error with `?`.
+    pub fn interrupt(&self, value: Json) -> Result<Json, NodeError> {
+        let mut st = self
+            .inner
+            .resume
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let slot = st.counter;
+        st.counter += 1;
+        if let Some(v) = st.answers.get(slot) {
+            return Ok(v.clone());
+        }
+        let id = interrupt_id(&self.inner.ns, slot);
+        let answer = match self.inner.shared.map.get(&id) {
+            Some(v) => Some(v.clone()),
+            None => self
+                .inner
+                .shared
+                .null_value
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        };
+        match answer {
+            Some(v) if st.answers.len() == slot => {
+                st.answers.push(v.clone());
+                st.added = true;
+                Ok(v)
+            }
+            _ => Err(NodeError(NodeErrorKind::Interrupt(Interrupt {
+                id,
+                value,
+                node: self.inner.node.clone(),
+            }))),
+        }
+    }
+
+    /// Emits a custom stream event (delivered with the step's events).
+    pub fn emit(&self, value: Json) {
+        self.inner
+            .custom
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(value);
+    }
+}

@@ -1,0 +1,725 @@
+//! One test per rule of runtime-spec §10 that the runtime owns (rules 1–4, 9, 10; 5 without the
+//! delta snapshot part), named after the rule, plus the loop rules of §2 they rest on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use antler_graph::{
+    ChannelSpec, Command, Context, Error, Input, Key, NodeError, RunConfig, State, TaskStatus,
+    Update,
+};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::common::{LAST, LOG, N, Op, Recording, graph, log, memory};
+
+fn add(
+    name: &'static str,
+) -> impl Fn(State, Context) -> std::future::Ready<Result<Update, NodeError>> {
+    move |_s, _c| std::future::ready(Ok(Update::new().set(&LOG, log(&[name]))))
+}
+
+/// Rule 1: writes of step N are stored against the checkpoint step N started from.
+#[tokio::test]
+async fn rule_01_writes_of_a_step_go_to_the_checkpoint_it_started_from() {
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let store = Arc::new(Recording::default());
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    let ops = store.ops();
+    let mut last_put = None;
+    let mut checked = 0;
+    for op in &ops {
+        match op {
+            Op::Put(r) => last_put = Some(r.id.clone()),
+            Op::Writes { checkpoint, .. } => {
+                assert_eq!(
+                    Some(checkpoint),
+                    last_put.as_ref(),
+                    "writes attach to the step's starting checkpoint"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 3, "__start__, a and b each persisted their writes");
+}
+
+/// Rule 2: one new version per step, shared by every changed channel, above the global maximum;
+/// clearing an ephemeral value is a change; versions_seen records pre-write versions.
+#[tokio::test]
+async fn rule_02_one_new_version_per_step_and_clearing_is_a_change() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])).set(&N, 1))
+    });
+    g.add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let store = Arc::new(Recording::default());
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    let puts = store.puts();
+    for w in puts.windows(2) {
+        let (prev, cur) = (&w[0], &w[1]);
+        let prev_max = prev.versions.values().copied().max().unwrap_or(0);
+        let moved: Vec<u64> = cur
+            .versions
+            .iter()
+            .filter(|(c, v)| prev.versions.get(*c) != Some(*v))
+            .map(|(_, v)| *v)
+            .collect();
+        assert!(!moved.is_empty());
+        assert!(
+            moved.iter().all(|v| *v == moved[0]),
+            "one version for every channel changed in the step"
+        );
+        assert!(moved[0] > prev_max, "above the global maximum");
+    }
+    // Step of `a` (puts[2]): a's trigger `branch:to:a` was cleared by update([]) — a version bump without a value.
+    let step_a = &puts[2];
+    assert!(step_a.versions["branch:to:a"] > puts[1].versions["branch:to:a"]);
+    assert!(!step_a.values.contains_key("branch:to:a"));
+    // versions_seen[a] holds the version of its trigger before the step's writes.
+    assert_eq!(
+        step_a.versions_seen["a"]["branch:to:a"],
+        puts[1].versions["branch:to:a"]
+    );
+}
+
+/// Rule 3: tasks never see each other's writes; reducers see writes in task-path order, not completion order.
+#[tokio::test]
+async fn rule_03_step_local_visibility_and_task_path_order() {
+    let b_done = Arc::new(Notify::new());
+    let mut g = graph();
+    let signal = b_done.clone();
+    // `a` finishes last (it waits for `b`), but its writes reach the reducer first.
+    g.add_node("a", move |s: State, _c| {
+        let signal = signal.clone();
+        async move {
+            signal.notified().await;
+            Ok(Update::new().set(
+                &LOG,
+                log(&[&format!("a saw {}", s.get(&LOG).map_or(0, Vec::len))]),
+            ))
+        }
+    });
+    let signal = b_done.clone();
+    g.add_node("b", move |s: State, _c| {
+        let signal = signal.clone();
+        async move {
+            signal.notify_one();
+            Ok(Update::new().set(
+                &LOG,
+                log(&[&format!("b saw {}", s.get(&LOG).map_or(0, Vec::len))]),
+            ))
+        }
+    });
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    let graph = memory(g);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "a saw 1", "b saw 1"])
+    );
+}
+
+/// Rule 4: `update([])` runs only on real steps, `finish()` only when nothing will trigger;
+/// a deferred node therefore runs once, after the longer branch finished.
+#[tokio::test]
+async fn rule_04_finish_only_when_nothing_triggers_releases_deferred_node() {
+    let mut g = graph();
+    g.add_node("a", add("a"))
+        .add_node("b1", add("b1"))
+        .add_node("b2", add("b2"));
+    g.add_node_with(
+        "d",
+        Arc::new(Fn2(|_s: State| {
+            Ok(Update::new().set(&LOG, log(&["d"])).into())
+        })),
+        antler_graph::NodeOptions {
+            defer: true,
+            ..Default::default()
+        },
+    );
+    g.add_edge("__start__", "a")
+        .add_edge("__start__", "b1")
+        .add_edge("b1", "b2");
+    g.add_edge("a", "d")
+        .add_edge("b2", "d")
+        .add_edge("d", "__end__");
+    let graph = memory(g);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "a", "b1", "b2", "d"])
+    );
+}
+
+struct Fn2<F>(F);
+#[async_trait::async_trait]
+impl<F: Fn(State) -> Result<Command, NodeError> + Send + Sync + 'static> antler_graph::Node
+    for Fn2<F>
+{
+    async fn run(&self, input: State, _ctx: Context) -> Result<Command, NodeError> {
+        (self.0)(input)
+    }
+}
+
+/// Rule 5 (runtime part): one Overwrite per step; it drops the step's other writes to the channel.
+#[tokio::test]
+async fn rule_05_overwrite_one_per_step_drops_other_writes() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().overwrite(&LOG, log(&["reset"])))
+    });
+    g.add_node("b", add("b"));
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    let graph = memory(g);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["reset"]));
+
+    let mut g = graph_with_two_overwrites();
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    let err = memory(g)
+        .invoke(Update::new().set(&N, 1), &RunConfig::new("t"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::MultipleOverwrites { ref channel } if channel == "log"),
+        "{err}"
+    );
+}
+
+fn graph_with_two_overwrites() -> antler_graph::StateGraph {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().overwrite(&LOG, log(&["x"])))
+    });
+    g.add_node("b", |_s, _c| async {
+        Ok(Update::new().overwrite(&LOG, log(&["y"])))
+    });
+    g
+}
+
+/// Two writes to a last-value channel in one step are an `InvalidConcurrentUpdate` with the reference text.
+#[tokio::test]
+async fn last_value_concurrent_writes_are_invalid_update() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LAST, "a".to_owned()))
+    });
+    g.add_node("b", |_s, _c| async {
+        Ok(Update::new().set(&LAST, "b".to_owned()))
+    });
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let err = graph
+        .invoke(Update::new().set(&N, 1), &cfg)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), antler_graph::ErrorKind::InvalidUpdate);
+    assert!(
+        err.to_string()
+            .starts_with("At key 'last': Can receive only one value per step.")
+    );
+    // No checkpoint for the failed step; both tasks' writes stay pending (status done).
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.step, 0);
+    assert!(snap.tasks.iter().all(|t| t.status == TaskStatus::Done));
+}
+
+/// Rule 9: deterministic task ids + insert-if-absent writes: resuming after a failure re-runs only
+/// the failed task, and the reducer still sees the writes in task-path order.
+#[tokio::test]
+async fn rule_09_resume_after_error_reruns_only_unfinished_tasks() {
+    let runs_a = Arc::new(AtomicUsize::new(0));
+    let runs_b = Arc::new(AtomicUsize::new(0));
+    let mut g = graph();
+    let ra = runs_a.clone();
+    g.add_node("a", move |_s, _c| {
+        ra.fetch_add(1, Ordering::SeqCst);
+        async { Ok(Update::new().set(&LOG, log(&["a"]))) }
+    });
+    let rb = runs_b.clone();
+    g.add_node("b", move |_s, _c| {
+        let first = rb.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            if first {
+                return Err(NodeError::failed("boom"));
+            }
+            Ok(Update::new().set(&LOG, log(&["b"])))
+        }
+    });
+    g.add_edge("__start__", "b").add_edge("__start__", "a");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let err = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NodeFailed { ref node, .. } if node.as_str() == "b"));
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    let status: Vec<_> = snap
+        .tasks
+        .iter()
+        .map(|t| (t.node.as_str().to_owned(), t.status))
+        .collect();
+    assert_eq!(
+        status,
+        vec![
+            ("a".into(), TaskStatus::Done),
+            ("b".into(), TaskStatus::Error)
+        ]
+    );
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(
+        runs_a.load(Ordering::SeqCst),
+        1,
+        "finished sibling is not re-run"
+    );
+    assert_eq!(runs_b.load(Ordering::SeqCst), 2);
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+}
+
+/// Fault: a panicking node among parallel siblings is caught, becomes an error, and resume re-runs only it.
+#[tokio::test]
+async fn fault_panicking_sibling_is_caught_and_resume_reruns_only_it() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    let r = runs.clone();
+    g.add_node("z", move |_s, _c| {
+        let first = r.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            assert!(!first, "deliberate panic in z");
+            Ok(Update::new().set(&LOG, log(&["z"])))
+        }
+    });
+    g.add_edge("__start__", "z").add_edge("__start__", "a");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let err = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NodePanicked { ref node, ref message } if node.as_str() == "z" && message.contains("deliberate"))
+    );
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "z"]));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+fn asking_graph() -> antler_graph::CompiledGraph {
+    const ASKED: Key<bool> = Key::from_static("asked");
+    let mut g = graph();
+    g.channel(&ASKED, ChannelSpec::last_value()).unwrap();
+    g.add_node("ask", |s: State, ctx: Context| async move {
+        if s.get(&ASKED) == Some(&true) {
+            return Ok(Update::new());
+        }
+        let answer = ctx.interrupt(json!("name?"))?;
+        Ok(Update::new()
+            .set(&ASKED, true)
+            .set(&LOG, log(&[&format!("answer {answer}")])))
+    });
+    g.add_node("other", add("other"));
+    g.add_edge("__start__", "ask")
+        .add_edge("__start__", "other");
+    memory(g)
+}
+
+/// Rule 10: new input abandons an interrupted step (the node asks again); `Command::resume` continues it.
+#[tokio::test]
+async fn rule_10_new_input_abandons_interrupted_step_and_resume_continues_it() {
+    let graph = asking_graph();
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts.len(), 1);
+    assert_eq!(out.interrupts[0].value, json!("name?"));
+    // New input: the pending step (ask interrupted, other done) is abandoned; both run again.
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in2"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts.len(), 1, "the node asks again");
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "in2"]),
+        "abandoned writes are not applied"
+    );
+    // Resume: only `ask` re-runs; `other` keeps its saved writes.
+    let out = graph
+        .invoke(Command::resume(json!("ada")), &cfg)
+        .await
+        .unwrap();
+    assert!(out.interrupts.is_empty());
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "in2", "answer \"ada\"", "other"])
+    );
+}
+
+/// Several interrupts pending: a single resume value is rejected, a map by interrupt id answers each.
+#[tokio::test]
+async fn several_interrupts_need_a_resume_map() {
+    let mut g = graph();
+    for name in ["p", "q"] {
+        g.add_node(name, move |_s: State, ctx: Context| async move {
+            let a = ctx.interrupt(json!(format!("{name}?")))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("{name}={a}")])))
+        });
+        g.add_edge("__start__", name);
+    }
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph.invoke(Update::new().set(&N, 1), &cfg).await.unwrap();
+    assert_eq!(out.interrupts.len(), 2);
+    let err = graph
+        .invoke(Command::resume(json!(1)), &cfg)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AmbiguousResume { count: 2 }));
+    let map = out
+        .interrupts
+        .iter()
+        .map(|i| (i.id.clone(), json!(i.node.as_str().to_uppercase())))
+        .collect();
+    let out = graph.invoke(Command::resume_map(map), &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["p=\"P\"", "q=\"Q\""]));
+}
+
+/// The recursion limit counts super-steps of real nodes after `__start__` (runtime-spec §2.3).
+#[tokio::test]
+async fn recursion_limit_error_after_limit_steps() {
+    let mut g = graph();
+    g.add_node("loop", |_s, _c| async { Ok(Update::new().set(&N, 1)) });
+    g.add_edge("__start__", "loop");
+    g.add_router("loop", None, |_s: &State| vec!["loop".into()]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t").with_recursion_limit(3);
+    let err = graph
+        .invoke(Update::new().set(&N, 0), &cfg)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::RecursionLimit { limit: 3 }));
+    assert!(
+        err.to_string()
+            .starts_with("Recursion limit of 3 reached without hitting a stop condition.")
+    );
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(
+        snap.values.get(&N),
+        Some(&3),
+        "exactly 3 supersteps of real nodes ran"
+    );
+}
+
+/// Static breakpoints fire once per new versions.
+#[tokio::test]
+async fn static_interrupt_before_and_after() {
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    g.interrupt_before(["b"]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a"]));
+    assert_eq!(
+        graph.get_state(&cfg).await.unwrap().unwrap().next,
+        vec!["b".into()]
+    );
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    drop(graph);
+
+    let mut g = crate::common::graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    g.interrupt_after(["a"]);
+    let graph = memory(g);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a"]));
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+}
+
+/// `Send` fan-out: one PUSH task per packet with the packet as input; joins wait for every source.
+#[tokio::test]
+async fn send_fan_out_and_join() {
+    const ITEM: Key<String> = Key::from_static("item");
+    let mut g = graph();
+    g.channel(&ITEM, ChannelSpec::packet_only()).unwrap();
+    let split = antler_graph::node_fn(|_s, _c| async {
+        let mut cmd = Command::new();
+        for i in 0..3 {
+            cmd = cmd.goto(antler_graph::Send::new("work").with(&ITEM, format!("x{i}")));
+        }
+        Ok(cmd)
+    });
+    g.add_node_with(
+        "split",
+        split,
+        antler_graph::NodeOptions {
+            destinations: vec!["work".into()],
+            ..Default::default()
+        },
+    );
+    g.add_node("work", |s: State, _c| async move {
+        Ok(Update::new()
+            .set(
+                &LOG,
+                log(&[&format!("w:{}", s.get(&ITEM).cloned().unwrap_or_default())]),
+            )
+            .set(&N, 1))
+    });
+    g.add_node("side", add("side"));
+    g.add_node("join", |s: State, _c| async move {
+        Ok(Update::new().set(&LAST, format!("n={}", s.get(&N).unwrap_or(&0))))
+    });
+    g.add_edge("__start__", "split")
+        .add_edge("__start__", "side");
+    g.add_join(["work", "side"], "join");
+    g.add_edge("join", "__end__");
+    let graph = g
+        .compile()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_checkpointer(Arc::new(antler_graph::MemoryCheckpointer::new()));
+    let out = graph
+        .invoke(Update::new().set(&N, 0), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["side", "w:x0", "w:x1", "w:x2"])
+    );
+    assert_eq!(out.values.get(&LAST).unwrap(), "n=3");
+}
+
+/// Time travel: replaying an older checkpoint forks; `update_state` writes as a node and sets `next`.
+#[tokio::test]
+async fn time_travel_fork_and_update_state() {
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    assert_eq!(history.len(), 4);
+    let after_a = history
+        .iter()
+        .find(|s| s.next == vec!["b".into()])
+        .unwrap()
+        .checkpoint_id
+        .clone();
+    let out = graph
+        .invoke(
+            Input::Continue,
+            &cfg.clone().with_checkpoint(after_a.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    assert_eq!(history.len(), 6, "fork checkpoint + replayed step");
+    let fork = history
+        .iter()
+        .find(|s| s.source == antler_graph::Source::Fork)
+        .unwrap();
+    assert_eq!(fork.parent_id.as_ref(), Some(&after_a));
+
+    let id = graph
+        .update_state(
+            &cfg,
+            Update::new().set(&LOG, log(&["manual"])),
+            Some("a".into()),
+        )
+        .await
+        .unwrap();
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.checkpoint_id, id);
+    assert_eq!(snap.source, antler_graph::Source::Update);
+    assert_eq!(snap.next, vec!["b".into()], "as_node a's edge triggers b");
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "a", "b", "manual", "b"])
+    );
+}
+
+/// Durability exit: nothing is stored during the run, the final checkpoint at exit.
+#[tokio::test]
+async fn durability_exit_stores_only_the_final_checkpoint() {
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let store = Arc::new(Recording::default());
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let puts = store.puts();
+    assert_eq!(puts.len(), 1);
+    assert_eq!(puts[0].step, 2);
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    // Sync stores every checkpoint.
+    let cfg = RunConfig::new("u").with_durability(antler_graph::Durability::Sync);
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(store.puts().len(), 1 + 4);
+}
+
+/// Retry policy: a failing attempt is retried (paused clock, no real sleeping).
+#[tokio::test(start_paused = true)]
+async fn retry_policy_reruns_failed_attempts() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut g = graph();
+    let r = runs.clone();
+    g.add_node_with(
+        "flaky",
+        Arc::new(Fn2(move |_s: State| {
+            if r.fetch_add(1, Ordering::SeqCst) < 2 {
+                return Err(NodeError::failed("transient"));
+            }
+            Ok(Update::new().set(&LOG, log(&["ok"])).into())
+        })),
+        antler_graph::NodeOptions {
+            retry: Some(antler_graph::RetryPolicy::default()),
+            ..Default::default()
+        },
+    );
+    g.add_edge("__start__", "flaky");
+    let out = memory(g)
+        .invoke(Update::new().set(&N, 1), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["ok"]));
+}
+
+/// compile() rejects invalid graphs with typed errors.
+#[test]
+fn compile_errors_are_typed() {
+    use antler_graph::BuildError;
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "nope");
+    assert!(
+        matches!(g.compile().err(), Some(BuildError::UnknownNode { ref node, .. }) if node == "nope")
+    );
+
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("island", add("i"));
+    g.add_edge("__start__", "a");
+    assert!(
+        matches!(g.compile().err(), Some(BuildError::Unreachable { ref node }) if node == "island")
+    );
+
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "a");
+    assert!(matches!(
+        g.compile().err(),
+        Some(BuildError::NoPathToEnd { .. })
+    ));
+
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    assert!(matches!(g.compile().err(), Some(BuildError::NoEntry)));
+
+    let mut g = graph();
+    let again: Key<Vec<String>> = Key::new("log");
+    let err = g.channel(&again, ChannelSpec::last_value()).err();
+    assert!(
+        matches!(err, Some(BuildError::ChannelConflict { ref channel, .. }) if channel == "log")
+    );
+    // The identical declaration is fine (several schema parts may declare a shared field).
+    g.channel(
+        &again,
+        ChannelSpec::reducer("append", Vec::new, |a: &Vec<String>, _w: &[Vec<String>]| {
+            Ok(a.clone())
+        }),
+    )
+    .unwrap();
+}
+
+/// Messages declared in full mode in one place and with another reducer elsewhere is a build error.
+#[test]
+fn messages_declared_twice_with_different_kinds_is_a_build_error() {
+    use antler_state_reducers::Message;
+    const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+    let mut g = antler_graph::StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages()).unwrap();
+    g.channel(&MESSAGES, ChannelSpec::messages()).unwrap();
+    let err = g.channel(&MESSAGES, ChannelSpec::last_value()).err();
+    assert!(matches!(
+        err,
+        Some(antler_graph::BuildError::ChannelConflict { .. })
+    ));
+}
+
+/// Public futures are `Send` (they can run on a multi-threaded runtime).
+#[test]
+fn public_futures_are_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    assert_send(&graph.invoke(Update::new(), &cfg));
+    assert_send(&graph.get_state(&cfg));
+    assert_send(&graph.update_state(&cfg, Update::new(), None));
+    assert_send(&graph.stream(Update::new(), &cfg, antler_graph::StreamModes::all()));
+}

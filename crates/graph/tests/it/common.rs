@@ -1,0 +1,173 @@
+//! Helpers shared by the integration tests: a log channel, a recording store, trace rendering.
+
+use std::sync::{Arc, Mutex};
+
+use antler_graph::{
+    ChannelSpec, CheckpointId, CheckpointRecord, CheckpointTuple, Checkpointer, CompiledGraph,
+    Input, Key, MemoryCheckpointer, Result, RunConfig, StateGraph, StreamEvent, StreamItem,
+    StreamModes, TaskId, ThreadId,
+};
+use futures::StreamExt;
+use serde_json::Value as Json;
+
+pub(crate) const LOG: Key<Vec<String>> = Key::from_static("log");
+pub(crate) const LAST: Key<String> = Key::from_static("last");
+pub(crate) const N: Key<i64> = Key::from_static("n");
+
+/// A graph with `log` (append reducer), `last` (last value) and `n` (sum).
+pub(crate) fn graph() -> StateGraph {
+    let mut g = StateGraph::new();
+    g.channel(
+        &LOG,
+        ChannelSpec::reducer(
+            "append",
+            Vec::new,
+            |acc: &Vec<String>, w: &[Vec<String>]| {
+                Ok(acc.iter().chain(w.iter().flatten()).cloned().collect())
+            },
+        ),
+    )
+    .expect("log declared once");
+    g.channel(&LAST, ChannelSpec::last_value())
+        .expect("last declared once");
+    g.channel(
+        &N,
+        ChannelSpec::reducer(
+            "sum",
+            || 0,
+            |acc: &i64, w: &[i64]| Ok(acc + w.iter().sum::<i64>()),
+        ),
+    )
+    .expect("n declared once");
+    g
+}
+
+pub(crate) fn log(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// One store operation as the loop issued it.
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    Put(CheckpointRecord),
+    Writes { checkpoint: CheckpointId },
+}
+
+/// A memory store that records every `put` and `put_writes`.
+#[derive(Default)]
+pub(crate) struct Recording {
+    inner: MemoryCheckpointer,
+    pub(crate) ops: Mutex<Vec<Op>>,
+}
+
+impl Recording {
+    pub(crate) fn ops(&self) -> Vec<Op> {
+        self.ops.lock().expect("not poisoned").clone()
+    }
+    pub(crate) fn puts(&self) -> Vec<CheckpointRecord> {
+        self.ops()
+            .into_iter()
+            .filter_map(|o| if let Op::Put(r) = o { Some(r) } else { None })
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Checkpointer for Recording {
+    async fn get_tuple(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.inner.get_tuple(thread, id).await
+    }
+    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+        self.inner.list(thread).await
+    }
+    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
+        self.ops
+            .lock()
+            .expect("not poisoned")
+            .push(Op::Put(checkpoint.clone()));
+        self.inner.put(thread, checkpoint).await
+    }
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        self.ops.lock().expect("not poisoned").push(Op::Writes {
+            checkpoint: checkpoint.clone(),
+        });
+        self.inner
+            .put_writes(thread, checkpoint, task_id, task_path, writes)
+            .await
+    }
+}
+
+pub(crate) fn memory(g: StateGraph) -> CompiledGraph {
+    g.compile()
+        .expect("valid graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
+}
+
+/// Runs with debug events and renders a salsa-style trace: one line per task of a finished step
+/// (node, kind, writes, sends) and per saved checkpoint (source, step), then the outcome.
+pub(crate) async fn trace(
+    graph: &CompiledGraph,
+    input: impl Into<Input>,
+    cfg: &RunConfig,
+) -> String {
+    let modes = StreamModes {
+        debug: true,
+        custom: true,
+        ..StreamModes::default()
+    };
+    let mut s = Box::pin(graph.stream(input, cfg, modes));
+    let mut out = String::new();
+    while let Some(item) = s.next().await {
+        let line = match item {
+            Ok(StreamItem::Event(StreamEvent::Task(t))) => {
+                let writes: Vec<String> =
+                    t.writes.iter().map(|(c, v)| format!("{c}={v}")).collect();
+                let sends: Vec<String> = t.sends.iter().map(|(n, p)| format!("{n}<-{p}")).collect();
+                format!(
+                    "step {} {:?} {}: writes [{}]{}",
+                    t.step,
+                    t.kind,
+                    t.node,
+                    writes.join(", "),
+                    if sends.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" sends [{}]", sends.join(", "))
+                    }
+                )
+            }
+            Ok(StreamItem::Event(StreamEvent::Checkpoint(c))) => {
+                format!("checkpoint {} step {}", c.source.as_str(), c.step)
+            }
+            Ok(StreamItem::Event(StreamEvent::Custom { node, value })) => {
+                format!("custom {node}: {value}")
+            }
+            Ok(StreamItem::Event(StreamEvent::Interrupted(i))) => {
+                format!(
+                    "interrupted {:?}",
+                    i.iter()
+                        .map(|i| format!("{}:{}", i.node, i.value))
+                        .collect::<Vec<_>>()
+                )
+            }
+            Ok(StreamItem::Event(other)) => format!("{other:?}"),
+            Ok(StreamItem::Done(o)) => format!("done {:?}", o.values),
+            Ok(other) => format!("{other:?}"),
+            Err(e) => format!("error {e}"),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}

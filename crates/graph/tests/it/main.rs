@@ -1,0 +1,8 @@
+//! Integration tests of `antler-graph`: the runtime-spec §10 checklist, snapshot traces, faults,
+//! and the reference-trace runner (issue 6).
+
+mod checklist;
+mod common;
+mod reference_traces;
+mod streaming;
+mod traces;

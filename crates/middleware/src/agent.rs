@@ -1,0 +1,451 @@
+//! The agent loop as a graph: every node hook is its own super-step, in the
+//! order of kernel-spec R49.
+//!
+//! ```text
+//! START → before_agent* → ( before_model* → model → after_model* → tools )* → after_agent* → END
+//!           m0 … mN            m0 … mN                 mN … m0                   mN … m0
+//! ```
+//!
+//! The loop leaves `tools` back to the first `before_model` hook and ends
+//! when the last AI message calls no tool, or a hook jumps, or a tool's
+//! command goes to the end. Each hook's update is applied through the
+//! reducers at its step's barrier, so later hooks see earlier updates.
+//!
+//! One `tools` task runs all calls of an AI message concurrently, each
+//! through the `wrap_tool_call` onion; their messages are written in call
+//! order, never completion order.
+
+use std::sync::Arc;
+
+use antler_graph::{
+    ChannelSpec, Command, Context, END, Goto, Key, NodeError, NodeId, START, State, StateGraph,
+    Update, node_fn,
+};
+use antler_state_reducers::{Message, MessageType};
+
+use crate::chain::Chain;
+use crate::error::Error;
+use crate::hook::{JumpTo, Middleware, ModelNext, NodeHook, ToolNext};
+use crate::model::{ChatModel, ModelRequest, ModelSettings};
+use crate::tool::{Tool, ToolOutcome, ToolRequest};
+
+/// The conversation channel of an agent.
+pub const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+
+/// The ephemeral channel a hook's jump travels in (never persisted past its step).
+pub const JUMP_TO: Key<String> = Key::from_static("jump_to");
+
+/// The model node's name.
+pub const MODEL_NODE: &str = "model";
+/// The tools node's name.
+pub const TOOLS_NODE: &str = "tools";
+
+type MessagesSpec = Arc<dyn Fn() -> ChannelSpec<Vec<Message>, Vec<Message>> + Send + Sync>;
+
+/// Builds the graph of an agent: a resolved [`Chain`], a [`ChatModel`] and tools.
+pub struct AgentGraph {
+    chain: Chain,
+    model: Arc<dyn ChatModel>,
+    tools: Vec<Arc<dyn Tool>>,
+    system_prompt: Option<String>,
+    settings: ModelSettings,
+    messages: MessagesSpec,
+}
+
+impl AgentGraph {
+    /// An agent with `chain` around `model`, no tools, no system prompt,
+    /// default settings and a full-mode `messages` channel.
+    pub fn new(chain: Chain, model: Arc<dyn ChatModel>) -> Self {
+        AgentGraph {
+            chain,
+            model,
+            tools: Vec::new(),
+            system_prompt: None,
+            settings: ModelSettings::default(),
+            messages: Arc::new(ChannelSpec::messages),
+        }
+    }
+
+    /// Adds tools (default: none besides the middlewares' own).
+    #[must_use]
+    pub fn with_tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// Sets the static system prompt (default: none).
+    #[must_use]
+    pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Sets the model settings (default: provider defaults).
+    #[must_use]
+    pub fn with_settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Declares `messages` with another channel (default: the full-mode
+    /// message reducer). Whatever a middleware declares for `messages` is
+    /// ignored in favour of this one, so a contributed schema can never put
+    /// `messages` in a different channel mode (kernel-spec R40).
+    #[must_use]
+    pub fn with_messages_channel<F>(mut self, spec: F) -> Self
+    where
+        F: Fn() -> ChannelSpec<Vec<Message>, Vec<Message>> + Send + Sync + 'static,
+    {
+        self.messages = Arc::new(spec);
+        self
+    }
+
+    /// The tools the model sees: the given ones, then each middleware's in
+    /// chain order; the first tool of a name wins.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        let contributed = self.chain.entries().iter().flat_map(|m| m.tools());
+        for tool in self.tools.iter().cloned().chain(contributed) {
+            if !out.iter().any(|t| t.name() == tool.name()) {
+                out.push(tool);
+            }
+        }
+        out
+    }
+
+    /// The graph, ready to compile (callers may add a checkpointer and
+    /// interrupts before compiling).
+    pub fn build(&self) -> Result<StateGraph, Error> {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, (self.messages)())
+            .map_err(Error::Graph)?;
+        g.channel(&JUMP_TO, ChannelSpec::ephemeral())
+            .map_err(Error::Graph)?;
+        for m in self.chain.entries() {
+            for field in m.state_fields() {
+                // R40: the base declaration of `messages` always wins.
+                if field.name() == MESSAGES.name() {
+                    continue;
+                }
+                field.register(&mut g).map_err(Error::Graph)?;
+            }
+        }
+
+        let entries = self.chain.entries();
+        let with = |hook: NodeHook, reverse: bool| -> Vec<Arc<dyn Middleware>> {
+            let mut v: Vec<_> = entries
+                .iter()
+                .filter(|m| m.node_hooks().has(hook))
+                .cloned()
+                .collect();
+            if reverse {
+                v.reverse();
+            }
+            v
+        };
+        let before_agent = with(NodeHook::BeforeAgent, false);
+        let before_model = with(NodeHook::BeforeModel, false);
+        let after_model = with(NodeHook::AfterModel, true);
+        let after_agent = with(NodeHook::AfterAgent, true);
+
+        let name = |m: &Arc<dyn Middleware>, hook: NodeHook| -> NodeId {
+            NodeId::from(format!("{}.{}", m.id(), hook.as_str()).as_str())
+        };
+        let model_entry: NodeId = before_model.first().map_or_else(
+            || NodeId::from(MODEL_NODE),
+            |m| name(m, NodeHook::BeforeModel),
+        );
+        let end_entry: NodeId = after_agent
+            .first()
+            .map_or_else(|| NodeId::from(END), |m| name(m, NodeHook::AfterAgent));
+        let tools_node = NodeId::from(TOOLS_NODE);
+        let targets = Targets {
+            model: model_entry.clone(),
+            tools: tools_node.clone(),
+            end: end_entry.clone(),
+        };
+
+        // Hook sequences: each node continues to the next of its sequence,
+        // or to `after`, unless it jumped.
+        let add_sequence =
+            |g: &mut StateGraph, seq: &[Arc<dyn Middleware>], hook: NodeHook, after: Next| {
+                for (i, m) in seq.iter().enumerate() {
+                    let node = name(m, hook);
+                    let next = match seq.get(i + 1) {
+                        Some(n) => Next::Node(name(n, hook)),
+                        None => after.clone(),
+                    };
+                    g.add_node_with(node.clone(), hook_node(m.clone(), hook), Default::default());
+                    add_route(g, node, next, &targets, m.can_jump_to(hook));
+                }
+            };
+        add_sequence(
+            &mut g,
+            &before_agent,
+            NodeHook::BeforeAgent,
+            Next::Node(model_entry.clone()),
+        );
+        add_sequence(
+            &mut g,
+            &before_model,
+            NodeHook::BeforeModel,
+            Next::Node(MODEL_NODE.into()),
+        );
+        add_sequence(&mut g, &after_model, NodeHook::AfterModel, Next::ToolsOrEnd);
+        add_sequence(
+            &mut g,
+            &after_agent,
+            NodeHook::AfterAgent,
+            Next::Node(END.into()),
+        );
+
+        let start = before_agent
+            .first()
+            .map_or_else(|| model_entry.clone(), |m| name(m, NodeHook::BeforeAgent));
+        g.add_edge(START, start);
+
+        let tools = self.tools();
+        let model_node = ModelNode {
+            chain: self.chain.clone(),
+            model: self.model.clone(),
+            schemas: tools.iter().map(|t| t.schema()).collect(),
+            system_prompt: self.system_prompt.clone(),
+            settings: self.settings.clone(),
+        };
+        g.add_node_with(
+            NodeId::from(MODEL_NODE),
+            node_fn(move |state: State, ctx: Context| {
+                let node = model_node.clone();
+                async move { node.run(state, ctx).await }
+            }),
+            Default::default(),
+        );
+        let after_model_entry = after_model.first().map_or(Next::ToolsOrEnd, |m| {
+            Next::Node(name(m, NodeHook::AfterModel))
+        });
+        add_route(
+            &mut g,
+            NodeId::from(MODEL_NODE),
+            after_model_entry,
+            &targets,
+            &[],
+        );
+
+        let tools_node_impl = ToolsNode {
+            chain: self.chain.clone(),
+            tools,
+        };
+        g.add_node_with(
+            tools_node.clone(),
+            node_fn(move |state: State, ctx: Context| {
+                let node = tools_node_impl.clone();
+                async move { node.run(state, ctx).await }
+            }),
+            Default::default(),
+        );
+        add_route(
+            &mut g,
+            tools_node,
+            Next::Node(model_entry),
+            &targets,
+            &[JumpTo::End],
+        );
+        Ok(g)
+    }
+}
+
+/// Where a hook node continues when it does not jump.
+#[derive(Clone)]
+enum Next {
+    Node(NodeId),
+    /// After the model's last `after_model` hook: tools when the last AI
+    /// message calls any, else the end.
+    ToolsOrEnd,
+}
+
+#[derive(Clone)]
+struct Targets {
+    model: NodeId,
+    tools: NodeId,
+    end: NodeId,
+}
+
+impl Targets {
+    fn of(&self, jump: JumpTo) -> NodeId {
+        match jump {
+            JumpTo::Model => self.model.clone(),
+            JumpTo::Tools => self.tools.clone(),
+            JumpTo::End => self.end.clone(),
+        }
+    }
+}
+
+fn parse_jump(s: &str) -> Option<JumpTo> {
+    match s {
+        "model" => Some(JumpTo::Model),
+        "tools" => Some(JumpTo::Tools),
+        "end" => Some(JumpTo::End),
+        _ => None,
+    }
+}
+
+fn calls_tools(state: &State) -> bool {
+    state
+        .get(&MESSAGES)
+        .and_then(|ms| ms.last())
+        .is_some_and(|m| m.kind == MessageType::Ai && !m.tool_calls().is_empty())
+}
+
+/// A jump lives in an ephemeral channel that is only cleared at the end of
+/// the following step, while that step's router already runs; so every node
+/// that does not jump clears a jump it inherited, and routers only ever see
+/// the jump of the node they route.
+fn clear_inherited_jump(state: &State, update: &mut Update) {
+    if state.get(&JUMP_TO).is_some_and(|j| !j.is_empty()) {
+        update.push(&JUMP_TO, String::new());
+    }
+}
+
+fn add_route(g: &mut StateGraph, from: NodeId, next: Next, targets: &Targets, jumps: &[JumpTo]) {
+    let mut possible: Vec<NodeId> = jumps.iter().map(|j| targets.of(*j)).collect();
+    match &next {
+        Next::Node(n) => possible.push(n.clone()),
+        Next::ToolsOrEnd => {
+            possible.push(targets.tools.clone());
+            possible.push(targets.end.clone());
+        }
+    }
+    possible.dedup();
+    let targets = targets.clone();
+    g.add_router(from, Some(possible), move |state: &State| {
+        if let Some(jump) = state.get(&JUMP_TO).and_then(|j| parse_jump(j)) {
+            return vec![Goto::Node(targets.of(jump))];
+        }
+        let to = match &next {
+            Next::Node(n) => n.clone(),
+            Next::ToolsOrEnd if calls_tools(state) => targets.tools.clone(),
+            Next::ToolsOrEnd => targets.end.clone(),
+        };
+        vec![Goto::Node(to)]
+    });
+}
+
+fn hook_node(m: Arc<dyn Middleware>, hook: NodeHook) -> Arc<dyn antler_graph::Node> {
+    node_fn(move |state: State, ctx: Context| {
+        let m = m.clone();
+        async move {
+            let out = match hook {
+                NodeHook::BeforeAgent => m.before_agent(&state, &ctx).await?,
+                NodeHook::BeforeModel => m.before_model(&state, &ctx).await?,
+                NodeHook::AfterModel => m.after_model(&state, &ctx).await?,
+                NodeHook::AfterAgent => m.after_agent(&state, &ctx).await?,
+            };
+            let Some(out) = out else {
+                let mut update = Update::new();
+                clear_inherited_jump(&state, &mut update);
+                return Ok(update);
+            };
+            let mut update = out.update;
+            if out.jump_to.is_none() {
+                clear_inherited_jump(&state, &mut update);
+            }
+            if let Some(jump) = out.jump_to {
+                if !m.can_jump_to(hook).contains(&jump) {
+                    return Err(NodeError::failed(Error::UndeclaredJump {
+                        middleware: m.id().to_string(),
+                        hook: hook.as_str(),
+                        target: jump.as_str(),
+                    }));
+                }
+                update.push(&JUMP_TO, jump.as_str().to_owned());
+            }
+            Ok(update)
+        }
+    })
+}
+
+#[derive(Clone)]
+struct ModelNode {
+    chain: Chain,
+    model: Arc<dyn ChatModel>,
+    schemas: Vec<crate::model::ToolSchema>,
+    system_prompt: Option<String>,
+    settings: ModelSettings,
+}
+
+impl ModelNode {
+    async fn run(&self, state: State, ctx: Context) -> Result<Update, NodeError> {
+        let mut update = Update::new();
+        clear_inherited_jump(&state, &mut update);
+        let request = ModelRequest {
+            system_prompt: self.system_prompt.clone(),
+            messages: state.get(&MESSAGES).cloned().unwrap_or_default(),
+            tools: self.schemas.clone(),
+            settings: self.settings.clone(),
+            state,
+        };
+        let response = ModelNext::new(self.chain.entries(), self.model.as_ref(), &ctx)
+            .run(request)
+            .await?;
+        update.push(&MESSAGES, response.messages);
+        Ok(update)
+    }
+}
+
+#[derive(Clone)]
+struct ToolsNode {
+    chain: Chain,
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl ToolsNode {
+    async fn run(&self, state: State, ctx: Context) -> Result<Command, NodeError> {
+        let calls = state
+            .get(&MESSAGES)
+            .and_then(|ms| ms.iter().rev().find(|m| m.kind == MessageType::Ai))
+            .map(|m| m.tool_calls().to_vec())
+            .unwrap_or_default();
+        let runs = calls.into_iter().map(|call| {
+            let tool = self.tools.iter().find(|t| t.name() == call.name).cloned();
+            let request = ToolRequest {
+                call,
+                state: state.clone(),
+            };
+            let chain = self.chain.clone();
+            let ctx = ctx.clone();
+            async move {
+                ToolNext::new(chain.entries(), tool.as_deref(), &ctx)
+                    .run(request)
+                    .await
+            }
+        });
+        // Calls run concurrently; results are collected in call order.
+        let outcomes = futures::future::join_all(runs).await;
+        let mut messages = Vec::new();
+        let mut update = Update::new();
+        let mut to_end = false;
+        for outcome in outcomes {
+            match outcome? {
+                ToolOutcome::Message(m) => messages.push(m),
+                ToolOutcome::Command(c) => {
+                    let (u, gotos) = c.into_update_and_gotos();
+                    update.extend(u);
+                    to_end |= gotos
+                        .iter()
+                        .any(|g| matches!(g, Goto::Node(n) if n.as_str() == END));
+                }
+            }
+        }
+        let mut out = Update::new();
+        if !messages.is_empty() {
+            out.push(&MESSAGES, messages);
+        }
+        out.extend(update);
+        if to_end {
+            out.push(&JUMP_TO, JumpTo::End.as_str().to_owned());
+        } else {
+            clear_inherited_jump(&state, &mut out);
+        }
+        Ok(Command::new().update(out))
+    }
+}

@@ -1,0 +1,388 @@
+//! Building a middleware chain into a resolved, immutable order.
+//!
+//! Order is program semantics, so it is never "wherever `push` happened to
+//! put it": every insertion names where it goes (an anchor, a placement
+//! rule, or the explicit end), [`ChainBuilder::build`] resolves and checks
+//! the order once, and the resulting [`Chain`] cannot change. Its `Debug`
+//! output is the resolved order, one entry per line.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::hook::Middleware;
+use crate::kind::{MiddlewareId, MiddlewareKind, kinds};
+
+type Entry = Arc<dyn Middleware>;
+
+fn matches(entry: &Entry, kind: &MiddlewareKind) -> bool {
+    entry.kind() == *kind || entry.families().contains(kind)
+}
+
+/// One rule of a semantic placement (kernel-spec R125).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlacementRule {
+    /// Right before the first middleware of the kind.
+    OuterOf(MiddlewareKind),
+    /// Right after the first middleware of the kind.
+    InnerOf(MiddlewareKind),
+    /// Right before the last middleware of the kind.
+    OuterOfLast(MiddlewareKind),
+    /// Right after the last middleware of the kind.
+    InnerOfLast(MiddlewareKind),
+    /// Right after the last `target` that follows the last `after`.
+    InnerOfLastAfter {
+        /// The middleware to place after.
+        target: MiddlewareKind,
+        /// The middleware `target` must follow.
+        after: MiddlewareKind,
+    },
+    /// At the very start (outermost).
+    Start,
+    /// At the very end (innermost).
+    End,
+}
+
+impl PlacementRule {
+    /// The insertion index this rule resolves to in `entries`, if it matches.
+    fn resolve(&self, entries: &[Entry]) -> Option<usize> {
+        let first = |k: &MiddlewareKind| entries.iter().position(|e| matches(e, k));
+        let last = |k: &MiddlewareKind| entries.iter().rposition(|e| matches(e, k));
+        match self {
+            PlacementRule::OuterOf(k) => first(k),
+            PlacementRule::InnerOf(k) => first(k).map(|i| i + 1),
+            PlacementRule::OuterOfLast(k) => last(k),
+            PlacementRule::InnerOfLast(k) => last(k).map(|i| i + 1),
+            PlacementRule::InnerOfLastAfter { target, after } => {
+                let after_idx = last(after)?;
+                entries
+                    .iter()
+                    .enumerate()
+                    .skip(after_idx + 1)
+                    .filter(|(_, e)| matches(e, target))
+                    .map(|(i, _)| i + 1)
+                    .next_back()
+            }
+            PlacementRule::Start => Some(0),
+            PlacementRule::End => Some(entries.len()),
+        }
+    }
+}
+
+/// How a semantic placement was resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementDiagnostic {
+    /// The placed middleware.
+    pub middleware: MiddlewareId,
+    /// The rule that matched, or `None` when no rule matched and the
+    /// middleware went to the end.
+    pub rule: Option<PlacementRule>,
+    /// Whether a fallback (not the first rule) was used.
+    pub degraded: bool,
+    /// The index it was inserted at.
+    pub index: usize,
+}
+
+/// A declared ordering constraint checked at build time (R124): every
+/// `outer` must sit at a lower index than every `inner`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderingConstraint {
+    /// The kind that must be outer.
+    pub outer: MiddlewareKind,
+    /// The kind that must be inner.
+    pub inner: MiddlewareKind,
+    /// Why, for the error message.
+    pub reason: String,
+    /// The extension that declared it; `None` for the core order.
+    pub contributor: Option<String>,
+}
+
+/// Builds a [`Chain`].
+///
+/// Re-inserting a middleware whose [`MiddlewareId`] is already present moves
+/// it (the old entry is removed first).
+#[derive(Default)]
+pub struct ChainBuilder {
+    entries: Vec<Entry>,
+    constraints: Vec<OrderingConstraint>,
+    diagnostics: Vec<PlacementDiagnostic>,
+}
+
+impl ChainBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn remove_id(&mut self, id: &MiddlewareId) {
+        self.entries.retain(|e| e.id() != *id);
+    }
+
+    /// Appends `m` as the innermost entry so far.
+    pub fn push(&mut self, m: Entry) -> &mut Self {
+        self.remove_id(&m.id());
+        self.entries.push(m);
+        self
+    }
+
+    /// Inserts `m` right before the first middleware of kind `anchor`.
+    pub fn insert_before(&mut self, anchor: &MiddlewareKind, m: Entry) -> Result<&mut Self> {
+        self.insert_relative(anchor, m, 0)
+    }
+
+    /// Inserts `m` right after the first middleware of kind `anchor`.
+    pub fn insert_after(&mut self, anchor: &MiddlewareKind, m: Entry) -> Result<&mut Self> {
+        self.insert_relative(anchor, m, 1)
+    }
+
+    fn insert_relative(
+        &mut self,
+        anchor: &MiddlewareKind,
+        m: Entry,
+        offset: usize,
+    ) -> Result<&mut Self> {
+        let mut entries = self.entries.clone();
+        entries.retain(|e| e.id() != m.id());
+        let Some(i) = entries.iter().position(|e| matches(e, anchor)) else {
+            return Err(Error::AnchorNotFound {
+                anchor: anchor.to_string(),
+            });
+        };
+        entries.insert(i + offset, m);
+        self.entries = entries;
+        Ok(self)
+    }
+
+    /// Places a contribution by semantic placement (R125): the first rule of
+    /// `rules` that matches decides; nothing matching puts it at the end. A
+    /// fallback is recorded as a degraded [`PlacementDiagnostic`].
+    pub fn place(&mut self, m: Entry, rules: &[PlacementRule]) -> PlacementDiagnostic {
+        self.remove_id(&m.id());
+        let found = rules
+            .iter()
+            .enumerate()
+            .find_map(|(n, r)| r.resolve(&self.entries).map(|i| (n, r.clone(), i)));
+        let diagnostic = match found {
+            Some((n, rule, index)) => PlacementDiagnostic {
+                middleware: m.id(),
+                rule: Some(rule),
+                degraded: n > 0,
+                index,
+            },
+            None => PlacementDiagnostic {
+                middleware: m.id(),
+                rule: None,
+                degraded: true,
+                index: self.entries.len(),
+            },
+        };
+        self.entries.insert(diagnostic.index, m);
+        self.diagnostics.push(diagnostic.clone());
+        diagnostic
+    }
+
+    /// Declares an ordering constraint checked by [`build`](Self::build).
+    pub fn require_order(&mut self, constraint: OrderingConstraint) -> &mut Self {
+        self.constraints.push(constraint);
+        self
+    }
+
+    /// Inserts extra middlewares by their `@Next`/`@Prev` anchors
+    /// (kernel-spec R53–R58, the SDK factory's algorithm):
+    ///
+    /// 1. classify in order, rejecting both anchors on one extra, two extras
+    ///    on one anchor in one direction, and opposite directions on one
+    ///    anchor;
+    /// 2. insert unanchored extras right before the first
+    ///    `ClarificationMiddleware` (at the end if there is none), in order;
+    /// 3. place anchored extras in rounds, each at the first middleware of
+    ///    its anchor's kind, so extras may anchor to each other in any
+    ///    order; a round without progress fails as circular or unresolved;
+    /// 4. move `ClarificationMiddleware` back to the end.
+    ///
+    /// On error the builder is unchanged.
+    pub fn insert_extras(&mut self, extras: Vec<Entry>) -> Result<&mut Self> {
+        if extras.is_empty() {
+            return Ok(self);
+        }
+        struct Anchored {
+            entry: Entry,
+            next: bool,
+            anchor: MiddlewareKind,
+        }
+        let mut unanchored = Vec::new();
+        let mut anchored: Vec<Anchored> = Vec::new();
+        for entry in extras {
+            let a = entry.anchors();
+            let name = entry.kind().to_string();
+            let (next, anchor) = match (a.next, a.prev) {
+                (Some(_), Some(_)) => return Err(Error::BothAnchors { name }),
+                (Some(k), None) => (true, k),
+                (None, Some(k)) => (false, k),
+                (None, None) => {
+                    unanchored.push(entry);
+                    continue;
+                }
+            };
+            let dir = |n: bool| if n { "Next" } else { "Prev" };
+            for other in &anchored {
+                if other.anchor != anchor {
+                    continue;
+                }
+                let first = other.entry.kind().to_string();
+                if other.next == next {
+                    return Err(Error::DuplicateAnchor {
+                        first,
+                        second: name,
+                        direction: dir(next),
+                        anchor: anchor.to_string(),
+                    });
+                }
+                return Err(Error::OppositeAnchors {
+                    first,
+                    first_direction: dir(other.next),
+                    second: name,
+                    second_direction: dir(next),
+                    anchor: anchor.to_string(),
+                });
+            }
+            anchored.push(Anchored {
+                entry,
+                next,
+                anchor,
+            });
+        }
+
+        let mut entries = self.entries.clone();
+        for e in unanchored.iter().chain(anchored.iter().map(|a| &a.entry)) {
+            entries.retain(|x| x.id() != e.id());
+        }
+        let at = entries
+            .iter()
+            .position(|e| e.kind() == kinds::CLARIFICATION)
+            .unwrap_or(entries.len());
+        entries.splice(at..at, unanchored);
+        let rounds = anchored.len() + 1;
+        let mut pending = anchored;
+        for _ in 0..rounds {
+            if pending.is_empty() {
+                break;
+            }
+            let mut still = Vec::new();
+            let before = pending.len();
+            for item in pending {
+                match entries.iter().position(|e| matches(e, &item.anchor)) {
+                    Some(i) => entries.insert(if item.next { i + 1 } else { i }, item.entry),
+                    None => still.push(item),
+                }
+            }
+            if still.len() == before {
+                let circular = still
+                    .iter()
+                    .any(|p| still.iter().any(|q| q.entry.kind() == p.anchor));
+                let names = still.iter().map(|p| p.entry.kind().to_string()).collect();
+                if circular {
+                    return Err(Error::CircularAnchors { names });
+                }
+                return Err(Error::UnresolvedAnchors {
+                    names,
+                    anchors: still.iter().map(|p| p.anchor.to_string()).collect(),
+                });
+            }
+            pending = still;
+        }
+        if let Some(i) = entries
+            .iter()
+            .position(|e| e.kind() == kinds::CLARIFICATION)
+            && i + 1 != entries.len()
+        {
+            let c = entries.remove(i);
+            entries.push(c);
+        }
+        self.entries = entries;
+        Ok(self)
+    }
+
+    /// Resolves the order: checks every declared [`OrderingConstraint`] and
+    /// freezes the chain.
+    pub fn build(self) -> Result<Chain> {
+        for c in &self.constraints {
+            let last_outer = self.entries.iter().rposition(|e| matches(e, &c.outer));
+            let first_inner = self.entries.iter().position(|e| matches(e, &c.inner));
+            if let (Some(o), Some(i)) = (last_outer, first_inner)
+                && o > i
+            {
+                return Err(Error::OrderingViolation {
+                    outer: c.outer.to_string(),
+                    outer_index: o,
+                    inner: c.inner.to_string(),
+                    inner_index: i,
+                    reason: c.reason.clone(),
+                    contributor: c
+                        .contributor
+                        .clone()
+                        .unwrap_or_else(|| "core middleware order".to_owned()),
+                });
+            }
+        }
+        Ok(Chain {
+            entries: self.entries.into(),
+            diagnostics: self.diagnostics.into(),
+        })
+    }
+}
+
+/// A resolved, immutable middleware order. Cheap to clone.
+///
+/// Before hooks run first to last, after hooks last to first, and wrap hooks
+/// nest with the first entry outermost (see the crate docs).
+#[derive(Clone)]
+pub struct Chain {
+    entries: Arc<[Entry]>,
+    diagnostics: Arc<[PlacementDiagnostic]>,
+}
+
+impl Chain {
+    /// The middlewares, outermost first.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The ids in order.
+    pub fn ids(&self) -> Vec<MiddlewareId> {
+        self.entries.iter().map(|e| e.id()).collect()
+    }
+
+    /// Number of middlewares.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the chain is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How semantic placements were resolved, degraded ones included.
+    pub fn diagnostics(&self) -> &[PlacementDiagnostic] {
+        &self.diagnostics
+    }
+}
+
+impl fmt::Debug for ChainBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.entries.iter().map(|e| e.id()))
+            .finish()
+    }
+}
+
+impl fmt::Debug for Chain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Chain [")?;
+        for (i, e) in self.entries.iter().enumerate() {
+            writeln!(f, "  {i:2} {}", e.id())?;
+        }
+        write!(f, "]")
+    }
+}

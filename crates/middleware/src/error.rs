@@ -1,0 +1,157 @@
+//! The crate's error type.
+//!
+//! Ordering errors reproduce the reference's texts (they are user-facing
+//! and pinned by tests); they are raised at build time, never while a chain
+//! runs.
+
+/// Result alias with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Coarse classification of an [`Error`], for callers that branch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The requested order cannot be built.
+    Order,
+    /// A model, tool or hook failed while running.
+    Runtime,
+}
+
+/// Errors of building or running a middleware chain.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An extra declares both `Next` and `Prev` (kernel-spec R53).
+    #[error("{name} cannot have both @Next and @Prev")]
+    BothAnchors {
+        /// The extra's name.
+        name: String,
+    },
+    /// Two extras claim the same anchor in the same direction (R53).
+    #[error("Conflict: {first} and {second} both @{direction}({anchor})")]
+    DuplicateAnchor {
+        /// The extra that claimed the anchor first.
+        first: String,
+        /// The extra that claimed it again.
+        second: String,
+        /// `Next` or `Prev`.
+        direction: &'static str,
+        /// The anchor's name.
+        anchor: String,
+    },
+    /// Two extras anchor to one middleware in opposite directions (R53).
+    #[error(
+        "Conflict: {first} is @{first_direction}({anchor}) and {second} is @{second_direction}({anchor}); use cross-anchoring between extras instead"
+    )]
+    OppositeAnchors {
+        /// The extra that claimed the anchor first.
+        first: String,
+        /// Its direction.
+        first_direction: &'static str,
+        /// The extra that claimed the opposite direction.
+        second: String,
+        /// Its direction.
+        second_direction: &'static str,
+        /// The anchor's name.
+        anchor: String,
+    },
+    /// Extras anchor to each other in a cycle (R55).
+    #[error("Circular dependency among extra middlewares: {}", .names.join(", "))]
+    CircularAnchors {
+        /// The extras involved.
+        names: Vec<String>,
+    },
+    /// Anchors that match no middleware in the chain (R55, R57).
+    #[error("Cannot resolve positions for {} — anchors {} not found in chain", .names.join(", "), .anchors.join(", "))]
+    UnresolvedAnchors {
+        /// The extras left unplaced.
+        names: Vec<String>,
+        /// Their anchors.
+        anchors: Vec<String>,
+    },
+    /// `insert_before` / `insert_after` named an anchor not in the chain.
+    #[error("anchor {anchor} is not in the middleware chain")]
+    AnchorNotFound {
+        /// The missing anchor.
+        anchor: String,
+    },
+    /// A declared ordering constraint is violated (R124).
+    #[error(
+        "{outer} (index {outer_index}) must come before {inner} (index {inner_index}): {reason} (contributed by {contributor})"
+    )]
+    OrderingViolation {
+        /// The middleware that must be outer.
+        outer: String,
+        /// Its index.
+        outer_index: usize,
+        /// The middleware that must be inner.
+        inner: String,
+        /// Its index.
+        inner_index: usize,
+        /// Why the order matters.
+        reason: String,
+        /// The extension that contributed the constraint, or `core middleware order`.
+        contributor: String,
+    },
+    /// Two middlewares contribute the same state field with different kinds.
+    #[error(
+        "state field `{field}` is declared by {first} and {second} with different channel kinds"
+    )]
+    ConflictingStateField {
+        /// The field.
+        field: String,
+        /// The first declaring middleware.
+        first: String,
+        /// The conflicting one.
+        second: String,
+    },
+    /// The agent graph could not be declared (a conflicting state field, …).
+    #[error("agent graph: {0}")]
+    Graph(#[source] antler_graph::BuildError),
+    /// A hook jumped somewhere it did not declare in `can_jump_to`.
+    #[error("middleware {middleware} jumped from {hook} to `{target}` without declaring it")]
+    UndeclaredJump {
+        /// The middleware.
+        middleware: String,
+        /// The hook.
+        hook: &'static str,
+        /// The target.
+        target: &'static str,
+    },
+    /// A chat model call failed.
+    #[error("model call failed: {0}")]
+    Model(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A tool call failed.
+    #[error("tool `{tool}` failed: {source}")]
+    Tool {
+        /// The tool's name.
+        tool: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A hook failed.
+    #[error("middleware {middleware} failed in {hook}: {source}")]
+    Hook {
+        /// The middleware.
+        middleware: String,
+        /// The hook.
+        hook: &'static str,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl Error {
+    /// The coarse kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Model(_)
+            | Error::Tool { .. }
+            | Error::Hook { .. }
+            | Error::UndeclaredJump { .. } => ErrorKind::Runtime,
+            _ => ErrorKind::Order,
+        }
+    }
+}

@@ -1,0 +1,665 @@
+//! Dispatch order (kernel-spec R48–R49): the actual hook call sequence of a
+//! five-middleware chain across two model calls and one parallel tool step.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use antler_graph::{BoxError, Context, NodeError, RunConfig, State, Update};
+use antler_middleware::{
+    AgentGraph, ChainBuilder, ChatModel, HookUpdate, JumpTo, MESSAGES, Middleware, MiddlewareKind,
+    ModelNext, ModelRequest, ModelResponse, NodeHook, NodeHooks, Tool, ToolNext, ToolOutcome,
+    ToolRequest,
+};
+use antler_state_reducers::{Message, ToolCall};
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn log(l: &Log, s: impl Into<String>) {
+    l.lock().unwrap().push(s.into());
+}
+
+struct Recorder {
+    name: &'static str,
+    log: Log,
+}
+
+#[async_trait]
+impl Middleware for Recorder {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new(self.name)
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::ALL
+    }
+    async fn before_agent(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        log(&self.log, format!("{}.before_agent", self.name));
+        Ok(None)
+    }
+    async fn before_model(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        log(&self.log, format!("{}.before_model", self.name));
+        Ok(None)
+    }
+    async fn after_model(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        log(&self.log, format!("{}.after_model", self.name));
+        Ok(None)
+    }
+    async fn after_agent(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        log(&self.log, format!("{}.after_agent", self.name));
+        Ok(None)
+    }
+    async fn wrap_model_call(
+        &self,
+        req: ModelRequest,
+        next: ModelNext<'_>,
+    ) -> Result<ModelResponse, NodeError> {
+        log(&self.log, format!("{}.wrap_model>", self.name));
+        let out = next.run(req).await;
+        log(&self.log, format!("{}.wrap_model<", self.name));
+        out
+    }
+    async fn wrap_tool_call(
+        &self,
+        req: ToolRequest,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutcome, NodeError> {
+        let call = req.call.name.clone();
+        log(&self.log, format!("{}.wrap_tool>{call}", self.name));
+        let out = next.run(req).await;
+        log(&self.log, format!("{}.wrap_tool<{call}", self.name));
+        out
+    }
+}
+
+/// Answers from a script, one message per call.
+struct Scripted {
+    answers: Mutex<Vec<Message>>,
+    log: Log,
+}
+
+#[async_trait]
+impl ChatModel for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    async fn invoke(&self, req: &ModelRequest) -> Result<Message, BoxError> {
+        log(&self.log, format!("model({} messages)", req.messages.len()));
+        let mut answers = self.answers.lock().unwrap();
+        if answers.is_empty() {
+            return Err("script exhausted".into());
+        }
+        Ok(answers.remove(0))
+    }
+}
+
+struct Echo {
+    name: &'static str,
+    log: Log,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        "echoes"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, req: ToolRequest, _: &Context) -> Result<ToolOutcome, NodeError> {
+        log(&self.log, format!("tool:{}", self.name));
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        // Yield so a sibling call can start before this one finishes.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let id = req.call.id.clone().unwrap_or_default();
+        Ok(Message::tool(format!("{} done", self.name), id)
+            .with_id(format!("t-{}", self.name))
+            .into())
+    }
+}
+
+fn ai_calling(tools: &[&str]) -> Message {
+    let mut m = Message::ai("calling").with_id("ai-1");
+    for (i, t) in tools.iter().enumerate() {
+        m = m.with_tool_call(ToolCall::new(*t, Map::new(), format!("call-{i}")));
+    }
+    m
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn r49_hook_sequence_of_five_middlewares_two_model_calls_one_parallel_tool_step() {
+    let log: Log = Arc::default();
+    let mut chain = ChainBuilder::new();
+    for name in ["m0", "m1", "m2", "m3", "m4"] {
+        chain.push(Arc::new(Recorder {
+            name,
+            log: log.clone(),
+        }));
+    }
+    let chain = chain.build().unwrap();
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![
+            ai_calling(&["a", "b"]),
+            Message::ai("final").with_id("ai-2"),
+        ]),
+        log: log.clone(),
+    });
+    let (in_flight, max_in_flight) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools: Vec<Arc<dyn Tool>> = ["a", "b"]
+        .into_iter()
+        .map(|name| -> Arc<dyn Tool> {
+            Arc::new(Echo {
+                name,
+                log: log.clone(),
+                in_flight: in_flight.clone(),
+                max_in_flight: max_in_flight.clone(),
+            })
+        })
+        .collect();
+    let graph = AgentGraph::new(chain, model)
+        .with_tools(tools)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let input = Update::new().set(&MESSAGES, vec![Message::human("go").with_id("h")]);
+    let out = graph
+        .invoke(input, &RunConfig::new("thread-1"))
+        .await
+        .unwrap();
+
+    let ids: Vec<_> = out
+        .values
+        .get(&MESSAGES)
+        .unwrap()
+        .iter()
+        .map(|m| m.id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["h", "ai-1", "t-a", "t-b", "ai-2"]);
+    assert_eq!(
+        max_in_flight.load(Ordering::SeqCst),
+        2,
+        "the two tool calls overlapped"
+    );
+
+    let seq = log.lock().unwrap().clone();
+    let fwd = |hook: &str| (0..5).map(|i| format!("m{i}.{hook}")).collect::<Vec<_>>();
+    let rev = |hook: &str| {
+        (0..5)
+            .rev()
+            .map(|i| format!("m{i}.{hook}"))
+            .collect::<Vec<_>>()
+    };
+    let model_call = |n: usize| {
+        let mut v = fwd("wrap_model>");
+        v.push(format!("model({n} messages)"));
+        v.extend(rev("wrap_model<"));
+        v
+    };
+    // The tool step: each call passes the onion m0 → m4 → tool → m4 → m0;
+    // the two calls interleave, so compare each call's own subsequence.
+    let tool_start = 5 + 5 + 11 + 5;
+    let tool_len = 2 * 11;
+    let mut expected_prefix = fwd("before_agent");
+    expected_prefix.extend(fwd("before_model"));
+    expected_prefix.extend(model_call(1));
+    expected_prefix.extend(rev("after_model"));
+    assert_eq!(&seq[..tool_start], &expected_prefix[..]);
+    for call in ["a", "b"] {
+        let own: Vec<_> = seq[tool_start..tool_start + tool_len]
+            .iter()
+            .filter(|s| {
+                s.ends_with(&format!(">{call}"))
+                    || s.ends_with(&format!("<{call}"))
+                    || **s == format!("tool:{call}")
+            })
+            .cloned()
+            .collect();
+        let mut want: Vec<_> = (0..5).map(|i| format!("m{i}.wrap_tool>{call}")).collect();
+        want.push(format!("tool:{call}"));
+        want.extend((0..5).rev().map(|i| format!("m{i}.wrap_tool<{call}")));
+        assert_eq!(own, want, "onion of call {call}");
+    }
+    let mut expected_suffix = fwd("before_model");
+    expected_suffix.extend(model_call(4));
+    expected_suffix.extend(rev("after_model"));
+    expected_suffix.extend(rev("after_agent"));
+    assert_eq!(&seq[tool_start + tool_len..], &expected_suffix[..]);
+}
+
+/// A hook's update is its own step: the next hook already sees it.
+struct Counter {
+    name: &'static str,
+    seen: Log,
+}
+
+const COUNT: antler_graph::Key<Vec<String>> = antler_graph::Key::from_static("trail");
+
+#[async_trait]
+impl Middleware for Counter {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new(self.name)
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            before_agent: true,
+            ..NodeHooks::NONE
+        }
+    }
+    fn state_fields(&self) -> Vec<antler_middleware::StateField> {
+        vec![antler_middleware::StateField::new(COUNT, || {
+            antler_graph::ChannelSpec::reducer(
+                "concat",
+                Vec::new,
+                |acc: &Vec<String>, ws: &[Vec<String>]| {
+                    let mut out = acc.clone();
+                    ws.iter().for_each(|w| out.extend(w.iter().cloned()));
+                    Ok(out)
+                },
+            )
+        })]
+    }
+    async fn before_agent(
+        &self,
+        state: &State,
+        _: &Context,
+    ) -> Result<Option<HookUpdate>, NodeError> {
+        let trail = state.get(&COUNT).cloned().unwrap_or_default();
+        log(&self.seen, format!("{} saw {:?}", self.name, trail));
+        Ok(Some(
+            Update::new().set(&COUNT, vec![self.name.to_owned()]).into(),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn r49_each_node_hook_update_is_applied_before_the_next_hook() {
+    let seen: Log = Arc::default();
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Counter {
+        name: "first",
+        seen: seen.clone(),
+    }));
+    chain.push(Arc::new(Counter {
+        name: "second",
+        seen: seen.clone(),
+    }));
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![Message::ai("ok").with_id("a")]),
+        log: Arc::default(),
+    });
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["first saw []", "second saw [\"first\"]"]
+    );
+}
+
+/// An `after_model` hook that may jump back to the model re-enters it once.
+struct Retry {
+    jumped: AtomicUsize,
+    declare: bool,
+}
+
+#[async_trait]
+impl Middleware for Retry {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("Retry")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            after_model: true,
+            ..NodeHooks::NONE
+        }
+    }
+    fn can_jump_to(&self, hook: NodeHook) -> &'static [JumpTo] {
+        if self.declare && hook == NodeHook::AfterModel {
+            &[JumpTo::Model]
+        } else {
+            &[]
+        }
+    }
+    async fn after_model(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        if self.jumped.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(Some(HookUpdate {
+                update: Update::new(),
+                jump_to: Some(JumpTo::Model),
+            }));
+        }
+        Ok(None)
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn r49_after_model_jump_to_model_reenters_the_model() {
+    let model_log: Log = Arc::default();
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![
+            Message::ai("first").with_id("a1"),
+            Message::ai("second").with_id("a2"),
+        ]),
+        log: model_log.clone(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Retry {
+        jumped: AtomicUsize::new(0),
+        declare: true,
+    }));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(model_log.lock().unwrap().len(), 2);
+    assert_eq!(out.values.get(&MESSAGES).unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn r49_an_undeclared_jump_fails_the_run() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![Message::ai("a").with_id("a1")]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Retry {
+        jumped: AtomicUsize::new(0),
+        declare: false,
+    }));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let Err(err) = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+    else {
+        panic!("an undeclared jump is an error");
+    };
+    assert!(err.to_string().contains("without declaring it"), "{err}");
+}
+
+/// A tool wrapper that short-circuits `ask_clarification` with a command to
+/// the end, the way Clarification does (R49, R51).
+struct EndOnAsk;
+
+#[async_trait]
+impl Middleware for EndOnAsk {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("ClarificationMiddleware")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::NONE
+    }
+    async fn wrap_tool_call(
+        &self,
+        req: ToolRequest,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutcome, NodeError> {
+        if req.call.name != "ask_clarification" {
+            return next.run(req).await;
+        }
+        let answer =
+            Message::tool("which one?", req.call.id.clone().unwrap_or_default()).with_id("clar");
+        Ok(ToolOutcome::Command(
+            antler_graph::Command::new()
+                .update(Update::new().set(&MESSAGES, vec![answer]))
+                .goto(antler_graph::END),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn r49_a_tool_wrapper_may_short_circuit_and_end_the_run() {
+    let model_log: Log = Arc::default();
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["ask_clarification"])]),
+        log: model_log.clone(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(EndOnAsk));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap();
+    // The model ran once; the run ended after the short-circuited tool call.
+    assert_eq!(model_log.lock().unwrap().len(), 1);
+    let ids: Vec<_> = out
+        .values
+        .get(&MESSAGES)
+        .unwrap()
+        .iter()
+        .map(|m| m.id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["h", "ai-1", "clar"]);
+}
+
+/// Contributes `messages` with a reducer that would duplicate every write,
+/// and a `trail` field.
+struct Contributor {
+    name: &'static str,
+    trail_reducer: &'static str,
+}
+
+#[async_trait]
+impl Middleware for Contributor {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new(self.name)
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::NONE
+    }
+    fn state_fields(&self) -> Vec<antler_middleware::StateField> {
+        let reducer = self.trail_reducer;
+        vec![
+            antler_middleware::StateField::new(MESSAGES, || {
+                antler_graph::ChannelSpec::reducer(
+                    "duplicate",
+                    Vec::new,
+                    |acc: &Vec<Message>, ws: &[Vec<Message>]| {
+                        let mut out = acc.clone();
+                        for w in ws {
+                            out.extend(w.iter().cloned());
+                            out.extend(w.iter().cloned());
+                        }
+                        Ok(out)
+                    },
+                )
+            }),
+            antler_middleware::StateField::new(COUNT, move || {
+                antler_graph::ChannelSpec::reducer(
+                    reducer,
+                    Vec::new,
+                    |acc: &Vec<String>, _: &[Vec<String>]| Ok(acc.clone()),
+                )
+            }),
+        ]
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn r40_a_contributed_messages_field_never_changes_the_base_channel() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![Message::ai("ok").with_id("a")]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Contributor {
+        name: "C",
+        trail_reducer: "keep",
+    }));
+    let agent = AgentGraph::new(chain.build().unwrap(), model);
+    // Compiling twice from the same middleware instances gives the same channel.
+    for thread in ["t1", "t2"] {
+        let graph = agent.build().unwrap().compile().unwrap();
+        let out = graph
+            .invoke(
+                Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+                &RunConfig::new(thread),
+            )
+            .await;
+        if thread == "t2" {
+            // The scripted model has one answer: the second run fails in the model, not in the schema.
+            assert!(out.is_err());
+            continue;
+        }
+        let ids: Vec<_> = out
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .unwrap()
+            .iter()
+            .map(|m| m.id.clone().unwrap())
+            .collect();
+        assert_eq!(ids, ["h", "a"], "the base message reducer is in force");
+    }
+}
+
+#[test]
+fn conflicting_contributed_fields_are_a_typed_build_error() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Contributor {
+        name: "A",
+        trail_reducer: "keep",
+    }));
+    chain.push(Arc::new(Contributor {
+        name: "B",
+        trail_reducer: "other",
+    }));
+    let err = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .err()
+        .expect("conflict");
+    assert!(matches!(err, antler_middleware::Error::Graph(_)), "{err}");
+    assert!(err.to_string().contains("trail"), "{err}");
+}
+
+#[test]
+fn public_futures_are_send() {
+    fn is_send<T: std::marker::Send>(_: &T) {}
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![]),
+        log: Arc::default(),
+    });
+    let graph = AgentGraph::new(ChainBuilder::new().build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let config = RunConfig::new("t");
+    // An agent run (every hook, wrapper, model and tool future inside it)
+    // can move between threads.
+    let fut = graph.invoke(Update::new(), &config);
+    is_send(&fut);
+}
+
+/// Streams three tokens, then the message.
+struct Streaming;
+
+#[async_trait]
+impl ChatModel for Streaming {
+    fn name(&self) -> &str {
+        "streaming"
+    }
+    async fn invoke(&self, _: &ModelRequest) -> Result<Message, BoxError> {
+        Ok(Message::ai("Hello world!").with_id("a"))
+    }
+    fn stream<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+    ) -> futures::stream::BoxStream<'a, Result<antler_middleware::ModelChunk, BoxError>> {
+        use antler_middleware::ModelChunk;
+        use futures::StreamExt;
+        let tokens = ["Hello", " world", "!"].map(|t| Ok(ModelChunk::Token(t.to_owned())));
+        let last =
+            futures::stream::once(
+                async move { self.invoke(request).await.map(ModelChunk::Message) },
+            );
+        futures::stream::iter(tokens).chain(last).boxed()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn model_tokens_reach_the_custom_stream_in_order() {
+    use antler_graph::{StreamEvent, StreamItem, StreamModes};
+    use futures::StreamExt;
+    let graph = AgentGraph::new(ChainBuilder::new().build().unwrap(), Arc::new(Streaming))
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let modes = StreamModes {
+        custom: true,
+        ..StreamModes::default()
+    };
+    let config = RunConfig::new("t");
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &config,
+            modes,
+        )
+        .collect()
+        .await;
+    let tokens: Vec<_> = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamItem::Event(StreamEvent::Custom { node, value }))
+                if node.as_str() == "model" =>
+            {
+                value["text"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tokens, ["Hello", " world", "!"]);
+    let Some(Ok(StreamItem::Done(out))) = items.last() else {
+        panic!("the stream ends with the outcome")
+    };
+    assert_eq!(
+        out.values.get(&MESSAGES).unwrap()[1].content.text(),
+        "Hello world!"
+    );
+}

@@ -1,0 +1,547 @@
+//! Ordering: anchors, extras, semantic placement and constraints
+//! (kernel-spec R51–R58, R124, R125).
+
+use std::sync::Arc;
+
+use antler_middleware::{
+    Anchors, Chain, ChainBuilder, Error, Middleware, MiddlewareId, MiddlewareKind, NodeHooks,
+    OrderingConstraint, PlacementRule, kinds,
+};
+use expect_test::{Expect, expect};
+use proptest::prelude::*;
+
+#[derive(Clone)]
+struct Mw {
+    kind: MiddlewareKind,
+    anchors: Anchors,
+    families: Vec<MiddlewareKind>,
+    label: Option<&'static str>,
+}
+
+impl Middleware for Mw {
+    fn kind(&self) -> MiddlewareKind {
+        self.kind.clone()
+    }
+    fn id(&self) -> MiddlewareId {
+        match self.label {
+            Some(l) => MiddlewareId::instance(self.kind.clone(), l),
+            None => MiddlewareId::of(self.kind.clone()),
+        }
+    }
+    fn families(&self) -> Vec<MiddlewareKind> {
+        self.families.clone()
+    }
+    fn anchors(&self) -> Anchors {
+        self.anchors.clone()
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::NONE
+    }
+}
+
+fn k(name: &'static str) -> MiddlewareKind {
+    MiddlewareKind::new(name)
+}
+
+fn mw(name: &'static str) -> Arc<dyn Middleware> {
+    Arc::new(Mw {
+        kind: k(name),
+        anchors: Anchors::NONE,
+        families: vec![],
+        label: None,
+    })
+}
+
+fn next(name: &'static str, anchor: &'static str) -> Arc<dyn Middleware> {
+    Arc::new(Mw {
+        kind: k(name),
+        anchors: Anchors::next(k(anchor)),
+        families: vec![],
+        label: None,
+    })
+}
+
+fn prev(name: &'static str, anchor: &'static str) -> Arc<dyn Middleware> {
+    Arc::new(Mw {
+        kind: k(name),
+        anchors: Anchors::prev(k(anchor)),
+        families: vec![],
+        label: None,
+    })
+}
+
+/// The SDK chain with all features on (R60).
+fn sdk_chain() -> ChainBuilder {
+    let mut b = ChainBuilder::new();
+    for name in [
+        "ThreadDataMiddleware",
+        "UploadsMiddleware",
+        "SandboxMiddleware",
+        "DanglingToolCallMiddleware",
+        "ToolErrorHandlingMiddleware",
+        "TitleMiddleware",
+        "SubagentLimitMiddleware",
+        "LoopDetectionMiddleware",
+        "ClarificationMiddleware",
+    ] {
+        b.push(mw(name));
+    }
+    b
+}
+
+fn order(chain: &Chain) -> Vec<String> {
+    chain.ids().iter().map(ToString::to_string).collect()
+}
+
+fn check(extras: Vec<Arc<dyn Middleware>>, expect: Expect) {
+    let mut b = sdk_chain();
+    let actual = match b.insert_extras(extras) {
+        Ok(_) => format!("{:?}", b.build().expect("no constraints")),
+        Err(e) => format!("error: {e}"),
+    };
+    expect.assert_eq(&actual);
+}
+
+#[test]
+fn r54_unanchored_extras_go_before_clarification_in_order() {
+    check(
+        vec![mw("A"), mw("B")],
+        expect![[r#"
+            Chain [
+               0 ThreadDataMiddleware
+               1 UploadsMiddleware
+               2 SandboxMiddleware
+               3 DanglingToolCallMiddleware
+               4 ToolErrorHandlingMiddleware
+               5 TitleMiddleware
+               6 SubagentLimitMiddleware
+               7 LoopDetectionMiddleware
+               8 A
+               9 B
+              10 ClarificationMiddleware
+            ]"#]],
+    );
+}
+
+#[test]
+fn r55_anchored_extras_sit_next_to_the_first_match() {
+    check(
+        vec![
+            next("AfterSandbox", "SandboxMiddleware"),
+            prev("BeforeTitle", "TitleMiddleware"),
+        ],
+        expect![[r#"
+            Chain [
+               0 ThreadDataMiddleware
+               1 UploadsMiddleware
+               2 SandboxMiddleware
+               3 AfterSandbox
+               4 DanglingToolCallMiddleware
+               5 ToolErrorHandlingMiddleware
+               6 BeforeTitle
+               7 TitleMiddleware
+               8 SubagentLimitMiddleware
+               9 LoopDetectionMiddleware
+              10 ClarificationMiddleware
+            ]"#]],
+    );
+}
+
+#[test]
+fn r55_extras_may_anchor_to_each_other_in_any_order() {
+    // C anchors to B, which anchors to A, which anchors to the chain; given backwards.
+    check(
+        vec![next("C", "B"), next("B", "A"), next("A", "TitleMiddleware")],
+        expect![[r#"
+            Chain [
+               0 ThreadDataMiddleware
+               1 UploadsMiddleware
+               2 SandboxMiddleware
+               3 DanglingToolCallMiddleware
+               4 ToolErrorHandlingMiddleware
+               5 TitleMiddleware
+               6 A
+               7 B
+               8 C
+               9 SubagentLimitMiddleware
+              10 LoopDetectionMiddleware
+              11 ClarificationMiddleware
+            ]"#]],
+    );
+}
+
+#[test]
+fn r55_anchors_match_by_type_family() {
+    let base = k("GuardrailBase");
+    let mut b = ChainBuilder::new();
+    b.push(mw("X"))
+        .push(Arc::new(Mw {
+            kind: k("FirstGuard"),
+            anchors: Anchors::NONE,
+            families: vec![base.clone()],
+            label: None,
+        }))
+        .push(Arc::new(Mw {
+            kind: k("SecondGuard"),
+            anchors: Anchors::NONE,
+            families: vec![base],
+            label: None,
+        }))
+        .push(mw("ClarificationMiddleware"));
+    b.insert_extras(vec![next("AfterGuard", "GuardrailBase")])
+        .unwrap();
+    assert_eq!(
+        order(&b.build().unwrap()),
+        [
+            "X",
+            "FirstGuard",
+            "AfterGuard",
+            "SecondGuard",
+            "ClarificationMiddleware"
+        ]
+    );
+}
+
+#[test]
+fn r56_prev_clarification_lands_between_unanchored_extras_and_clarification() {
+    let mut b = sdk_chain();
+    b.insert_extras(vec![prev("Last", "ClarificationMiddleware"), mw("U")])
+        .unwrap();
+    let o = order(&b.build().unwrap());
+    assert_eq!(&o[o.len() - 3..], ["U", "Last", "ClarificationMiddleware"]);
+}
+
+#[test]
+fn r58_clarification_is_restored_to_last() {
+    let mut b = sdk_chain();
+    b.insert_extras(vec![next("AfterClar", "ClarificationMiddleware")])
+        .unwrap();
+    let o = order(&b.build().unwrap());
+    assert_eq!(&o[o.len() - 2..], ["AfterClar", "ClarificationMiddleware"]);
+}
+
+#[test]
+fn r53_both_anchors_is_an_error() {
+    let both = Arc::new(Mw {
+        kind: k("Both"),
+        anchors: Anchors {
+            next: Some(k("A")),
+            prev: Some(k("B")),
+        },
+        families: vec![],
+        label: None,
+    });
+    check(
+        vec![both],
+        expect!["error: Both cannot have both @Next and @Prev"],
+    );
+}
+
+#[test]
+fn r53_duplicate_anchor_is_an_error() {
+    check(
+        vec![next("X", "TitleMiddleware"), next("Y", "TitleMiddleware")],
+        expect!["error: Conflict: X and Y both @Next(TitleMiddleware)"],
+    );
+    check(
+        vec![prev("X", "TitleMiddleware"), prev("Y", "TitleMiddleware")],
+        expect!["error: Conflict: X and Y both @Prev(TitleMiddleware)"],
+    );
+}
+
+#[test]
+fn r53_opposite_directions_is_an_error() {
+    check(
+        vec![next("X", "TitleMiddleware"), prev("Y", "TitleMiddleware")],
+        expect![
+            "error: Conflict: X is @Next(TitleMiddleware) and Y is @Prev(TitleMiddleware); use cross-anchoring between extras instead"
+        ],
+    );
+}
+
+#[test]
+fn r55_circular_dependency_is_an_error() {
+    check(
+        vec![next("X", "Y"), next("Y", "X")],
+        expect!["error: Circular dependency among extra middlewares: X, Y"],
+    );
+}
+
+#[test]
+fn r57_unresolvable_anchor_is_an_error() {
+    check(
+        vec![next("X", "MemoryMiddleware")],
+        expect![
+            "error: Cannot resolve positions for X — anchors MemoryMiddleware not found in chain"
+        ],
+    );
+    // An error leaves the builder unchanged.
+    let mut b = sdk_chain();
+    let before = order(&ChainBuilder::build(sdk_chain()).unwrap());
+    assert!(
+        b.insert_extras(vec![mw("Fine"), next("X", "Nope")])
+            .is_err()
+    );
+    assert_eq!(order(&b.build().unwrap()), before);
+}
+
+#[test]
+fn errors_have_the_order_kind() {
+    let mut b = sdk_chain();
+    let err = b.insert_extras(vec![next("X", "Nope")]).unwrap_err();
+    assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
+}
+
+#[test]
+fn reinserting_an_entry_moves_it_and_instances_are_distinct() {
+    let mut b = ChainBuilder::new();
+    b.push(mw("A")).push(mw("B")).push(mw("A"));
+    let guard = |l| {
+        Arc::new(Mw {
+            kind: k("Guardrail"),
+            anchors: Anchors::NONE,
+            families: vec![],
+            label: Some(l),
+        })
+    };
+    b.push(guard("authz")).push(guard("explicit"));
+    b.insert_before(&k("B"), mw("C")).unwrap();
+    b.insert_after(&k("B"), mw("D")).unwrap();
+    expect![[r#"
+        Chain [
+           0 C
+           1 B
+           2 D
+           3 A
+           4 Guardrail#authz
+           5 Guardrail#explicit
+        ]"#]]
+    .assert_eq(&format!("{:?}", b.build().unwrap()));
+    let mut b = ChainBuilder::new();
+    let err = b.insert_after(&k("Missing"), mw("X")).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "anchor Missing is not in the middleware chain"
+    );
+}
+
+fn lead_tail() -> ChainBuilder {
+    let mut b = ChainBuilder::new();
+    for n in [
+        "InputSanitizationMiddleware",
+        "LLMErrorHandlingMiddleware",
+        "SystemMessageCoalescingMiddleware",
+        "TerminalResponseMiddleware",
+        "ModelLengthFinishReasonMiddleware",
+        "SafetyFinishReasonMiddleware",
+        "ClarificationMiddleware",
+    ] {
+        b.push(mw(n));
+    }
+    b
+}
+
+#[test]
+fn r125_semantic_placement_with_fallbacks_and_diagnostics() {
+    let model_physical = |b: &mut ChainBuilder, name| {
+        b.place(
+            mw(name),
+            &[
+                PlacementRule::InnerOfLastAfter {
+                    target: kinds::SAFETY_FINISH_REASON,
+                    after: kinds::TERMINAL_RESPONSE,
+                },
+                PlacementRule::InnerOfLast(kinds::TERMINAL_RESPONSE),
+                PlacementRule::OuterOfLast(kinds::CLARIFICATION),
+            ],
+        )
+    };
+    let mut b = lead_tail();
+    let d = model_physical(&mut b, "Physical");
+    assert!(!d.degraded);
+    b.place(
+        mw("Logical"),
+        &[PlacementRule::OuterOf(kinds::LLM_ERROR_HANDLING)],
+    );
+    b.place(mw("Visible"), &[PlacementRule::Start]);
+    let chain = b.build().unwrap();
+    expect![[r#"
+        Chain [
+           0 Visible
+           1 InputSanitizationMiddleware
+           2 Logical
+           3 LLMErrorHandlingMiddleware
+           4 SystemMessageCoalescingMiddleware
+           5 TerminalResponseMiddleware
+           6 ModelLengthFinishReasonMiddleware
+           7 SafetyFinishReasonMiddleware
+           8 Physical
+           9 ClarificationMiddleware
+        ]"#]]
+    .assert_eq(&format!("{chain:?}"));
+    assert_eq!(chain.diagnostics().len(), 3);
+
+    // Without Safety the first fallback applies and is reported as degraded.
+    let mut b = ChainBuilder::new();
+    b.push(mw("TerminalResponseMiddleware"))
+        .push(mw("X"))
+        .push(mw("ClarificationMiddleware"));
+    let d = model_physical(&mut b, "Physical");
+    assert!(d.degraded);
+    assert_eq!(
+        d.rule,
+        Some(PlacementRule::InnerOfLast(kinds::TERMINAL_RESPONSE))
+    );
+    assert_eq!(d.index, 1);
+    // Nothing matches: the end, degraded, with no rule.
+    let mut b = ChainBuilder::new();
+    b.push(mw("X"));
+    let d = b.place(mw("Y"), &[PlacementRule::OuterOf(k("Nope"))]);
+    assert_eq!((d.rule, d.degraded, d.index), (None, true, 1));
+}
+
+#[test]
+fn r125_last_match_rules() {
+    let mut b = ChainBuilder::new();
+    let t = |l| {
+        Arc::new(Mw {
+            kind: k("T"),
+            anchors: Anchors::NONE,
+            families: vec![],
+            label: Some(l),
+        })
+    };
+    b.push(t("1"))
+        .push(mw("Y"))
+        .push(t("2"))
+        .push(t("3"))
+        .push(mw("Z"));
+    b.place(mw("a"), &[PlacementRule::OuterOfLast(k("T"))]);
+    b.place(mw("b"), &[PlacementRule::InnerOf(k("T"))]);
+    b.place(
+        mw("c"),
+        &[
+            PlacementRule::InnerOfLastAfter {
+                target: k("T"),
+                after: k("Z"),
+            },
+            PlacementRule::End,
+        ],
+    );
+    assert_eq!(
+        order(&b.build().unwrap()),
+        ["T#1", "b", "Y", "T#2", "a", "T#3", "Z", "c"]
+    );
+}
+
+#[test]
+fn r124_ordering_constraint_violation_names_everything() {
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolErrorHandlingMiddleware"))
+        .push(mw("ToolProgressMiddleware"));
+    b.require_order(OrderingConstraint {
+        outer: kinds::TOOL_PROGRESS,
+        inner: kinds::TOOL_ERROR_HANDLING,
+        reason: "progress must observe tool errors".into(),
+        contributor: None,
+    });
+    let err = b.build().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "ToolProgressMiddleware (index 1) must come before ToolErrorHandlingMiddleware (index 0): progress must observe tool errors (contributed by core middleware order)"
+    );
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolErrorHandlingMiddleware"));
+    b.require_order(OrderingConstraint {
+        outer: kinds::TOOL_PROGRESS,
+        inner: kinds::TOOL_ERROR_HANDLING,
+        reason: "r".into(),
+        contributor: Some("ext-a".into()),
+    });
+    assert!(b.build().is_ok(), "no-op when one side is absent");
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolErrorHandlingMiddleware"))
+        .push(mw("ToolProgressMiddleware"));
+    b.require_order(OrderingConstraint {
+        outer: kinds::TOOL_PROGRESS,
+        inner: kinds::TOOL_ERROR_HANDLING,
+        reason: "r".into(),
+        contributor: Some("ext-a".into()),
+    });
+    assert!(
+        b.build()
+            .unwrap_err()
+            .to_string()
+            .ends_with("(contributed by ext-a)")
+    );
+}
+
+/// Names for generated extras and chain members.
+const BASE: [&str; 4] = ["B0", "B1", "B2", "ClarificationMiddleware"];
+const EXTRA: [&str; 5] = ["E0", "E1", "E2", "E3", "E4"];
+const ANCHOR: [&str; 10] = [
+    "B0",
+    "B1",
+    "B2",
+    "ClarificationMiddleware",
+    "E0",
+    "E1",
+    "E2",
+    "E3",
+    "E4",
+    "Missing",
+];
+
+proptest! {
+    /// Placement either fails with a documented error, or every anchored
+    /// extra sits right after (`Next`) or right before (`Prev`) the first
+    /// match of its anchor — unless another extra anchored to the same side
+    /// of the same element was placed later, which the conflict rules forbid —
+    /// and Clarification is last.
+    #[test]
+    fn anchored_extras_sit_next_to_their_anchor(spec in prop::collection::vec((0usize..3, 0usize..10), 1..6)) {
+        let extras: Vec<Arc<dyn Middleware>> = spec
+            .iter()
+            .enumerate()
+            .map(|(i, &(dir, a))| -> Arc<dyn Middleware> {
+                let anchors = match dir {
+                    0 => Anchors::NONE,
+                    1 => Anchors::next(k(ANCHOR[a])),
+                    _ => Anchors::prev(k(ANCHOR[a])),
+                };
+                Arc::new(Mw { kind: k(EXTRA[i]), anchors, families: vec![], label: None })
+            })
+            .collect();
+        let mut b = ChainBuilder::new();
+        for n in BASE {
+            b.push(mw(n));
+        }
+        match b.insert_extras(extras.clone()) {
+            Err(e) => prop_assert!(matches!(
+                e,
+                Error::DuplicateAnchor { .. } | Error::OppositeAnchors { .. } | Error::CircularAnchors { .. } | Error::UnresolvedAnchors { .. }
+            ), "undocumented error {e}"),
+            Ok(_) => {
+                let o = order(&b.build().unwrap());
+                prop_assert_eq!(o.last().map(String::as_str), Some("ClarificationMiddleware"));
+                prop_assert_eq!(o.len(), BASE.len() + extras.len());
+                for e in &extras {
+                    let me = o.iter().position(|x| x == e.kind().name()).unwrap();
+                    let a = e.anchors();
+                    if let Some(anchor) = a.next.filter(|a| *a != kinds::CLARIFICATION) {
+                        let at = o.iter().position(|x| x == anchor.name()).unwrap();
+                        // Right after the anchor, or after extras that were
+                        // chained onto it (anchored to something between).
+                        prop_assert!(me > at, "{} not after {}: {:?}", e.kind(), anchor, o);
+                        prop_assert!(o[at + 1..me].iter().all(|x| x.starts_with('E')), "{:?}", o);
+                    }
+                    if let Some(anchor) = a.prev {
+                        let at = o.iter().position(|x| x == anchor.name()).unwrap();
+                        prop_assert!(me < at, "{} not before {}: {:?}", e.kind(), anchor, o);
+                        prop_assert!(o[me + 1..at].iter().all(|x| x.starts_with('E')), "{:?}", o);
+                    }
+                }
+            }
+        }
+    }
+}
