@@ -11,7 +11,8 @@
 //! only up to `--full-max-turns` (default 1000) and says so in the table. The snapshot
 //! frequency does not apply to full mode, which runs once per T. No plot is drawn: the
 //! table carries the same numbers, and a plotting dependency would cost more build time
-//! than it is worth here.
+//! than it is worth here. A small dependency-free SVG (`write-amp.svg`: amplification against
+//! T, log scale, one line per saver/mode/F) is drawn by hand instead.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -143,6 +144,7 @@ fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
     fs::write(out_dir.join("write-amp.jsonl"), jsonl)?;
     let table = markdown(&rows, quick, full_max_turns, elapsed);
     fs::write(out_dir.join("write-amp.md"), &table)?;
+    fs::write(out_dir.join("write-amp.svg"), plot_svg(&rows))?;
     println!("{table}");
     println!(
         "bench: wrote {} and {}",
@@ -198,4 +200,79 @@ fn markdown(rows: &[Value], quick: bool, full_max_turns: u32, elapsed: f64) -> S
         );
     }
     s
+}
+
+/// Amplification against T on a log scale, one polyline per (saver, mode, F).
+fn plot_svg(rows: &[Value]) -> String {
+    let (w, h, left, bottom, top, right) = (760.0, 420.0, 70.0, 50.0, 20.0, 230.0);
+    let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> =
+        std::collections::BTreeMap::new();
+    for r in rows {
+        let key = format!(
+            "{} {}{}",
+            r["saver"].as_str().unwrap_or("?"),
+            r["mode"].as_str().unwrap_or("?"),
+            if r["mode"] == "delta" {
+                format!(" F={}", r["snapshot_frequency"])
+            } else {
+                String::new()
+            }
+        );
+        series
+            .entry(key)
+            .or_default()
+            .push((num(r, "turns"), num(r, "amplification")));
+    }
+    let max_t = rows.iter().map(|r| num(r, "turns")).fold(1.0, f64::max);
+    let max_a = rows
+        .iter()
+        .map(|r| num(r, "amplification"))
+        .fold(2.0, f64::max);
+    let (lo, hi) = (0.0_f64, max_a.log10().ceil().max(1.0));
+    let x = |t: f64| left + (w - left - right) * t / max_t;
+    let y = |a: f64| top + (h - top - bottom) * (1.0 - (a.max(1.0).log10() - lo) / (hi - lo));
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    svg.push_str(&format!(r#"<rect width="{w}" height="{h}" fill="white"/>"#));
+    for e in 0..=(hi as i32) {
+        let yy = y(10f64.powi(e));
+        svg.push_str(&format!(r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##, w - right, left - 6.0, yy + 4.0, 10f64.powi(e)));
+    }
+    svg.push_str(&format!(
+        r#"<text x="{}" y="{}" text-anchor="middle">turns T</text>"#,
+        (left + w - right) / 2.0,
+        h - 12.0
+    ));
+    svg.push_str(&format!(r#"<text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">amplification (log)</text>"#, h / 2.0, h / 2.0));
+    let colors = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+        "#bcbd22", "#17becf", "#393b79", "#637939",
+    ];
+    for (i, (name, mut points)) in series.into_iter().enumerate() {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let color = colors[i % colors.len()];
+        let path: Vec<String> = points
+            .iter()
+            .map(|(t, a)| format!("{:.1},{:.1}", x(*t), y(*a)))
+            .collect();
+        svg.push_str(&format!(
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+            path.join(" ")
+        ));
+        let ly = top + 14.0 * i as f64;
+        svg.push_str(&format!(r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#, w - right + 10.0, w - right + 30.0, w - right + 35.0, ly + 4.0));
+    }
+    for t in [100.0, 500.0, 1000.0, 2000.0]
+        .into_iter()
+        .filter(|t| *t <= max_t)
+    {
+        svg.push_str(&format!(
+            r#"<text x="{}" y="{}" text-anchor="middle">{t}</text>"#,
+            x(t),
+            h - bottom + 16.0
+        ));
+    }
+    svg.push_str("</svg>\n");
+    svg
 }

@@ -145,10 +145,17 @@ fn decode_items(
             })
             .collect()
     };
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(4);
-    if items.len() < PARALLEL_DECODE_MIN || workers < 2 {
+    if items.len() < PARALLEL_DECODE_MIN {
+        return decode(items);
+    }
+    // `available_parallelism` reads cgroup files on every call: ask once per process.
+    static WORKERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let workers = *WORKERS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(4)
+    });
+    if workers < 2 {
         return decode(items);
     }
     let chunk = items.len().div_ceil(workers);

@@ -138,7 +138,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Message bodies in the given `(first_seq, len)` runs; absent ones are simply missing.
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>>;
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
-    /// Upserts the checkpoint row; inserts blobs if absent; inserts message rows (conflict = error).
+    /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
+    /// [`version_clash`]); inserts message rows (conflict = error).
     /// Fails with [`Error::Conflict`] if a body in the `required` runs is missing.
     async fn put_checkpoint(
         &self,
@@ -1213,6 +1214,22 @@ pub(crate) fn missing_bodies(thread: &ThreadId, start: u64, len: u64) -> Error {
         detail: format!(
             "message bodies {start}..{} referenced by this process's index are gone (deleted or pruned by another process)",
             start.saturating_add(len)
+        ),
+    }
+}
+
+/// The error for a channel version stored twice with different values (two branches of a
+/// thread that reached the same version number): failing beats silently keeping either.
+pub(crate) fn version_clash(
+    row: &CheckpointRow,
+    channel: &ChannelName,
+    version: ChannelVersion,
+) -> Error {
+    Error::Conflict {
+        thread_id: row.thread_id.clone(),
+        detail: format!(
+            "checkpoint {} stores channel {channel} at version {version}, which already holds a different value; channel versions must be unique within a thread, across branches",
+            row.id
         ),
     }
 }

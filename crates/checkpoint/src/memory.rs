@@ -245,6 +245,17 @@ impl Backend for MemoryBackend {
         for m in messages {
             t.messages.insert((row.thread_id.clone(), m.seq), m.body);
         }
+        for b in &blobs {
+            let key = (
+                row.thread_id.clone(),
+                row.ns.clone(),
+                b.channel.clone(),
+                b.version,
+            );
+            if t.blobs.get(&key).is_some_and(|old| *old != b.data) {
+                return Err(crate::engine::version_clash(&row, &b.channel, b.version));
+            }
+        }
         for b in blobs {
             t.blobs
                 .entry((row.thread_id.clone(), row.ns.clone(), b.channel, b.version))

@@ -317,8 +317,11 @@ impl Backend for PgBackend {
                      WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
                     UNION ALL
                     SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
-                      FROM chain JOIN {s}.checkpoints c
-                        ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.parent_id
+                      FROM chain CROSS JOIN LATERAL (
+                        -- LATERAL + LIMIT 1 keeps PostgreSQL on the primary key for each step;
+                        -- a plain join re-scans the thread per step (measured: 240 ms vs 2 ms for 512).
+                        SELECT x.checkpoint_id, x.parent_id, x.record, x.metadata FROM {s}.checkpoints x
+                         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = chain.parent_id LIMIT 1) c
                      WHERE chain.depth + 1 < $4)
                  SELECT checkpoint_id, parent_id, record, metadata, $1::text, $2::text FROM chain ORDER BY depth",
             ))
@@ -353,9 +356,10 @@ impl Backend for PgBackend {
         let c = self.client(&ctx).await?;
         let st = c
             .prepare_cached(&self.sql(
-                "SELECT b.channel, b.version, b.data FROM {s}.blobs b
-                   JOIN unnest($3::text[], $4::bigint[]) k(channel, version) ON b.channel = k.channel AND b.version = k.version
-                  WHERE b.thread_id = $1 AND b.checkpoint_ns = $2",
+                "SELECT k.channel, k.version, b.data FROM unnest($3::text[], $4::bigint[]) k(channel, version)
+                  CROSS JOIN LATERAL (
+                    SELECT data FROM {s}.blobs b
+                     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version) b",
             ))
             .await
             .map_err(pg_err(ctx.clone()))?;
@@ -424,9 +428,10 @@ impl Backend for PgBackend {
         let c = self.client(&ctx).await?;
         let st = c
             .prepare_cached(&self.sql(
-                "SELECT m.seq, m.body FROM {s}.messages m
-                   JOIN unnest($2::bigint[], $3::bigint[]) r(lo, hi) ON m.seq >= r.lo AND m.seq < r.hi
-                  WHERE m.thread_id = $1 ORDER BY m.seq",
+                "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
+                  CROSS JOIN LATERAL (
+                    SELECT seq, body FROM {s}.messages x
+                     WHERE x.thread_id = $1 AND x.seq >= r.lo AND x.seq < r.hi ORDER BY x.seq) m",
             ))
             .await
             .map_err(pg_err(ctx.clone()))?;
@@ -472,14 +477,24 @@ impl Backend for PgBackend {
         self.check_required(&c, &row.thread_id, &required).await?;
         let st = c
             .prepare_cached(&self.sql(
-                "WITH m AS (
+                "WITH k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
+                 -- A version already stored with other bytes aborts the whole statement
+                 -- (a run-time division by zero, mapped to a version clash): never keep either silently.
+                 -- The divisor depends on a subquery so the planner cannot fold it.
+                 guard AS (
+                    SELECT 1 / (CASE WHEN EXISTS (
+                        SELECT 1 FROM k CROSS JOIN LATERAL (
+                            SELECT x.data FROM {s}.blobs x
+                             WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version) x
+                         WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
+                 m AS (
                     INSERT INTO {s}.messages (thread_id, seq, body)
-                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[])),
+                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1),
                  b AS (
                     INSERT INTO {s}.blobs (thread_id, checkpoint_ns, channel, version, data)
-                    SELECT $1, $2, * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) ON CONFLICT DO NOTHING)
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 ON CONFLICT DO NOTHING)
                  INSERT INTO {s}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
-                 VALUES ($1, $2, $3, $4, $5, $6)
+                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
                  SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
             ))
@@ -514,7 +529,19 @@ impl Backend for PgBackend {
             ],
         )
         .await
-        .map_err(conflict_or(&row.thread_id, ctx))?;
+        .map_err(|e| {
+            if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
+                Error::Conflict {
+                    thread_id: row.thread_id.clone(),
+                    detail: format!(
+                        "checkpoint {} stores a channel version that already holds a different value; channel versions must be unique within a thread, across branches",
+                        row.id
+                    ),
+                }
+            } else {
+                conflict_or(&row.thread_id, ctx)(e)
+            }
+        })?;
         Ok(())
     }
 

@@ -440,8 +440,20 @@ impl Backend for SqliteBackend {
                     .prepare_cached("INSERT OR IGNORE INTO blobs (thread_id, checkpoint_ns, channel, version, data) VALUES (?1, ?2, ?3, ?4, ?5)")
                     .map_err(sql_err(ctx.clone()))?;
                 for b in &blobs {
-                    stmt.execute(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), i64_of(b.version.get(), "channel version")?, b.data])
+                    let version = i64_of(b.version.get(), "channel version")?;
+                    let inserted = stmt
+                        .execute(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), version, b.data])
                         .map_err(sql_err(ctx.clone()))?;
+                    if inserted == 0 {
+                        // The version exists: fine if it is the same value (an idempotent re-put).
+                        let same: bool = tx
+                            .prepare_cached("SELECT data = ?5 FROM blobs WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?4")
+                            .and_then(|mut s| s.query_row(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), version, b.data], |r| r.get(0)))
+                            .map_err(sql_err(ctx.clone()))?;
+                        if !same {
+                            return Err(crate::engine::version_clash(&row, &b.channel, b.version));
+                        }
+                    }
                 }
                 tx.prepare_cached("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                     .and_then(|mut s| s.execute(params![row.thread_id.as_str(), row.ns.as_str(), id_bytes(row.id), row.parent.map(id_bytes), row.record, row.metadata]))

@@ -131,8 +131,11 @@ impl From<Update> for HookUpdate {
 #[derive(Clone)]
 pub struct StateField {
     name: String,
-    register: Arc<dyn Fn(&mut StateGraph) -> Result<(), BuildError> + Send + Sync>,
+    register: Arc<RegisterFn>,
 }
+
+/// Declares one field in a graph under construction.
+type RegisterFn = dyn Fn(&mut StateGraph) -> Result<(), BuildError> + Send + Sync;
 
 impl StateField {
     /// A field for `key` declared with the channel `spec()` builds.

@@ -397,14 +397,15 @@ async fn r49_an_undeclared_jump_fails_the_run() {
         .unwrap()
         .compile()
         .unwrap();
-    let err = graph
+    let Err(err) = graph
         .invoke(
             Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
             &RunConfig::new("t"),
         )
         .await
-        .err()
-        .expect("an undeclared jump is an error");
+    else {
+        panic!("an undeclared jump is an error");
+    };
     assert!(err.to_string().contains("without declaring it"), "{err}");
 }
 
