@@ -134,7 +134,6 @@ impl Live {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn checkpoint_record(
         &mut self,
         g: &Graph,
@@ -847,8 +846,10 @@ pub(crate) async fn run(
     Ok(outcome)
 }
 
-#[allow(clippy::too_many_lines)]
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the loop's context, threaded through one call"
+)]
 async fn run_inner(
     g: &Graph,
     cp: Option<&dyn Checkpointer>,
@@ -910,8 +911,7 @@ async fn run_inner(
 
     if let Input::Command(cmd) = &input {
         let mut null_writes = Vec::new();
-        let base = live.clone();
-        let resolved = resolve_input_command(g, cmd, &base)?;
+        let resolved = resolve_input_command(g, cmd)?;
         null_writes.extend(ser_writes(g, &resolved)?);
         match &cmd.resume {
             Some(Resume::Value(v)) => {
@@ -1222,7 +1222,7 @@ fn emit_checkpoint(
     }
 }
 
-fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(usize, Write)>> {
+fn resolve_input_command(g: &Graph, cmd: &Command) -> Result<Vec<(usize, Write)>> {
     if cmd.to_parent {
         return Err(Error::NoParentGraph);
     }
@@ -1254,12 +1254,14 @@ fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(u
     for goto in &cmd.goto {
         goto_write(g, goto, &mut writes)?;
     }
-    let _ = base;
     Ok(writes)
 }
 
 /// Runs every task without saved writes concurrently; persists each one's writes as it finishes.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step's context, threaded through one call"
+)]
 async fn execute(
     g: &Graph,
     tasks: &[Task],
