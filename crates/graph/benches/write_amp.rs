@@ -165,6 +165,8 @@ fn main() {
                         "saver": saver_kind, "mode": if delta.is_some() { "delta" } else { "full" },
                         "snapshot_frequency": delta, "turns": turns,
                         "persisted_bytes": stats.total(), "new_data_bytes": new_data,
+                        "breakdown": {"checkpoint": stats.checkpoint_bytes, "metadata": stats.metadata_bytes,
+                                      "blobs": stats.blob_bytes, "writes": stats.write_bytes, "messages": stats.message_bytes},
                         "amplification": stats.total() as f64 / new_data as f64,
                         "invoke_ms_mean": mean(&lat), "invoke_ms_p50": sorted[sorted.len() / 2],
                         "invoke_ms_first10_mean": first10, "invoke_ms_last10_mean": last10,

@@ -32,6 +32,8 @@ pub(crate) struct Live {
     pub(crate) versions: Vec<u64>,
     /// Versions at the last checkpoint that reached the store (values are stored only for moved channels).
     pub(crate) stored: Vec<u64>,
+    /// New versions must exceed this (set when a new branch starts, see [`Live::next_version`]).
+    pub(crate) floor: u64,
     pub(crate) seen: BTreeMap<String, BTreeMap<usize, u64>>,
     pub(crate) updated: Option<BTreeSet<usize>>,
 }
@@ -42,6 +44,7 @@ impl Clone for Live {
             chans: self.chans.iter().map(|c| c.box_clone()).collect(),
             versions: self.versions.clone(),
             stored: self.stored.clone(),
+            floor: self.floor,
             seen: self.seen.clone(),
             updated: self.updated.clone(),
         }
@@ -56,6 +59,7 @@ impl Live {
         Ok(Self {
             versions: vec![0; chans.len()],
             stored: vec![0; chans.len()],
+            floor: 0,
             chans,
             seen: BTreeMap::new(),
             updated: None,
@@ -128,6 +132,7 @@ impl Live {
         Ok(Self {
             chans,
             stored: versions.clone(),
+            floor: 0,
             versions,
             seen,
             updated,
@@ -161,7 +166,7 @@ impl Live {
                 snapshots.insert(i);
                 if self.versions[i] == self.stored[i] {
                     let old = self.versions[i];
-                    let new = next_version(self.versions.iter().copied().max().unwrap_or(0));
+                    let new = self.next_version();
                     self.versions[i] = new;
                     for m in self.seen.values_mut() {
                         if m.get(&i) == Some(&old) {
@@ -380,15 +385,36 @@ pub(crate) struct Applied<'a> {
     pub(crate) writes: &'a [(usize, Write)],
 }
 
-/// The version after `current`, the greatest version of the checkpoint (runtime-spec §2.4.3).
-///
-/// Like the reference's `"{n:032}.{random:016}"`, a version is a counter plus a random part:
-/// the counter (high 32 bits) orders versions, the random low 32 bits keep the versions of two
-/// branches forked from one checkpoint apart, because savers key stored values by
-/// (channel, version) within a thread.
-pub(crate) fn next_version(current: u64) -> u64 {
-    let random = uuid::Uuid::new_v4().as_u64_pair().1 & 0xffff_ffff;
-    (((current >> 32) + 1) << 32) | random
+impl Live {
+    /// The version for this step's changes: one above the greatest version of the checkpoint
+    /// (runtime-spec §2.4.3), and above `floor`.
+    ///
+    /// Savers key stored values by (channel, version) within a thread, so versions must be unique
+    /// per thread across branches. The reference gets that from a random fraction in every version;
+    /// antler keeps plain counters (one or two bytes stored) and, when a run or `update_state`
+    /// starts from an addressed older checkpoint (a new branch), sets `floor` to the greatest
+    /// version anywhere in the thread. A run from the thread's newest checkpoint needs no floor:
+    /// by induction that checkpoint holds the thread's greatest version.
+    pub(crate) fn next_version(&self) -> u64 {
+        self.versions
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(self.floor)
+            + 1
+    }
+}
+
+/// The greatest channel version of any checkpoint of the scope (for a new branch's `floor`).
+pub(crate) async fn thread_max_version(cp: &dyn Checkpointer, scope: &Scope) -> Result<u64> {
+    Ok(cp
+        .list(scope)
+        .await?
+        .iter()
+        .flat_map(|t| t.checkpoint.versions.values().copied())
+        .max()
+        .unwrap_or(0))
 }
 
 /// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
@@ -405,7 +431,7 @@ pub(crate) fn apply_writes(
             }
         }
     }
-    let next = next_version(live.versions.iter().copied().max().unwrap_or(0));
+    let next = live.next_version();
     let consumed: BTreeSet<usize> = batch
         .iter()
         .flat_map(|t| t.triggers.iter().copied())
@@ -876,7 +902,10 @@ async fn run_inner(
     let mut dirty = false;
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
         Some(t) => (
-            match cache.get(scope, &t.checkpoint.id).filter(|_| !explicit) {
+            match (!explicit)
+                .then(|| cache.get(scope, &t.checkpoint.id))
+                .flatten()
+            {
                 Some(live) => live,
                 None => {
                     Live::load(g, cp.ok_or(Error::NoCheckpointer)?, scope, &t.checkpoint).await?
@@ -889,6 +918,10 @@ async fn run_inner(
         ),
         None => (Live::new(g)?, None, -2, None, Vec::new()),
     };
+    if explicit && let Some(cp) = cp {
+        // Time travel starts a new branch: its versions must exceed every version of the thread.
+        live.floor = thread_max_version(cp, scope).await?;
+    }
     persist.stored_head.clone_from(&ckpt_id);
     let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
     let mut step = meta_step + 1;
@@ -1593,6 +1626,10 @@ pub(crate) async fn update_state(
         ),
         None => (Live::new(g)?, None, -1),
     };
+    if cfg.checkpoint_id.is_some() {
+        // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).
+        live.floor = thread_max_version(cp, &cfg.scope()).await?;
+    }
     if let Some(t) = &saved {
         // update_state does not apply the head's pending step.
         force_unreplayed(g, &mut live, &t.pending_writes);
