@@ -423,7 +423,9 @@ pub(crate) fn apply_writes(
     live: &mut Live,
     batch: &[Applied<'_>],
 ) -> Result<BTreeSet<usize>> {
-    for t in batch {
+    for t in batch.iter().filter(|t| t.bump) {
+        // Input and NULL-task batches are no node: they record nothing in versions_seen (the
+        // reference keeps an always-empty `__input__` entry, which no trigger check ever reads).
         let e = live.seen.entry(t.name.to_owned()).or_default();
         for &c in t.triggers {
             if live.versions[c] > 0 {
