@@ -15,6 +15,7 @@ use serde_json::Value as Json;
 use crate::common::{LOG, N, graph, log};
 
 const CHILD_ENV: &str = "ANTLER_GRAPH_CRASH_CHILD";
+const CHILD_DURABILITY_ENV: &str = "ANTLER_GRAPH_CRASH_DURABILITY";
 
 fn build(cp: Arc<dyn Checkpointer>) -> CompiledGraph {
     let mut g = graph();
@@ -110,7 +111,11 @@ fn crash_child_entry() {
     rt.block_on(async {
         let cp: Arc<dyn Checkpointer> = Arc::new(Announcing(sqlite(&path).await));
         let graph = build(cp);
-        let cfg = RunConfig::new("t").with_durability(Durability::Sync);
+        let durability = match std::env::var(CHILD_DURABILITY_ENV).as_deref() {
+            Ok("async") => Durability::Async,
+            _ => Durability::Sync,
+        };
+        let cfg = RunConfig::new("t").with_durability(durability);
         graph.invoke(input(), &cfg).await.expect("child run");
         println!("OP done");
     });
@@ -136,70 +141,76 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
     });
     assert_eq!(reference.0, Some(log(&["in", "a", "b", "c", "d", "e"])));
     let exe = std::env::current_exe().expect("test binary");
-    let mut kill_points = 0;
-    for k in 1.. {
-        let path = dir.join(format!("kill-{k}.db"));
-        let path_s = path.to_str().expect("utf-8 path").to_owned();
-        let mut child = Proc::new(&exe)
-            .args([
-                "--exact",
-                "crash::crash_child_entry",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &path_s)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("child starts");
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut ops = 0;
-        let mut finished = false;
-        for line in stdout.lines() {
-            let line = line.expect("child output");
-            // libtest may print its own prefix on the same line.
-            let Some(pos) = line.find("OP ") else {
-                continue;
-            };
-            if &line[pos + 3..] == "done" {
-                finished = true;
+    for durability in ["sync", "async"] {
+        let mut kill_points = 0;
+        for k in 1.. {
+            let path = dir.join(format!("kill-{durability}-{k}.db"));
+            let path_s = path.to_str().expect("utf-8 path").to_owned();
+            let mut child = Proc::new(&exe)
+                .args([
+                    "--exact",
+                    "crash::crash_child_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, &path_s)
+                .env(CHILD_DURABILITY_ENV, durability)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("child starts");
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+            let mut ops = 0;
+            let mut finished = false;
+            for line in stdout.lines() {
+                let line = line.expect("child output");
+                // libtest may print its own prefix on the same line.
+                let Some(pos) = line.find("OP ") else {
+                    continue;
+                };
+                if &line[pos + 3..] == "done" {
+                    finished = true;
+                    break;
+                }
+                ops += 1;
+                if ops == k {
+                    break;
+                }
+                writeln!(stdin, "go").expect("child reads");
+            }
+            if finished {
+                let _ = child.wait();
                 break;
             }
-            ops += 1;
-            if ops == k {
-                break;
-            }
-            writeln!(stdin, "go").expect("child reads");
-        }
-        if finished {
+            // SIGKILL on Unix: the child cannot clean up.
+            child.kill().expect("kill child");
             let _ = child.wait();
-            break;
+            kill_points += 1;
+            let resumed = rt.block_on(async {
+                let graph = build(sqlite(&path_s).await);
+                let cfg = RunConfig::new("t");
+                let out = match graph
+                    .get_state(&cfg)
+                    .await
+                    .expect("readable after the crash")
+                {
+                    Some(_) => graph.invoke(Input::Continue, &cfg).await,
+                    None => graph.invoke(input(), &cfg).await,
+                }
+                .expect("resume finishes");
+                (out.values.get(&LOG).cloned(), out.values.get(&N).copied())
+            });
+            assert_eq!(
+                resumed, reference,
+                "{durability}: kill after store operation {k}"
+            );
         }
-        // SIGKILL on Unix: the child cannot clean up.
-        child.kill().expect("kill child");
-        let _ = child.wait();
-        kill_points += 1;
-        let resumed = rt.block_on(async {
-            let graph = build(sqlite(&path_s).await);
-            let cfg = RunConfig::new("t");
-            let out = match graph
-                .get_state(&cfg)
-                .await
-                .expect("readable after the crash")
-            {
-                Some(_) => graph.invoke(Input::Continue, &cfg).await,
-                None => graph.invoke(input(), &cfg).await,
-            }
-            .expect("resume finishes");
-            (out.values.get(&LOG).cloned(), out.values.get(&N).copied())
-        });
-        assert_eq!(resumed, reference, "kill after store operation {k}");
+        assert!(
+            kill_points >= 8,
+            "{durability}: every store operation of the run was a kill point ({kill_points})"
+        );
     }
-    assert!(
-        kill_points >= 8,
-        "every store operation of the run was a kill point ({kill_points})"
-    );
     let _ = std::fs::remove_dir_all(&dir);
 }
