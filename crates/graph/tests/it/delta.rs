@@ -396,3 +396,45 @@ async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_wr
     assert_eq!(h.seed, Some(json!(["seed"])));
     assert_eq!(h.writes, vec![json!("w-a"), json!("w-b"), json!("w-c")]);
 }
+
+/// Exit durability with a delta channel: only the final checkpoint is stored, and it snapshots the
+/// channel, so a cold read (no history to replay from the skipped steps) equals the live state.
+#[tokio::test]
+async fn exit_durability_snapshots_delta_channels_at_the_final_checkpoint() {
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
+    let mut live = None;
+    for i in 0..3 {
+        live = graph
+            .invoke(human(i), &cfg)
+            .await
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned();
+    }
+    assert_eq!(live.as_ref().map(Vec::len), Some(6));
+    let cold = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    assert_eq!(
+        cold.get_state(&cfg)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES),
+        live.as_ref()
+    );
+    assert_eq!(
+        cold.get_state_history(&cfg).await.unwrap().len(),
+        3,
+        "one checkpoint per invoke"
+    );
+}
