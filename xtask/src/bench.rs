@@ -1,13 +1,278 @@
 //! `cargo xtask bench`: benchmark sweeps whose reports land in `target/bench/`.
+//!
+//! `cargo xtask bench write-amp [--quick] [--full-max-turns N]` builds the `antler` CLI
+//! in release mode once, runs `antler bench write-amp --json` for every configuration of
+//! `shared/bench/write-amp.md` (every saver available: PostgreSQL only when `DATABASE_URL`
+//! is set), and writes `target/bench/write-amp.jsonl` (one JSON object per configuration)
+//! and `target/bench/write-amp.md` (the table).
+//!
+//! Full mode stores the whole message list at every checkpoint, so its storage grows
+//! with T²: at T = 2000 that is about 2 GB per saver. The sweep therefore runs full mode
+//! only up to `--full-max-turns` (default 1000) and says so in the table. The snapshot
+//! frequency does not apply to full mode, which runs once per T. No plot is drawn: the
+//! table carries the same numbers, and a plotting dependency would cost more build time
+//! than it is worth here. A small dependency-free SVG (`write-amp.svg`: amplification against
+//! T, log scale, one line per saver/mode/F) is drawn by hand instead.
 
-use std::path::Path;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use serde_json::Value;
 
 /// Dispatches `cargo xtask bench <name>`.
-pub(crate) fn run(_root: &Path, args: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
-        Some(name) => bail!("benchmark `{name}` is not available yet"),
-        None => bail!("usage: cargo xtask bench write-amp [--quick]"),
+        Some("write-amp") => write_amp(root, &args[1..]),
+        Some(name) => bail!("unknown benchmark `{name}`; available: write-amp"),
+        None => bail!("usage: cargo xtask bench write-amp [--quick] [--full-max-turns N]"),
     }
+}
+
+struct Config {
+    saver: &'static str,
+    mode: &'static str,
+    frequency: u32,
+    turns: u32,
+}
+
+fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let full_max_turns: u32 = match args.iter().position(|a| a == "--full-max-turns") {
+        Some(i) => args
+            .get(i + 1)
+            .context("--full-max-turns needs a value")?
+            .parse()?,
+        None => 1000,
+    };
+    let mut savers = vec!["memory", "sqlite"];
+    if std::env::var("DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
+        savers.push("postgres");
+    } else {
+        println!("bench: DATABASE_URL is unset, skipping the postgres saver");
+    }
+    let (turns, frequencies): (&[u32], &[u32]) = if quick {
+        (&[100, 500], &[10])
+    } else {
+        (&[100, 500, 1000, 2000], &[10, 50, 1000])
+    };
+    let mut configs = Vec::new();
+    for &saver in &savers {
+        for &t in turns {
+            for &f in frequencies {
+                configs.push(Config {
+                    saver,
+                    mode: "delta",
+                    frequency: f,
+                    turns: t,
+                });
+            }
+            if t <= full_max_turns && (!quick || t == 100) {
+                configs.push(Config {
+                    saver,
+                    mode: "full",
+                    frequency: 10,
+                    turns: t,
+                });
+            }
+        }
+    }
+
+    println!("==> building the antler CLI (release)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "--quiet", "-p", "antler-cli"])
+        .current_dir(root)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("building antler-cli failed ({status})");
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let exe = target.join("release").join("antler");
+    let out_dir = target.join("bench");
+    fs::create_dir_all(&out_dir)?;
+
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for c in &configs {
+        let args = [
+            "bench".to_owned(),
+            "write-amp".to_owned(),
+            "--saver".to_owned(),
+            c.saver.to_owned(),
+            "--mode".to_owned(),
+            c.mode.to_owned(),
+            "--snapshot-frequency".to_owned(),
+            c.frequency.to_string(),
+            "--turns".to_owned(),
+            c.turns.to_string(),
+            "--json".to_owned(),
+        ];
+        println!("==> antler {}", args.join(" "));
+        let output = Command::new(&exe)
+            .args(&args)
+            .current_dir(root)
+            .output()
+            .with_context(|| format!("running {}", exe.display()))?;
+        if !output.status.success() {
+            bail!(
+                "antler {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let stdout = String::from_utf8(output.stdout)?;
+        let line = stdout.lines().last().context("the CLI printed nothing")?;
+        let value: Value = serde_json::from_str(line).with_context(|| format!("parsing {line}"))?;
+        println!(
+            "    persisted {} B, amplification {:.3}, invoke p50 {:.3} ms, get_state cold {:.2} ms",
+            value["persisted_bytes"],
+            value["amplification"].as_f64().unwrap_or(0.0),
+            value["invoke_ms_p50"].as_f64().unwrap_or(0.0),
+            value["get_state_ms_cold"].as_f64().unwrap_or(0.0)
+        );
+        rows.push(value);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+
+    let jsonl: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    fs::write(out_dir.join("write-amp.jsonl"), jsonl)?;
+    let table = markdown(&rows, quick, full_max_turns, elapsed);
+    fs::write(out_dir.join("write-amp.md"), &table)?;
+    fs::write(out_dir.join("write-amp.svg"), plot_svg(&rows))?;
+    println!("{table}");
+    println!(
+        "bench: wrote {} and {}",
+        out_dir.join("write-amp.jsonl").display(),
+        out_dir.join("write-amp.md").display()
+    );
+    Ok(())
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(f64::NAN)
+}
+
+fn markdown(rows: &[Value], quick: bool, full_max_turns: u32, elapsed: f64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# write-amp {}\n",
+        if quick { "(quick)" } else { "sweep" }
+    );
+    let _ = writeln!(
+        s,
+        "Driver: the saver directly, with the workload's checkpoint/write sequence (the graph runtime is not wired in yet).\n\
+         Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes.\n\
+         Full mode runs up to T = {full_max_turns} (its storage grows with T²); F does not apply to it. Runs took {elapsed:.1} s.\n"
+    );
+    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms | cold peak B | max replayed |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} |",
+            r["saver"].as_str().unwrap_or("?"),
+            r["mode"].as_str().unwrap_or("?"),
+            if r["mode"] == "full" {
+                "–".to_owned()
+            } else {
+                r["snapshot_frequency"].to_string()
+            },
+            r["turns"],
+            r["persisted_bytes"],
+            r["new_data_bytes"],
+            num(r, "amplification"),
+            num(r, "bytes_per_turn_mean"),
+            num(r, "invoke_ms_mean"),
+            num(r, "invoke_ms_p50"),
+            num(r, "invoke_ms_p99"),
+            num(r, "invoke_ms_last10_mean"),
+            num(r, "get_state_ms_warm"),
+            num(r, "get_state_ms_cold"),
+            r["get_state_peak_bytes"],
+            r["max_replayed_writes"],
+        );
+    }
+    s
+}
+
+/// Amplification against T on a log scale, one polyline per (saver, mode, F).
+fn plot_svg(rows: &[Value]) -> String {
+    let (w, h, left, bottom, top, right) = (760.0, 420.0, 70.0, 50.0, 20.0, 230.0);
+    let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> =
+        std::collections::BTreeMap::new();
+    for r in rows {
+        let key = format!(
+            "{} {}{}",
+            r["saver"].as_str().unwrap_or("?"),
+            r["mode"].as_str().unwrap_or("?"),
+            if r["mode"] == "delta" {
+                format!(" F={}", r["snapshot_frequency"])
+            } else {
+                String::new()
+            }
+        );
+        series
+            .entry(key)
+            .or_default()
+            .push((num(r, "turns"), num(r, "amplification")));
+    }
+    let max_t = rows.iter().map(|r| num(r, "turns")).fold(1.0, f64::max);
+    let max_a = rows
+        .iter()
+        .map(|r| num(r, "amplification"))
+        .fold(2.0, f64::max);
+    let (lo, hi) = (0.0_f64, max_a.log10().ceil().max(1.0));
+    let x = |t: f64| left + (w - left - right) * t / max_t;
+    let y = |a: f64| top + (h - top - bottom) * (1.0 - (a.max(1.0).log10() - lo) / (hi - lo));
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    svg.push_str(&format!(r#"<rect width="{w}" height="{h}" fill="white"/>"#));
+    for e in 0..=(hi as i32) {
+        let yy = y(10f64.powi(e));
+        svg.push_str(&format!(r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##, w - right, left - 6.0, yy + 4.0, 10f64.powi(e)));
+    }
+    svg.push_str(&format!(
+        r#"<text x="{}" y="{}" text-anchor="middle">turns T</text>"#,
+        (left + w - right) / 2.0,
+        h - 12.0
+    ));
+    svg.push_str(&format!(r#"<text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">amplification (log)</text>"#, h / 2.0, h / 2.0));
+    let colors = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+        "#bcbd22", "#17becf", "#393b79", "#637939",
+    ];
+    for (i, (name, mut points)) in series.into_iter().enumerate() {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let color = colors[i % colors.len()];
+        let path: Vec<String> = points
+            .iter()
+            .map(|(t, a)| format!("{:.1},{:.1}", x(*t), y(*a)))
+            .collect();
+        svg.push_str(&format!(
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+            path.join(" ")
+        ));
+        let ly = top + 14.0 * i as f64;
+        svg.push_str(&format!(r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#, w - right + 10.0, w - right + 30.0, w - right + 35.0, ly + 4.0));
+    }
+    for t in [100.0, 500.0, 1000.0, 2000.0]
+        .into_iter()
+        .filter(|t| *t <= max_t)
+    {
+        svg.push_str(&format!(
+            r#"<text x="{}" y="{}" text-anchor="middle">{t}</text>"#,
+            x(t),
+            h - bottom + 16.0
+        ));
+    }
+    svg.push_str("</svg>\n");
+    svg
 }

@@ -1,2 +1,186 @@
-//! placeholder
-fn main() {}
+//! criterion benchmarks of the hot saver paths — `put`, `put_writes`, `get_tuple` and the
+//! delta materialisation — on a delta thread of 100 and 2,000 turns, for the memory and
+//! SQLite (`:memory:`) savers. Run with `cargo bench -p antler-checkpoint --bench saver`.
+#![expect(clippy::unwrap_used, reason = "benchmark setup")]
+#![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
+
+use std::hint::black_box;
+
+use antler_checkpoint::delta::{DeltaMessages, DeltaWrite, materialize};
+use antler_checkpoint::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, Saver,
+    SnapshotFrequency, SqliteSaver, StoreConfig, TaskId, TaskPath,
+};
+use antler_state_reducers::Message;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+
+const F: u32 = 10;
+
+fn text(t: usize, role: &str) -> String {
+    let mut s = format!("turn {t} {role}:");
+    while s.len() < 400 {
+        s.push_str(" lorem");
+    }
+    s.truncate(400);
+    s
+}
+
+struct Thread {
+    head: CheckpointConfig,
+    input: CheckpointConfig,
+    version: u64,
+}
+
+/// Builds a delta thread of `turns` turns (input + loop checkpoint per turn).
+async fn build(saver: &dyn Saver, turns: usize) -> Thread {
+    let mut ch = DeltaMessages::new(SnapshotFrequency::new(F).unwrap());
+    let mut head = CheckpointConfig::latest("bench");
+    let mut input = head.clone();
+    let mut version = 0u64;
+    for t in 0..turns {
+        let mut cp = Checkpoint::empty();
+        let mut nv = ChannelVersions::new();
+        if ch.on_checkpoint(false).is_snapshot() {
+            version += 1;
+            nv.insert("messages".into(), version.into());
+            cp.channel_values
+                .insert("messages".into(), ch.snapshot_blob().unwrap());
+        }
+        cp.channel_versions
+            .insert("messages".into(), version.into());
+        input = saver
+            .put(&head, cp, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap();
+        let w = DeltaWrite::from(vec![
+            Message::human(text(t, "human")).with_id(format!("m{t}h")),
+            Message::ai(text(t, "ai")).with_id(format!("m{t}a")),
+        ]);
+        saver
+            .put_writes(
+                &input,
+                vec![("messages".into(), w.to_blob().unwrap())],
+                &TaskId::new(format!("task{t}")),
+                &TaskPath::new("~turn"),
+            )
+            .await
+            .unwrap();
+        ch.update(vec![w]).unwrap();
+        version += 1;
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("messages".into(), version.into());
+        let mut nv: ChannelVersions = [("messages".into(), version.into())].into();
+        if ch.on_checkpoint(true).is_snapshot() {
+            cp.channel_values
+                .insert("messages".into(), ch.snapshot_blob().unwrap());
+        } else {
+            nv.clear();
+        }
+        head = saver
+            .put(&input, cp, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap();
+    }
+    Thread {
+        head,
+        input,
+        version,
+    }
+}
+
+fn savers(rt: &tokio::runtime::Runtime) -> Vec<(&'static str, Box<dyn Saver>)> {
+    let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+    vec![
+        (
+            "memory",
+            Box::new(MemorySaver::new(config)) as Box<dyn Saver>,
+        ),
+        (
+            "sqlite",
+            Box::new(rt.block_on(SqliteSaver::open_in_memory(config)).unwrap()),
+        ),
+    ]
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("saver");
+    group.sample_size(20);
+    for turns in [100usize, 2000] {
+        for (name, saver) in savers(&rt) {
+            let thread = rt.block_on(build(&*saver, turns));
+            let id = format!("{name}/{turns}");
+            group.bench_with_input(BenchmarkId::new("put", &id), &thread, |b, th| {
+                b.to_async(&rt).iter(|| async {
+                    let mut cp = Checkpoint::empty();
+                    cp.channel_versions
+                        .insert("messages".into(), (th.version + 1).into());
+                    black_box(
+                        saver
+                            .put(
+                                &th.head,
+                                cp,
+                                CheckpointMetadata::default(),
+                                &ChannelVersions::new(),
+                            )
+                            .await
+                            .unwrap(),
+                    )
+                });
+            });
+            let mut n = 0u64;
+            group.bench_with_input(BenchmarkId::new("put_writes", &id), &thread, |b, th| {
+                b.to_async(&rt).iter(|| {
+                    n += 1;
+                    let task = TaskId::new(format!("bench-task-{n}"));
+                    let w = DeltaWrite::from(vec![
+                        Message::human(text(n as usize, "human")).with_id(format!("b{n}")),
+                    ]);
+                    let saver = &saver;
+                    async move {
+                        saver
+                            .put_writes(
+                                &th.input,
+                                vec![("messages".into(), w.to_blob().unwrap())],
+                                &task,
+                                &TaskPath::new("~turn"),
+                            )
+                            .await
+                            .unwrap();
+                    }
+                });
+            });
+            group.bench_with_input(BenchmarkId::new("get_tuple", &id), &thread, |b, th| {
+                b.to_async(&rt)
+                    .iter(|| async { black_box(saver.get_tuple(&th.head).await.unwrap()) });
+            });
+            group.bench_with_input(
+                BenchmarkId::new("materialize_head", &id),
+                &thread,
+                |b, th| {
+                    b.to_async(&rt).iter(|| async {
+                        let tuple = saver.get_tuple(&th.head).await.unwrap().unwrap();
+                        black_box(
+                            materialize(
+                                &*saver,
+                                &tuple,
+                                "messages",
+                                SnapshotFrequency::new(F).unwrap(),
+                            )
+                            .await
+                            .unwrap(),
+                        )
+                    });
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

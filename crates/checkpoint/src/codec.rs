@@ -93,6 +93,28 @@ pub(crate) fn open<'a>(bytes: &'a [u8], known: &[u8]) -> CResult<(u8, &'a [u8])>
     Ok((tag, body))
 }
 
+/// Names every graph uses, stored as one byte (`index + 1`); `0` means an inline string follows.
+/// Append-only: changing an entry changes the meaning of stored data.
+const WELL_KNOWN_NAMES: &[&str] = &[
+    "messages",
+    "__start__",
+    "__input__",
+    "__interrupt__",
+    "__resume__",
+    "__error__",
+    "__error_source_node__",
+    "__no_writes__",
+    "__pregel_tasks",
+    "__return__",
+    "__previous__",
+    "__scheduled__",
+    "__end__",
+    "__snapshot_bumps__",
+    "agent",
+    "tools",
+    "model",
+];
+
 #[derive(Default)]
 pub(crate) struct Writer {
     buf: Vec<u8>,
@@ -122,6 +144,16 @@ impl Writer {
     }
     pub(crate) fn str(&mut self, s: &str) {
         self.bytes(s.as_bytes());
+    }
+    /// A channel or node name: one byte for a well-known name, else `0` and the string.
+    pub(crate) fn name(&mut self, s: &str) {
+        match WELL_KNOWN_NAMES.iter().position(|n| *n == s) {
+            Some(i) => self.varint(i as u64 + 1),
+            None => {
+                self.varint(0);
+                self.str(s);
+            }
+        }
     }
     pub(crate) fn raw(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
@@ -185,6 +217,16 @@ impl<'a> Reader<'a> {
             .map(str::to_owned)
             .map_err(|_| CodecError::Invalid("string is not UTF-8".into()))
     }
+    pub(crate) fn name(&mut self) -> CResult<String> {
+        match self.varint()? {
+            0 => self.string(),
+            k => usize::try_from(k - 1)
+                .ok()
+                .and_then(|i| WELL_KNOWN_NAMES.get(i))
+                .map(|s| (*s).to_owned())
+                .ok_or_else(|| CodecError::Invalid(format!("unknown well-known name {k}"))),
+        }
+    }
     pub(crate) fn count(&mut self) -> CResult<usize> {
         // A count can never exceed the remaining bytes (every element takes at least one).
         let n = self.varint()?;
@@ -212,22 +254,27 @@ fn u32_of(v: u64) -> CResult<u32> {
     u32::try_from(v).map_err(|_| CodecError::Invalid("value out of range".into()))
 }
 
+fn id_micros(id: CheckpointId) -> i64 {
+    i64::try_from(id.as_u128() >> 64).unwrap_or(0)
+}
+
 /// The stored record of a checkpoint without its channel values.
 pub(crate) fn encode_record(cp: &Checkpoint) -> Vec<u8> {
     let mut w = Writer::default();
     w.varint(u64::from(cp.v));
-    w.zigzag(cp.ts.as_micros());
+    // Generated ids carry their creation time in the high 64 bits: store ts relative to it.
+    w.zigzag(cp.ts.as_micros().wrapping_sub(id_micros(cp.id)));
     w.varint(cp.channel_versions.len() as u64);
     for (c, v) in &cp.channel_versions {
-        w.str(c.as_str());
+        w.name(c.as_str());
         w.varint(v.get());
     }
     w.varint(cp.versions_seen.len() as u64);
     for (node, seen) in &cp.versions_seen {
-        w.str(node.as_str());
+        w.name(node.as_str());
         w.varint(seen.len() as u64);
         for (c, v) in seen {
-            w.str(c.as_str());
+            w.name(c.as_str());
             w.varint(v.get());
         }
     }
@@ -236,7 +283,7 @@ pub(crate) fn encode_record(cp: &Checkpoint) -> Vec<u8> {
         Some(list) => {
             w.varint(list.len() as u64 + 1);
             for c in list {
-                w.str(c.as_str());
+                w.name(c.as_str());
             }
         }
     }
@@ -248,18 +295,18 @@ pub(crate) fn decode_record(bytes: &[u8], id: CheckpointId) -> CResult<Checkpoin
     let (_, body) = open(bytes, &[TAG_RECORD_V1])?;
     let mut r = Reader::new(body);
     let v = u32_of(r.varint()?)?;
-    let ts = Timestamp::from_micros(r.zigzag()?);
+    let ts = Timestamp::from_micros(r.zigzag()?.wrapping_add(id_micros(id)));
     let mut channel_versions = BTreeMap::new();
     for _ in 0..r.count()? {
-        let c = ChannelName::new(r.string()?);
+        let c = ChannelName::new(r.name()?);
         channel_versions.insert(c, ChannelVersion::new(r.varint()?));
     }
     let mut versions_seen = BTreeMap::new();
     for _ in 0..r.count()? {
-        let node = NodeName::new(r.string()?);
+        let node = NodeName::new(r.name()?);
         let mut seen = BTreeMap::new();
         for _ in 0..r.count()? {
-            let c = ChannelName::new(r.string()?);
+            let c = ChannelName::new(r.name()?);
             seen.insert(c, ChannelVersion::new(r.varint()?));
         }
         versions_seen.insert(node, seen);
@@ -271,7 +318,7 @@ pub(crate) fn decode_record(bytes: &[u8], id: CheckpointId) -> CResult<Checkpoin
         let n = usize::try_from(n - 1).map_err(|_| CodecError::Truncated)?;
         let mut list = Vec::with_capacity(n.min(1024));
         for _ in 0..n {
-            list.push(ChannelName::new(r.string()?));
+            list.push(ChannelName::new(r.name()?));
         }
         Some(list)
     };
@@ -318,7 +365,7 @@ pub(crate) fn encode_metadata(m: &CheckpointMetadata) -> Vec<u8> {
     }
     w.varint(m.counters_since_delta_snapshot.len() as u64);
     for (c, n) in &m.counters_since_delta_snapshot {
-        w.str(c.as_str());
+        w.name(c.as_str());
         w.varint(u64::from(n.updates));
         w.varint(u64::from(n.supersteps));
     }
@@ -366,7 +413,7 @@ pub(crate) fn decode_metadata(bytes: &[u8]) -> CResult<CheckpointMetadata> {
     };
     let mut counters = BTreeMap::new();
     for _ in 0..r.count()? {
-        let c = ChannelName::new(r.string()?);
+        let c = ChannelName::new(r.name()?);
         let updates = u32_of(r.varint()?)?;
         let supersteps = u32_of(r.varint()?)?;
         counters.insert(

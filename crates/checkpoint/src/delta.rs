@@ -16,6 +16,7 @@
 //!    says whether this checkpoint stores a snapshot ([`DeltaMessages::snapshot_blob`]);
 //!    the counters go into metadata with [`write_counters`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use antler_state_reducers::{Message, MessageWrite, merge_message_writes_owned};
@@ -122,22 +123,56 @@ impl DeltaWrite {
     }
 }
 
+/// Lists at least this long are decoded on two threads: deserialising a message (through
+/// `serde_json::Value`) dominates a cold read of a long thread.
+const PARALLEL_DECODE_MIN: usize = 1024;
+
 fn decode_items(
     items: &[Arc<[u8]>],
     thread_id: &ThreadId,
     checkpoint_id: CheckpointId,
 ) -> Result<Vec<Message>> {
-    items
-        .iter()
-        .map(|item| {
-            serde_json::from_slice::<Message>(item).map_err(|source| Error::Serialization {
-                thread_id: thread_id.clone(),
-                checkpoint_id,
-                what: "stored message".into(),
-                source,
+    let decode = |chunk: &[Arc<[u8]>]| -> Result<Vec<Message>> {
+        chunk
+            .iter()
+            .map(|item| {
+                serde_json::from_slice::<Message>(item).map_err(|source| Error::Serialization {
+                    thread_id: thread_id.clone(),
+                    checkpoint_id,
+                    what: "stored message".into(),
+                    source,
+                })
             })
-        })
-        .collect()
+            .collect()
+    };
+    if items.len() < PARALLEL_DECODE_MIN {
+        return decode(items);
+    }
+    // `available_parallelism` reads cgroup files on every call: ask once per process.
+    static WORKERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let workers = *WORKERS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(4)
+    });
+    if workers < 2 {
+        return decode(items);
+    }
+    let chunk = items.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .skip(1)
+            .map(|c| scope.spawn(move || decode(c)))
+            .collect();
+        let mut out = decode(&items[..chunk.min(items.len())])?;
+        for h in handles {
+            // A panic in a decoder thread is a bug in serde, not bad input: surface it.
+            let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+            out.extend(part);
+        }
+        Ok(out)
+    })
 }
 
 /// Decodes a stored value of the messages channel: a snapshot/message list, a legacy
@@ -186,7 +221,12 @@ impl SnapshotDecision {
 }
 
 /// The delta messages channel: its value and snapshot cadence.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Appending messages with new ids (the common step) costs O(batch), not O(value): the
+/// channel keeps the set of ids and the serialised form of every message, so neither the
+/// reducer's index nor a snapshot has to touch the whole list. Any other write (replace,
+/// remove, id-less message) goes through the batch reducer and drops those caches.
+#[derive(Clone, Debug)]
 pub struct DeltaMessages {
     value: Option<Vec<Message>>,
     counters: DeltaCounters,
@@ -194,6 +234,31 @@ pub struct DeltaMessages {
     max_supersteps: u32,
     forced: bool,
     written: bool,
+    /// Ids of `value`, when every message has one (else `None`: the fast path is off).
+    ids: Option<HashSet<String>>,
+    /// Serialised `value`, item by item, when known.
+    encoded: Option<Vec<Arc<[u8]>>>,
+}
+
+impl PartialEq for DeltaMessages {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+            && self.counters == other.counters
+            && self.frequency == other.frequency
+            && self.max_supersteps == other.max_supersteps
+            && self.forced == other.forced
+            && self.written == other.written
+    }
+}
+
+fn id_set(list: &[Message]) -> Option<HashSet<String>> {
+    let mut set = HashSet::with_capacity(list.len());
+    for m in list {
+        if !set.insert(m.id.clone()?) {
+            return None;
+        }
+    }
+    Some(set)
 }
 
 /// A channel rebuilt from storage, with what it cost.
@@ -217,7 +282,16 @@ impl DeltaMessages {
             max_supersteps: DEFAULT_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
             forced: false,
             written: false,
+            ids: None,
+            encoded: None,
         }
+    }
+
+    fn set_value(&mut self, value: Vec<Message>, encoded: Option<Vec<Arc<[u8]>>>) {
+        self.ids = id_set(&value);
+        self.encoded = encoded.filter(|e| e.len() == value.len());
+        self.value = Some(value);
+        self.written = true;
     }
 
     /// Sets the global super-step bound (default [`DEFAULT_MAX_SUPERSTEPS_SINCE_SNAPSHOT`]).
@@ -236,11 +310,9 @@ impl DeltaMessages {
 
     /// A channel holding `value` (e.g. a migrated plain list), marked as written.
     pub fn from_value(frequency: SnapshotFrequency, value: Vec<Message>) -> Self {
-        Self {
-            value: Some(value),
-            written: true,
-            ..Self::new(frequency)
-        }
+        let mut channel = Self::new(frequency);
+        channel.set_value(value, None);
+        channel
     }
 
     /// Rebuilds the value from a history walk: seed (or empty) plus the writes, replayed with
@@ -256,31 +328,54 @@ impl DeltaMessages {
         checkpoint_id: CheckpointId,
     ) -> Result<Self> {
         let seed_cp = history.seed_checkpoint.unwrap_or(checkpoint_id);
-        let mut base = match &history.seed {
-            Some(blob) => decode_messages_value(blob, thread_id, seed_cp)?,
-            None => Vec::new(),
+        let (mut base, mut encoded) = match &history.seed {
+            Some(Blob::Messages(list)) => (
+                decode_items(&list.items, thread_id, seed_cp)?,
+                Some(list.items.clone()),
+            ),
+            Some(blob) => (decode_messages_value(blob, thread_id, seed_cp)?, None),
+            None => (Vec::new(), Some(Vec::new())),
         };
         let mut batch: Vec<MessageWrite> = Vec::with_capacity(history.writes.len());
         for w in &history.writes {
             match DeltaWrite::from_blob(&w.value, thread_id, checkpoint_id)? {
                 DeltaWrite::Overwrite(list) => {
                     base = list;
+                    encoded = None;
                     batch.clear();
                 }
-                DeltaWrite::Write(mw) => batch.push(mw),
+                DeltaWrite::Write(mw) => {
+                    // Appended items keep their stored bytes while the replay only appends.
+                    if let (Some(enc), Blob::Messages(list)) = (encoded.as_mut(), &w.value) {
+                        enc.extend(list.items.iter().cloned());
+                    } else {
+                        encoded = None;
+                    }
+                    batch.push(mw);
+                }
             }
         }
+        let before = base.len();
+        let added: usize = batch
+            .iter()
+            .map(|w| match w {
+                MessageWrite::Messages(m) => m.len(),
+                MessageWrite::Null => 0,
+            })
+            .sum();
         let value = merge_message_writes_owned(base, batch).map_err(|e| Error::Reducer {
             thread_id: thread_id.clone(),
             checkpoint_id,
             channel: MESSAGES.into(),
             source: Box::new(e),
         })?;
-        Ok(Self {
-            value: Some(value),
-            written: true,
-            ..Self::new(frequency)
-        })
+        // The cache is only valid when the replay appended every written message unchanged.
+        if value.len() != before + added {
+            encoded = None;
+        }
+        let mut channel = Self::new(frequency);
+        channel.set_value(value, encoded);
+        Ok(channel)
     }
 
     /// The current value (empty when unavailable).
@@ -348,11 +443,58 @@ impl DeltaMessages {
                 DeltaWrite::Overwrite(_) => None,
             })
             .collect();
+        if self.try_append(&batch) {
+            return Ok(true);
+        }
         let current = self.value.clone().unwrap_or_default();
         let next = merge_message_writes_owned(current, batch)?;
-        self.value = Some(next);
-        self.written = true;
+        self.set_value(next, None);
         Ok(true)
+    }
+
+    /// The fast path: every written message has a fresh id and is not a removal, so the
+    /// reducer would append them in order. Returns false (nothing changed) otherwise.
+    fn try_append(&mut self, batch: &[MessageWrite]) -> bool {
+        if self.value.is_none() {
+            self.value = Some(Vec::new());
+            self.ids = Some(HashSet::new());
+            self.encoded = Some(Vec::new());
+        }
+        let (Some(value), Some(ids)) = (self.value.as_mut(), self.ids.as_mut()) else {
+            return false;
+        };
+        let mut fresh: HashSet<&str> = HashSet::new();
+        for w in batch {
+            let MessageWrite::Messages(list) = w else {
+                return false;
+            };
+            for m in list {
+                let Some(id) = m.id.as_deref() else {
+                    return false;
+                };
+                if m.is_remove() || m.is_remove_all() || ids.contains(id) || !fresh.insert(id) {
+                    return false;
+                }
+            }
+        }
+        for w in batch {
+            if let MessageWrite::Messages(list) = w {
+                for m in list {
+                    if let Some(enc) = self.encoded.as_mut() {
+                        match serde_json::to_vec(m) {
+                            Ok(bytes) => enc.push(Arc::from(bytes)),
+                            Err(_) => self.encoded = None,
+                        }
+                    }
+                    if let Some(id) = &m.id {
+                        ids.insert(id.clone());
+                    }
+                    value.push(m.clone());
+                }
+            }
+        }
+        self.written = true;
+        true
     }
 
     /// Forces a snapshot at the next checkpoint (fresh-thread or fork input, unreplayed pending writes).
@@ -388,12 +530,26 @@ impl DeltaMessages {
     }
 
     /// The snapshot value to store in `channel_values` (a [`MessagesKind::Snapshot`] list,
-    /// whose bodies the savers store once per thread).
+    /// whose bodies the savers store once per thread). Reuses the cached serialised messages;
+    /// after a non-append write it serialises the list once and caches it again.
     ///
     /// # Errors
     /// The serde error if a message cannot be serialised.
-    pub fn snapshot_blob(&self) -> std::result::Result<Blob, serde_json::Error> {
-        Blob::messages(MessagesKind::Snapshot, self.value())
+    pub fn snapshot_blob(&mut self) -> std::result::Result<Blob, serde_json::Error> {
+        let fresh = match &self.encoded {
+            Some(items) if items.len() == self.value().len() => None,
+            _ => match Blob::messages(MessagesKind::Snapshot, self.value())? {
+                Blob::Messages(list) => Some(list.items),
+                _ => None,
+            },
+        };
+        if fresh.is_some() {
+            self.encoded = fresh;
+        }
+        Ok(Blob::Messages(MessagesBlob {
+            kind: MessagesKind::Snapshot,
+            items: self.encoded.clone().unwrap_or_default(),
+        }))
     }
 }
 

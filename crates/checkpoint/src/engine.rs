@@ -91,7 +91,15 @@ impl StorageStats {
 /// The row store a saver runs on. Every method is one transaction.
 #[async_trait]
 pub(crate) trait Backend: Send + Sync + 'static {
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>>;
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()>;
     /// The addressed checkpoint, or the greatest id of the namespace when `id` is `None`.
     async fn checkpoint(
@@ -130,12 +138,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Message bodies in the given `(first_seq, len)` runs; absent ones are simply missing.
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>>;
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
-    /// Upserts the checkpoint row; inserts blobs if absent; inserts message rows (conflict = error).
+    /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
+    /// [`version_clash`]); inserts message rows (conflict = error).
+    /// Fails with [`Error::Conflict`] if a body in the `required` runs is missing.
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()>;
     /// Stores writes (idx < 0 upsert, else insert-if-absent) if the checkpoint exists; `Ok(false)` otherwise.
     async fn put_writes(
@@ -145,6 +156,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool>;
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()>;
     /// Deletes checkpoints and their writes.
@@ -223,6 +235,10 @@ enum Pending {
 
 impl<B: Backend> Engine<B> {
     /// Opens the engine, recording or checking the store configuration.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     pub(crate) async fn open(backend: B, config: StoreConfig) -> Result<Self> {
         let stored = backend.read_config().await?;
         if config.check_against(stored)? {
@@ -334,18 +350,20 @@ impl<B: Backend> Engine<B> {
         fresh: &mut HashMap<u128, u64>,
         next_seq: &mut u64,
         new_rows: &mut Vec<MessageRow>,
+        reused: &mut Vec<u64>,
     ) -> Vec<u8> {
         match blob {
             Blob::Messages(MessagesBlob { kind, items }) => {
                 let mut seqs = Vec::with_capacity(items.len());
                 for item in items {
                     let h = xxh3_128(item);
-                    let known = index
-                        .and_then(|i| i.by_hash.get(&h))
-                        .or_else(|| fresh.get(&h));
-                    let seq = match known {
-                        Some(&s) => s,
-                        None => {
+                    let seq = match (index.and_then(|i| i.by_hash.get(&h)), fresh.get(&h)) {
+                        (Some(&s), _) => {
+                            reused.push(s);
+                            s
+                        }
+                        (None, Some(&s)) => s,
+                        (None, None) => {
                             let s = *next_seq;
                             *next_seq += 1;
                             fresh.insert(h, s);
@@ -365,6 +383,11 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Encodes values under the thread's message index, commits with `commit`, then updates the index.
+    ///
+    /// `commit` gets the encoded values, the new message rows, and the runs of already stored
+    /// message bodies the values reference (the backend checks they still exist, so a body
+    /// another process deleted is a conflict, never a dangling reference). On a conflict the
+    /// index is reloaded from the store and the commit is tried once more.
     async fn with_messages<T, F, Fut>(
         &self,
         thread: &ThreadId,
@@ -373,7 +396,7 @@ impl<B: Backend> Engine<B> {
         commit: F,
     ) -> Result<T>
     where
-        F: FnOnce(Vec<Vec<u8>>, Vec<MessageRow>) -> Fut,
+        F: Fn(Vec<Vec<u8>>, Vec<MessageRow>, Vec<(u64, u64)>) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         let has_messages = values.iter().any(|b| matches!(b, Blob::Messages(_)));
@@ -382,36 +405,53 @@ impl<B: Backend> Engine<B> {
                 .iter()
                 .map(|b| codec::encode_inline_blob(b).unwrap_or_default())
                 .collect();
-            return commit(encoded, Vec::new()).await;
+            return commit(encoded, Vec::new(), Vec::new()).await;
         }
         let slot = self.slot(thread);
         let mut guard = slot.lock().await;
-        if guard.is_none() {
-            *guard = Some(self.load_index(thread, cp).await?);
-        }
-        let (encoded, new_rows, fresh, next_seq) = {
-            let index = guard.as_ref();
-            let mut fresh = HashMap::new();
-            let mut next_seq = index.map_or(1, |i| i.next_seq);
-            let mut new_rows = Vec::new();
-            let encoded = values
-                .iter()
-                .map(|b| Self::encode_value(b, index, &mut fresh, &mut next_seq, &mut new_rows))
-                .collect::<Vec<_>>();
-            (encoded, new_rows, fresh, next_seq)
-        };
-        match commit(encoded, new_rows).await {
-            Ok(v) => {
-                if let Some(index) = guard.as_mut() {
-                    index.by_hash.extend(fresh);
-                    index.next_seq = next_seq;
-                }
-                Ok(v)
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if guard.is_none() {
+                *guard = Some(self.load_index(thread, cp).await?);
             }
-            Err(e) => {
-                // Another writer may have taken sequence numbers: reload next time.
-                *guard = None;
-                Err(e)
+            let (encoded, new_rows, fresh, next_seq, reused) = {
+                let index = guard.as_ref();
+                let mut fresh = HashMap::new();
+                let mut next_seq = index.map_or(1, |i| i.next_seq);
+                let mut new_rows = Vec::new();
+                let mut reused = Vec::new();
+                let encoded = values
+                    .iter()
+                    .map(|b| {
+                        Self::encode_value(
+                            b,
+                            index,
+                            &mut fresh,
+                            &mut next_seq,
+                            &mut new_rows,
+                            &mut reused,
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                let reused: Vec<(u64, u64)> = reused.into_iter().map(|s| (s, 1)).collect();
+                (encoded, new_rows, fresh, next_seq, merge_runs(&reused))
+            };
+            match commit(encoded, new_rows, reused).await {
+                Ok(v) => {
+                    if let Some(index) = guard.as_mut() {
+                        index.by_hash.extend(fresh);
+                        index.next_seq = next_seq;
+                    }
+                    return Ok(v);
+                }
+                Err(e) => {
+                    // Another writer may have taken sequence numbers or deleted bodies: reload.
+                    *guard = None;
+                    if attempt >= 2 || e.kind() != crate::error::ErrorKind::Conflict {
+                        return Err(e);
+                    }
+                }
             }
         }
     }
@@ -442,7 +482,7 @@ impl<B: Backend> Engine<B> {
             metadata: codec::encode_metadata(&metadata),
         };
         let values: Vec<&Blob> = stored.iter().map(|(_, _, b)| *b).collect();
-        self.with_messages(thread, id, &values, |encoded, messages| {
+        self.with_messages(thread, id, &values, |encoded, messages, required| {
             let blobs = stored
                 .iter()
                 .zip(encoded)
@@ -452,7 +492,8 @@ impl<B: Backend> Engine<B> {
                     data,
                 })
                 .collect();
-            self.backend.put_checkpoint(row, blobs, messages)
+            self.backend
+                .put_checkpoint(row.clone(), blobs, messages, required)
         })
         .await?;
         Ok(CheckpointConfig {
@@ -482,8 +523,8 @@ impl<B: Backend> Engine<B> {
         self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
         let existed = self
-            .with_messages(thread, cp, &values, |encoded, messages| {
-                let rows = writes
+            .with_messages(thread, cp, &values, |encoded, messages, required| {
+                let mut rows: Vec<WriteRow> = writes
                     .iter()
                     .zip(encoded)
                     .enumerate()
@@ -496,8 +537,13 @@ impl<B: Backend> Engine<B> {
                         value,
                     })
                     .collect();
+                // Two control writes of one kind in one call: the later one wins, as an upsert would.
+                let mut seen = HashSet::new();
+                rows.reverse();
+                rows.retain(|w| w.idx >= 0 || seen.insert(w.idx));
+                rows.reverse();
                 self.backend
-                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages)
+                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, required)
             })
             .await?;
         if !existed {
@@ -864,11 +910,14 @@ impl<B: Backend> Engine<B> {
                     if let Some(list) = walk.writes.get_mut(&c) {
                         list.push(chunk);
                     }
-                    if let Some(v) = d.checkpoint.channel_versions.get(&c) {
-                        if let Some(bytes) = blobs.get(&(c.clone(), *v)) {
-                            walk.seeds.insert(c.clone(), (d.row.id, bytes.clone()));
-                            remaining.remove(&c);
-                        }
+                    if let Some(bytes) = d
+                        .checkpoint
+                        .channel_versions
+                        .get(&c)
+                        .and_then(|v| blobs.get(&(c.clone(), *v)))
+                    {
+                        walk.seeds.insert(c.clone(), (d.row.id, bytes.clone()));
+                        remaining.remove(&c);
                     }
                 }
                 if remaining.is_empty() {
@@ -1155,6 +1204,33 @@ fn resolve(
             }
             Ok(Blob::Messages(MessagesBlob { kind: *kind, items }))
         }
+    }
+}
+
+/// The error for bodies a write refers to that are no longer stored.
+pub(crate) fn missing_bodies(thread: &ThreadId, start: u64, len: u64) -> Error {
+    Error::Conflict {
+        thread_id: thread.clone(),
+        detail: format!(
+            "message bodies {start}..{} referenced by this process's index are gone (deleted or pruned by another process)",
+            start.saturating_add(len)
+        ),
+    }
+}
+
+/// The error for a channel version stored twice with different values (two branches of a
+/// thread that reached the same version number): failing beats silently keeping either.
+pub(crate) fn version_clash(
+    row: &CheckpointRow,
+    channel: &ChannelName,
+    version: ChannelVersion,
+) -> Error {
+    Error::Conflict {
+        thread_id: row.thread_id.clone(),
+        detail: format!(
+            "checkpoint {} stores channel {channel} at version {version}, which already holds a different value; channel versions must be unique within a thread, across branches",
+            row.id
+        ),
     }
 }
 

@@ -212,6 +212,10 @@ impl Error {
         }
     }
 
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     pub(crate) fn backend(
         context: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,

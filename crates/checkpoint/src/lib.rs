@@ -17,6 +17,34 @@
 //!   decision, migration seed, materialisation by replay).
 //! - `testing` (feature `test-util`): the conformance suite every saver passes.
 //!
+//! # How a runtime drives a saver
+//!
+//! One super-step, in the order the runtime must call (runtime-spec §2, §5):
+//!
+//! 1. **Load**: `get_tuple(&CheckpointConfig::latest(thread))` (or an addressed
+//!    checkpoint). Channels with a stored value decode from
+//!    `checkpoint.channel_values`; a delta channel with a version but no value is
+//!    rebuilt with [`delta::materialize`] (seed + at most `F` replayed writes).
+//!    In full mode, check the head with [`mode::check_mode`] before running
+//!    (the saver itself also refuses delta checkpoints when opened in full mode).
+//! 2. **Tasks**: each finished task's writes go to `put_writes` against the
+//!    checkpoint the step *started from*, with its task id and task path.
+//!    Delta-channel writes are [`delta::DeltaWrite::to_blob`] after
+//!    [`delta::DeltaWrite::assign_missing_ids`]; other channels serialise themselves
+//!    into a [`Blob`] (usually [`Blob::json`]).
+//! 3. **Barrier**: writes are applied in task-path order; the delta channel takes
+//!    the step's batch with [`delta::DeltaMessages::update`].
+//! 4. **Checkpoint**: call [`delta::DeltaMessages::on_checkpoint`] once per saved
+//!    checkpoint; if it says snapshot, put [`delta::DeltaMessages::snapshot_blob`]
+//!    into `channel_values` and make sure the channel is in `new_versions` (bump its
+//!    version if the step did not move it). Write the counters into metadata with
+//!    [`delta::write_counters`] and the mode marker with [`mode::inject_mode_marker`].
+//!    Then `put(&parent_config, checkpoint, metadata, &new_versions)`, where
+//!    `new_versions` lists only the channels whose version moved.
+//!
+//! Ids: [`CheckpointId::generate`] is strictly increasing within a process;
+//! [`ChannelVersion::next_after`] gives the one new version of a step.
+//!
 //! ```
 //! use antler_checkpoint::{Blob, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, Saver, StoreConfig};
 //!
@@ -48,6 +76,8 @@ mod ids;
 mod memory;
 pub mod mode;
 pub mod model;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod saver;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -67,6 +97,8 @@ pub use model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource,
     CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresSaver};
 pub use saver::Saver;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteSaver};

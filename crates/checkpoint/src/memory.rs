@@ -20,11 +20,13 @@ use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
 type CpKey = (ThreadId, CheckpointNs, CheckpointId);
 type BlobKey = (ThreadId, CheckpointNs, ChannelName, ChannelVersion);
 type WriteKey = (ThreadId, CheckpointNs, CheckpointId, TaskId, i64);
+/// Parent, record, metadata.
+type CpValue = (Option<CheckpointId>, Vec<u8>, Vec<u8>);
 
 #[derive(Default, Clone)]
 struct Tables {
     config: Option<(ChannelMode, SnapshotFrequency)>,
-    checkpoints: BTreeMap<CpKey, (Option<CheckpointId>, Vec<u8>, Vec<u8>)>,
+    checkpoints: BTreeMap<CpKey, CpValue>,
     blobs: BTreeMap<BlobKey, Vec<u8>>,
     writes: BTreeMap<WriteKey, (ChannelName, TaskPath, Vec<u8>)>,
     messages: BTreeMap<(ThreadId, u64), Vec<u8>>,
@@ -45,7 +47,21 @@ impl MemoryBackend {
     }
 }
 
-fn row(k: &CpKey, v: &(Option<CheckpointId>, Vec<u8>, Vec<u8>)) -> CheckpointRow {
+fn check_required(t: &Tables, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<()> {
+    for &(start, len) in runs {
+        let end = start.saturating_add(len);
+        let found = t
+            .messages
+            .range((thread.clone(), start)..(thread.clone(), end))
+            .count() as u64;
+        if found != len {
+            return Err(crate::engine::missing_bodies(thread, start, len));
+        }
+    }
+    Ok(())
+}
+
+fn row(k: &CpKey, v: &CpValue) -> CheckpointRow {
     CheckpointRow {
         thread_id: k.0.clone(),
         ns: k.1.clone(),
@@ -111,7 +127,7 @@ impl Backend for MemoryBackend {
             })
             .map(|(k, v)| row(k, v))
             .collect();
-        rows.sort_by(|a, b| b.id.cmp(&a.id));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.id));
         Ok(rows)
     }
 
@@ -214,8 +230,10 @@ impl Backend for MemoryBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()> {
         let mut t = self.lock();
+        check_required(&t, &row.thread_id, &required)?;
         for m in &messages {
             if t.messages.contains_key(&(row.thread_id.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -226,6 +244,17 @@ impl Backend for MemoryBackend {
         }
         for m in messages {
             t.messages.insert((row.thread_id.clone(), m.seq), m.body);
+        }
+        for b in &blobs {
+            let key = (
+                row.thread_id.clone(),
+                row.ns.clone(),
+                b.channel.clone(),
+                b.version,
+            );
+            if t.blobs.get(&key).is_some_and(|old| *old != b.data) {
+                return Err(crate::engine::version_clash(&row, &b.channel, b.version));
+            }
         }
         for b in blobs {
             t.blobs
@@ -246,6 +275,7 @@ impl Backend for MemoryBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool> {
         let mut t = self.lock();
         if !t
@@ -254,6 +284,7 @@ impl Backend for MemoryBackend {
         {
             return Ok(false);
         }
+        check_required(&t, thread, &required)?;
         for m in &messages {
             if t.messages.contains_key(&(thread.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -434,8 +465,10 @@ pub struct MemorySaver {
 impl MemorySaver {
     /// An empty store recording `config`.
     pub fn new(config: StoreConfig) -> Self {
-        let mut tables = Tables::default();
-        tables.config = Some((config.mode, config.snapshot_frequency));
+        let tables = Tables {
+            config: Some((config.mode, config.snapshot_frequency)),
+            ..Tables::default()
+        };
         // Opening a fresh map never waits and never fails: the engine only reads the config back.
         let backend = MemoryBackend {
             tables: Mutex::new(tables),

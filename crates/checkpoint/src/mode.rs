@@ -4,7 +4,7 @@
 //! Only the `full → delta` direction is supported: a delta-mode process reads
 //! legacy full checkpoints (the old plain value seeds the delta channel), but a
 //! full-mode process that meets a delta checkpoint fails with
-//! [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch),
+//! [`Error::CheckpointModeMismatch`],
 //! whose text contains `requires delta mode`, instead of showing an empty or
 //! partial state.
 
@@ -159,6 +159,10 @@ impl StoreConfig {
 
     /// Decides what opening a store recorded with `stored` means for `self`:
     /// `Ok(false)` nothing to record, `Ok(true)` the record must be rewritten.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers open a recorded store")
+    )]
     pub(crate) fn check_against(
         self,
         stored: Option<(ChannelMode, SnapshotFrequency)>,
@@ -169,8 +173,7 @@ impl StoreConfig {
         let migrating = mode == ChannelMode::Full
             && self.mode == ChannelMode::Delta
             && self.migrate_full_to_delta;
-        if (mode != self.mode && !migrating) || (frequency != self.snapshot_frequency && !migrating)
-        {
+        if !migrating && (mode != self.mode || frequency != self.snapshot_frequency) {
             return Err(Error::StoreConfigMismatch {
                 stored_mode: mode,
                 stored_frequency: frequency,

@@ -22,6 +22,11 @@ use crate::model::{
 ///   `config.checkpoint_id` is the *parent*. Values are stored only for the
 ///   channels in `new_versions`; a channel whose version did not move keeps
 ///   the value stored with that version earlier. Returns the new address.
+///   Values are keyed by `(channel, version)` within a thread and namespace, so
+///   **channel versions must be unique within a thread across branches**, not
+///   only increasing: two forks that store the same version with different
+///   values make the second `put` fail with [`Error::Conflict`](crate::Error::Conflict)
+///   (nothing written) instead of sharing a value. Re-putting an identical value is fine.
 /// - **put_writes** attaches writes of one task to an existing checkpoint
 ///   (an unknown checkpoint is an error). Regular writes are keyed
 ///   `(task_id, idx)` and insert-if-absent; control writes (`__error__`,

@@ -118,12 +118,10 @@ impl SqliteBackend {
     }
 }
 
-fn read_row(
-    thread: &str,
-    ns: &str,
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String)> {
-    let _ = (thread, ns);
+/// Id, parent, record, metadata, thread, namespace.
+type RawRow = (Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String);
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
     Ok((
         r.get(0)?,
         r.get(1)?,
@@ -133,8 +131,6 @@ fn read_row(
         r.get(5)?,
     ))
 }
-
-type RawRow = (Vec<u8>, Option<Vec<u8>>, Vec<u8>, Vec<u8>, String, String);
 
 fn to_row(raw: RawRow) -> Result<CheckpointRow> {
     let (id, parent, record, metadata, thread, ns) = raw;
@@ -173,6 +169,36 @@ fn insert_messages(
             }
             other => Error::backend(format!("sqlite: thread {thread}: insert message"), other),
         })?;
+    }
+    Ok(())
+}
+
+/// Checks that every body in the runs is still stored (inside the writing transaction).
+fn check_required(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &ThreadId,
+    runs: &[(u64, u64)],
+) -> Result<()> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM messages WHERE thread_id = ?1 AND seq >= ?2 AND seq < ?3",
+        )
+        .map_err(sql_err(format!(
+            "sqlite: thread {thread}: checking message bodies"
+        )))?;
+    for &(start, len) in runs {
+        let end = i64_of(start.saturating_add(len), "message sequence")?;
+        let found: i64 = stmt
+            .query_row(
+                params![thread.as_str(), i64_of(start, "message sequence")?, end],
+                |r| r.get(0),
+            )
+            .map_err(sql_err(format!(
+                "sqlite: thread {thread}: checking message bodies"
+            )))?;
+        if u64::try_from(found).ok() != Some(len) {
+            return Err(crate::engine::missing_bodies(thread, start, len));
+        }
     }
     Ok(())
 }
@@ -243,10 +269,10 @@ impl Backend for SqliteBackend {
             let raw = match id {
                 Some(id) => c
                     .prepare_cached(&format!("SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"))
-                    .and_then(|mut s| s.query_row(params![thread, ns, id_bytes(id)], |r| read_row(&thread, &ns, r)).optional()),
+                    .and_then(|mut s| s.query_row(params![thread, ns, id_bytes(id)], read_row).optional()),
                 None => c
                     .prepare_cached(&format!("SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 ORDER BY checkpoint_id DESC LIMIT 1"))
-                    .and_then(|mut s| s.query_row(params![thread, ns], |r| read_row(&thread, &ns, r)).optional()),
+                    .and_then(|mut s| s.query_row(params![thread, ns], read_row).optional()),
             }
             .map_err(sql_err(ctx))?;
             raw.map(to_row).transpose()
@@ -268,7 +294,7 @@ impl Backend for SqliteBackend {
                 ))
                 .map_err(sql_err("sqlite: listing checkpoints"))?;
             let rows = stmt
-                .query_map(params![thread, ns, before.map(id_bytes)], |r| read_row("", "", r))
+                .query_map(params![thread, ns, before.map(id_bytes)], read_row)
                 .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
                 .map_err(sql_err("sqlite: listing checkpoints"))?;
             rows.into_iter().map(to_row).collect()
@@ -300,7 +326,7 @@ impl Backend for SqliteBackend {
                 )
                 .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
             let rows = stmt
-                .query_map(params![thread, ns, id_bytes(start), max], |r| read_row("", "", r))
+                .query_map(params![thread, ns, id_bytes(start), max], read_row)
                 .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
                 .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
             rows.into_iter().map(to_row).collect()
@@ -402,18 +428,32 @@ impl Backend for SqliteBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<()> {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
             let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            check_required(&tx, &row.thread_id, &required)?;
             insert_messages(&tx, &row.thread_id, &messages)?;
             {
                 let mut stmt = tx
                     .prepare_cached("INSERT OR IGNORE INTO blobs (thread_id, checkpoint_ns, channel, version, data) VALUES (?1, ?2, ?3, ?4, ?5)")
                     .map_err(sql_err(ctx.clone()))?;
                 for b in &blobs {
-                    stmt.execute(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), i64_of(b.version.get(), "channel version")?, b.data])
+                    let version = i64_of(b.version.get(), "channel version")?;
+                    let inserted = stmt
+                        .execute(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), version, b.data])
                         .map_err(sql_err(ctx.clone()))?;
+                    if inserted == 0 {
+                        // The version exists: fine if it is the same value (an idempotent re-put).
+                        let same: bool = tx
+                            .prepare_cached("SELECT data = ?5 FROM blobs WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?4")
+                            .and_then(|mut s| s.query_row(params![row.thread_id.as_str(), row.ns.as_str(), b.channel.as_str(), version, b.data], |r| r.get(0)))
+                            .map_err(sql_err(ctx.clone()))?;
+                        if !same {
+                            return Err(crate::engine::version_clash(&row, &b.channel, b.version));
+                        }
+                    }
                 }
                 tx.prepare_cached("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                     .and_then(|mut s| s.execute(params![row.thread_id.as_str(), row.ns.as_str(), id_bytes(row.id), row.parent.map(id_bytes), row.record, row.metadata]))
@@ -431,6 +471,7 @@ impl Backend for SqliteBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
     ) -> Result<bool> {
         let (thread, ns) = (thread.clone(), ns.clone());
         self.run(move |c| {
@@ -443,6 +484,7 @@ impl Backend for SqliteBackend {
             if exists.is_none() {
                 return Ok(false);
             }
+            check_required(&tx, &thread, &required)?;
             insert_messages(&tx, &thread, &messages)?;
             for w in &writes {
                 let verb = if w.idx < 0 { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };

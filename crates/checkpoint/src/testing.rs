@@ -90,7 +90,9 @@ macro_rules! conformance_suite {
             antler_history_null_value_is_a_seed, antler_history_unknown_checkpoint_is_error,
             antler_messages_blob_round_trips, antler_prune_keep_latest_keeps_delta_history,
             antler_delete_for_runs_refuses_to_break_delta_history, antler_copy_thread_keeps_delta_history,
-            antler_writes_sorted_by_task_path_then_task_id_then_idx
+            antler_writes_sorted_by_task_path_then_task_id_then_idx,
+            antler_put_writes_repeated_control_write_keeps_the_last,
+            antler_put_same_version_with_another_value_is_a_conflict
         );
     };
 }
@@ -114,7 +116,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 100;
+pub const CASE_COUNT: usize = 102;
 
 // ---- fixtures -------------------------------------------------------------------------------
 
@@ -1854,4 +1856,70 @@ pub async fn antler_writes_sorted_by_task_path_then_task_id_then_idx(saver: &dyn
         order,
         vec![json!(4), json!(5), json!(3), json!(1), json!(2)]
     );
+}
+
+/// Two writes of one control channel in one call: the later one wins (an upsert), on every backend.
+pub async fn antler_put_writes_repeated_control_write_keeps_the_last(saver: &dyn Saver) {
+    let c = chain(saver, "t", "", 1, None).await.remove(0);
+    write(
+        saver,
+        &c,
+        "task",
+        "",
+        &[
+            ("__error__", json!("first")),
+            ("a", json!(1)),
+            ("__error__", json!("second")),
+        ],
+    )
+    .await;
+    let ws = get(saver, &c).await.pending_writes;
+    let errors: Vec<Value> = ws
+        .iter()
+        .filter(|w| w.channel.as_str() == "__error__")
+        .map(|w| json_of(&w.value))
+        .collect();
+    assert_eq!(errors, vec![json!("second")]);
+    assert_eq!(ws.len(), 2);
+}
+
+/// Two branches forked from one checkpoint that store the same channel version with different
+/// values: the second `put` is a conflict (nothing written), never a silently shared value;
+/// re-putting the same value is idempotent.
+pub async fn antler_put_same_version_with_another_value_is_a_conflict(saver: &dyn Saver) {
+    let root = chain(saver, "t", "", 1, None).await.remove(0);
+    let a = put_all(
+        saver,
+        root.clone(),
+        checkpoint(&[("a", 7, json!("branch a"))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    let clash = checkpoint(&[("a", 7, json!("branch b"))]);
+    let clash_id = clash.id;
+    let versions = clash.channel_versions.clone();
+    let err = saver
+        .put(&root, clash, CheckpointMetadata::default(), &versions)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", Some(clash_id)))
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing was written"
+    );
+    assert_eq!(
+        json_of(&get(saver, &a).await.checkpoint.channel_values["a"]),
+        json!("branch a")
+    );
+    put_all(
+        saver,
+        root,
+        checkpoint(&[("a", 7, json!("branch a"))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
 }

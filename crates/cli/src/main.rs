@@ -1,13 +1,46 @@
 //! The `antler` command-line tool.
 //!
-//! Subcommands arrive with the crates they drive; see the README for what runs today.
+//! Subcommands:
+//! - `antler bench write-amp …`: the write-amplification benchmark of
+//!   `shared/bench/write-amp.md` (see `antler bench write-amp --help`).
 #![expect(
+    clippy::print_stdout,
     clippy::print_stderr,
     reason = "a command-line tool reports on its streams"
 )]
 
-fn main() -> std::process::ExitCode {
+mod write_amp;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    eprintln!("antler: no subcommands are available yet (got {args:?})");
-    std::process::ExitCode::from(2)
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["bench", "write-amp", rest @ ..] => match write_amp::Options::parse(rest) {
+            Ok(None) => {
+                println!("{}", write_amp::USAGE);
+                ExitCode::SUCCESS
+            }
+            Ok(Some(options)) => match write_amp::run(&options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("antler bench write-amp: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(e) => {
+                eprintln!("antler bench write-amp: {e}\n\n{}", write_amp::USAGE);
+                ExitCode::from(2)
+            }
+        },
+        _ => {
+            eprintln!("usage: antler bench write-amp --help");
+            ExitCode::from(2)
+        }
+    }
 }

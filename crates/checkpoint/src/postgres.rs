@@ -1,0 +1,945 @@
+//! The PostgreSQL saver (feature `postgres`): tokio-postgres with a small deadpool pool.
+//!
+//! Tables live in one schema (default `public`, configurable so tests and tenants can
+//! isolate themselves). Migrations are numbered and recorded in `antler_migrations`,
+//! applied under an advisory lock so that concurrent processes do not race.
+//! Each `put`/`put_writes` is one atomic statement (data-modifying CTEs), so one round
+//! trip; reads batch keys with `unnest` so a `get_tuple` costs four round trips and the
+//! history walk three per page of ancestors.
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+use crate::engine::{
+    Backend, BlobRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow, impl_saver,
+};
+use crate::error::{Error, Result};
+use crate::ids::{
+    ChannelName, ChannelVersion, CheckpointId, CheckpointNs, TaskId, TaskPath, ThreadId,
+};
+use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
+
+/// Schema migrations; index + 1 = the version recorded after applying it. `{s}` is the schema.
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS {s}.antler_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+     CREATE TABLE IF NOT EXISTS {s}.checkpoints (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BYTEA NOT NULL,
+        parent_id BYTEA, record BYTEA NOT NULL, metadata BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
+     CREATE TABLE IF NOT EXISTS {s}.blobs (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, channel TEXT NOT NULL, version BIGINT NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version));
+     CREATE TABLE IF NOT EXISTS {s}.writes (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BYTEA NOT NULL,
+        task_id TEXT NOT NULL, idx BIGINT NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL,
+        value BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+     CREATE TABLE IF NOT EXISTS {s}.messages (
+        thread_id TEXT NOT NULL, seq BIGINT NOT NULL, body BYTEA NOT NULL,
+        PRIMARY KEY (thread_id, seq));",
+];
+
+/// The schema version this build writes.
+pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Connection options of [`PostgresSaver`].
+#[derive(Clone, Debug)]
+pub struct PostgresOptions {
+    /// A libpq-style URL or key/value string, e.g. `postgres://user@host:5432/db`.
+    pub url: String,
+    /// The schema holding the tables (default `public`); created if missing.
+    pub schema: String,
+    /// Maximum pooled connections (default 4).
+    pub pool_size: usize,
+}
+
+impl PostgresOptions {
+    /// Options for `url` with the defaults.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            schema: "public".into(),
+            pool_size: 4,
+        }
+    }
+
+    /// Sets the schema (default `public`).
+    #[must_use]
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Sets the pool size (default 4).
+    #[must_use]
+    pub fn with_pool_size(mut self, n: usize) -> Self {
+        self.pool_size = n.max(1);
+        self
+    }
+}
+
+fn pg_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    move |e| Error::backend(context, e)
+}
+
+fn pool_err(context: impl Into<String>) -> impl FnOnce(deadpool_postgres::PoolError) -> Error {
+    move |e| Error::backend(context, e)
+}
+
+fn id_from(thread: &str, bytes: &[u8]) -> Result<CheckpointId> {
+    let arr: [u8; 16] = bytes.try_into().map_err(|_| Error::Backend {
+        context: format!("postgres: thread {thread}: checkpoint id column"),
+        source: format!("expected 16 bytes, found {}", bytes.len()).into(),
+    })?;
+    Ok(CheckpointId::from_bytes(arr))
+}
+
+fn i64_of(v: u64, what: &str) -> Result<i64> {
+    i64::try_from(v)
+        .map_err(|_| Error::InvalidArgument(format!("{what} {v} does not fit the store")))
+}
+
+fn u64_of(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+pub(crate) struct PgBackend {
+    pool: Pool,
+    s: String,
+}
+
+impl PgBackend {
+    /// Checks that every body in the runs is still stored. A separate round trip, only for
+    /// writes that reference bodies stored earlier (snapshots): a concurrent prune by another
+    /// process between this check and the write is not excluded (runs of one thread are
+    /// expected to be serialised, architecture.md "Scale-out").
+    async fn check_required(
+        &self,
+        c: &deadpool_postgres::Object,
+        thread: &ThreadId,
+        runs: &[(u64, u64)],
+    ) -> Result<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let ctx = format!("postgres: thread {thread}: checking message bodies");
+        let st = c
+            .prepare_cached(&self.sql(
+                "SELECT r.lo, r.hi, (SELECT COUNT(*) FROM {s}.messages m WHERE m.thread_id = $1 AND m.seq >= r.lo AND m.seq < r.hi)
+                   FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let lo = runs
+            .iter()
+            .map(|(s, _)| i64_of(*s, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        let hi = runs
+            .iter()
+            .map(|(s, l)| i64_of(s.saturating_add(*l), "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        for row in c
+            .query(&st, &[&thread.as_str(), &lo, &hi])
+            .await
+            .map_err(pg_err(ctx))?
+        {
+            let (lo, hi, found): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            if found != hi - lo {
+                return Err(crate::engine::missing_bodies(
+                    thread,
+                    u64_of(lo, "message sequence")?,
+                    u64_of(hi - lo, "message sequence")?,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn sql(&self, template: &str) -> String {
+        template.replace("{s}", &self.s)
+    }
+
+    async fn client(&self, context: &str) -> Result<deadpool_postgres::Object> {
+        self.pool
+            .get()
+            .await
+            .map_err(pool_err(format!("postgres: {context}: connection")))
+    }
+}
+
+fn to_row(r: &tokio_postgres::Row) -> Result<CheckpointRow> {
+    let thread: String = r.get(4);
+    let id: &[u8] = r.get(0);
+    let parent: Option<&[u8]> = r.get(1);
+    Ok(CheckpointRow {
+        id: id_from(&thread, id)?,
+        parent: parent.map(|p| id_from(&thread, p)).transpose()?,
+        record: r.get(2),
+        metadata: r.get(3),
+        ns: CheckpointNs::new(r.get::<_, String>(5)),
+        thread_id: ThreadId::new(thread),
+    })
+}
+
+const ROW_COLS: &str = "checkpoint_id, parent_id, record, metadata, thread_id, checkpoint_ns";
+
+fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    let thread = thread.clone();
+    move |e| {
+        if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+            Error::Conflict {
+                thread_id: thread,
+                detail: "message sequence numbers were taken by another writer".into(),
+            }
+        } else {
+            Error::backend(context, e)
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>> {
+        let c = self.client("reading store configuration").await?;
+        let rows = c
+            .query(&self.sql("SELECT key, value FROM {s}.antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')"), &[])
+            .await
+            .map_err(pg_err("postgres: reading store configuration"))?;
+        let get = |k: &str| {
+            rows.iter()
+                .find(|r| r.get::<_, &str>(0) == k)
+                .map(|r| r.get::<_, String>(1))
+        };
+        let (Some(mode), Some(freq)) = (get("channel_mode"), get("snapshot_frequency")) else {
+            return Ok(None);
+        };
+        let mode = ChannelMode::parse(&mode).ok_or_else(|| {
+            Error::InvalidArgument(format!("store records unknown channel mode {mode:?}"))
+        })?;
+        let freq = freq
+            .parse::<u32>()
+            .map_err(|_| {
+                Error::InvalidArgument(format!("store records invalid snapshot frequency {freq:?}"))
+            })
+            .and_then(SnapshotFrequency::new)?;
+        Ok(Some((mode, freq)))
+    }
+
+    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
+        let c = self.client("recording store configuration").await?;
+        let sql = self.sql("INSERT INTO {s}.antler_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value");
+        for (k, v) in [
+            ("channel_mode", mode.as_str().to_owned()),
+            ("snapshot_frequency", frequency.to_string()),
+        ] {
+            c.execute(&sql, &[&k, &v])
+                .await
+                .map_err(pg_err("postgres: recording store configuration"))?;
+        }
+        Ok(())
+    }
+
+    async fn checkpoint(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+    ) -> Result<Option<CheckpointRow>> {
+        let ctx = format!("postgres: thread {thread}: reading checkpoint");
+        let c = self.client(&ctx).await?;
+        let row = match id {
+            Some(id) => {
+                let st = c
+                    .prepare_cached(&self.sql(&format!("SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3")))
+                    .await
+                    .map_err(pg_err(ctx.clone()))?;
+                c.query_opt(&st, &[&thread.as_str(), &ns.as_str(), &id.to_bytes().as_slice()]).await
+            }
+            None => {
+                let st = c
+                    .prepare_cached(&self.sql(&format!(
+                        "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY checkpoint_id DESC LIMIT 1"
+                    )))
+                    .await
+                    .map_err(pg_err(ctx.clone()))?;
+                c.query_opt(&st, &[&thread.as_str(), &ns.as_str()]).await
+            }
+        }
+        .map_err(pg_err(ctx))?;
+        row.as_ref().map(to_row).transpose()
+    }
+
+    async fn checkpoints(
+        &self,
+        thread: Option<&ThreadId>,
+        ns: Option<&CheckpointNs>,
+        before: Option<CheckpointId>,
+    ) -> Result<Vec<CheckpointRow>> {
+        let c = self.client("listing checkpoints").await?;
+        let sql = self.sql(&format!(
+            "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR checkpoint_ns = $2) AND ($3::bytea IS NULL OR checkpoint_id < $3) ORDER BY checkpoint_id DESC"
+        ));
+        let before = before.map(|b| b.to_bytes().to_vec());
+        let rows = c
+            .query(
+                &sql,
+                &[
+                    &thread.map(ThreadId::as_str),
+                    &ns.map(CheckpointNs::as_str),
+                    &before,
+                ],
+            )
+            .await
+            .map_err(pg_err("postgres: listing checkpoints"))?;
+        rows.iter().map(to_row).collect()
+    }
+
+    async fn ancestors(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        start: CheckpointId,
+        max: usize,
+    ) -> Result<Vec<CheckpointRow>> {
+        let ctx = format!("postgres: thread {thread}: walking ancestors");
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "WITH RECURSIVE chain(checkpoint_id, parent_id, record, metadata, depth) AS (
+                    SELECT checkpoint_id, parent_id, record, metadata, 0 FROM {s}.checkpoints
+                     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+                    UNION ALL
+                    SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
+                      FROM chain CROSS JOIN LATERAL (
+                        -- LATERAL + LIMIT 1 keeps PostgreSQL on the primary key for each step;
+                        -- a plain join re-scans the thread per step (measured: 240 ms vs 2 ms for 512).
+                        SELECT x.checkpoint_id, x.parent_id, x.record, x.metadata FROM {s}.checkpoints x
+                         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = chain.parent_id LIMIT 1) c
+                     WHERE chain.depth + 1 < $4)
+                 SELECT checkpoint_id, parent_id, record, metadata, $1::text, $2::text FROM chain ORDER BY depth",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let max = i32::try_from(max).unwrap_or(i32::MAX);
+        let rows = c
+            .query(
+                &st,
+                &[
+                    &thread.as_str(),
+                    &ns.as_str(),
+                    &start.to_bytes().as_slice(),
+                    &max,
+                ],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter().map(to_row).collect()
+    }
+
+    async fn blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Vec<BlobRow>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ctx = format!("postgres: thread {thread}: reading blobs");
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "SELECT k.channel, k.version, b.data FROM unnest($3::text[], $4::bigint[]) k(channel, version)
+                  CROSS JOIN LATERAL (
+                    SELECT data FROM {s}.blobs b
+                     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version) b",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let channels: Vec<&str> = keys.iter().map(|(c, _)| c.as_str()).collect();
+        let versions = keys
+            .iter()
+            .map(|(_, v)| i64_of(v.get(), "channel version"))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = c
+            .query(&st, &[&thread.as_str(), &ns.as_str(), &channels, &versions])
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter()
+            .map(|r| {
+                Ok(BlobRow {
+                    channel: ChannelName::new(r.get::<_, String>(0)),
+                    version: ChannelVersion::new(u64_of(r.get(1), "channel version")?),
+                    data: r.get(2),
+                })
+            })
+            .collect()
+    }
+
+    async fn writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<Vec<WriteRow>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ctx = format!("postgres: thread {thread}: reading writes");
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "SELECT checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes
+                  WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
+        let rows = c
+            .query(&st, &[&thread.as_str(), &ns.as_str(), &id_bytes])
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter()
+            .map(|r| {
+                Ok(WriteRow {
+                    checkpoint_id: id_from(thread.as_str(), r.get(0))?,
+                    task_id: TaskId::new(r.get::<_, String>(1)),
+                    idx: r.get(2),
+                    channel: ChannelName::new(r.get::<_, String>(3)),
+                    task_path: TaskPath::new(r.get::<_, String>(4)),
+                    value: r.get(5),
+                })
+            })
+            .collect()
+    }
+
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ctx = format!("postgres: thread {thread}: reading messages");
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
+                  CROSS JOIN LATERAL (
+                    SELECT seq, body FROM {s}.messages x
+                     WHERE x.thread_id = $1 AND x.seq >= r.lo AND x.seq < r.hi ORDER BY x.seq) m",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let lo: Vec<i64> = runs
+            .iter()
+            .map(|(s, _)| i64::try_from(*s).unwrap_or(i64::MAX))
+            .collect();
+        let hi: Vec<i64> = runs
+            .iter()
+            .map(|(s, l)| i64::try_from(s.saturating_add(*l)).unwrap_or(i64::MAX))
+            .collect();
+        let rows = c
+            .query(&st, &[&thread.as_str(), &lo, &hi])
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter()
+            .map(|r| {
+                Ok(MessageRow {
+                    seq: u64_of(r.get(0), "message sequence")?,
+                    body: r.get(1),
+                })
+            })
+            .collect()
+    }
+
+    async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
+        self.messages(thread, &[(0, i64::MAX as u64)]).await
+    }
+
+    async fn put_checkpoint(
+        &self,
+        row: CheckpointRow,
+        blobs: Vec<BlobRow>,
+        messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
+    ) -> Result<()> {
+        // One statement (data-modifying CTEs are atomic): one round trip per checkpoint.
+        let ctx = format!(
+            "postgres: thread {}: writing checkpoint {}",
+            row.thread_id, row.id
+        );
+        let c = self.client(&ctx).await?;
+        self.check_required(&c, &row.thread_id, &required).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "WITH k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
+                 -- A version already stored with other bytes aborts the whole statement
+                 -- (a run-time division by zero, mapped to a version clash): never keep either silently.
+                 -- The divisor depends on a subquery so the planner cannot fold it.
+                 guard AS (
+                    SELECT 1 / (CASE WHEN EXISTS (
+                        SELECT 1 FROM k CROSS JOIN LATERAL (
+                            SELECT x.data FROM {s}.blobs x
+                             WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version) x
+                         WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
+                 m AS (
+                    INSERT INTO {s}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1),
+                 b AS (
+                    INSERT INTO {s}.blobs (thread_id, checkpoint_ns, channel, version, data)
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 ON CONFLICT DO NOTHING)
+                 INSERT INTO {s}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
+                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1
+                 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
+                 SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let seqs = messages
+            .iter()
+            .map(|m| i64_of(m.seq, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
+        let channels: Vec<&str> = blobs.iter().map(|b| b.channel.as_str()).collect();
+        let versions = blobs
+            .iter()
+            .map(|b| i64_of(b.version.get(), "channel version"))
+            .collect::<Result<Vec<_>>>()?;
+        let data: Vec<&[u8]> = blobs.iter().map(|b| b.data.as_slice()).collect();
+        let parent = row.parent.map(|p| p.to_bytes().to_vec());
+        c.execute(
+            &st,
+            &[
+                &row.thread_id.as_str(),
+                &row.ns.as_str(),
+                &row.id.to_bytes().as_slice(),
+                &parent,
+                &row.record,
+                &row.metadata,
+                &seqs,
+                &bodies,
+                &channels,
+                &versions,
+                &data,
+            ],
+        )
+        .await
+        .map_err(|e| {
+            if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
+                Error::Conflict {
+                    thread_id: row.thread_id.clone(),
+                    detail: format!(
+                        "checkpoint {} stores a channel version that already holds a different value; channel versions must be unique within a thread, across branches",
+                        row.id
+                    ),
+                }
+            } else {
+                conflict_or(&row.thread_id, ctx)(e)
+            }
+        })?;
+        Ok(())
+    }
+
+    async fn put_writes(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        checkpoint: CheckpointId,
+        writes: Vec<WriteRow>,
+        messages: Vec<MessageRow>,
+        required: Vec<(u64, u64)>,
+    ) -> Result<bool> {
+        // One statement: the existence check, the message bodies and both kinds of writes.
+        let ctx = format!("postgres: thread {thread}: writing writes of checkpoint {checkpoint}");
+        let c = self.client(&ctx).await?;
+        self.check_required(&c, thread, &required).await?;
+        let st = c
+            .prepare_cached(&self.sql(
+                "WITH cp AS (
+                    SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 FOR SHARE),
+                 m AS (
+                    INSERT INTO {s}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp)),
+                 w AS (
+                    SELECT * FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])
+                        AS w(task_id, idx, channel, task_path, value)
+                     WHERE EXISTS (SELECT 1 FROM cp)),
+                 up AS (
+                    INSERT INTO {s}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx < 0
+                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                    DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
+                 ins AS (
+                    INSERT INTO {s}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx >= 0
+                    ON CONFLICT DO NOTHING)
+                 SELECT EXISTS (SELECT 1 FROM cp)",
+            ))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let seqs = messages
+            .iter()
+            .map(|m| i64_of(m.seq, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
+        let tasks: Vec<&str> = writes.iter().map(|w| w.task_id.as_str()).collect();
+        let idxs: Vec<i64> = writes.iter().map(|w| w.idx).collect();
+        let channels: Vec<&str> = writes.iter().map(|w| w.channel.as_str()).collect();
+        let paths: Vec<&str> = writes.iter().map(|w| w.task_path.as_str()).collect();
+        let values: Vec<&[u8]> = writes.iter().map(|w| w.value.as_slice()).collect();
+        let row = c
+            .query_one(
+                &st,
+                &[
+                    &thread.as_str(),
+                    &ns.as_str(),
+                    &checkpoint.to_bytes().as_slice(),
+                    &seqs,
+                    &bodies,
+                    &tasks,
+                    &idxs,
+                    &channels,
+                    &paths,
+                    &values,
+                ],
+            )
+            .await
+            .map_err(conflict_or(thread, ctx))?;
+        Ok(row.get(0))
+    }
+
+    async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
+        let ctx = format!("postgres: thread {thread}: deleting");
+        let mut c = self.client(&ctx).await?;
+        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        for table in ["checkpoints", "blobs", "writes", "messages"] {
+            tx.execute(
+                &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1")),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        }
+        tx.commit().await.map_err(pg_err(ctx))
+    }
+
+    async fn delete_checkpoints(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<()> {
+        let ctx = format!("postgres: thread {thread}: deleting checkpoints");
+        let mut c = self.client(&ctx).await?;
+        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
+        for table in ["checkpoints", "writes"] {
+            tx.execute(
+                &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])")),
+                &[&thread.as_str(), &ns.as_str(), &id_bytes],
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        }
+        tx.commit().await.map_err(pg_err(ctx))
+    }
+
+    async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
+        let ctx = format!("postgres: copying thread {source} to {target}");
+        let mut c = self.client(&ctx).await?;
+        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        for sql in [
+            "INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
+             ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
+            "INSERT INTO {s}.blobs SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
+             ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET data = EXCLUDED.data",
+            "INSERT INTO {s}.writes SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
+             ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value",
+            "INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
+             ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body",
+        ] {
+            tx.execute(&self.sql(sql), &[&source.as_str(), &target.as_str()]).await.map_err(pg_err(ctx.clone()))?;
+        }
+        tx.commit().await.map_err(pg_err(ctx))
+    }
+
+    async fn blob_keys(
+        &self,
+        thread: &ThreadId,
+    ) -> Result<Vec<(CheckpointNs, ChannelName, ChannelVersion)>> {
+        let ctx = format!("postgres: thread {thread}: listing blobs");
+        let c = self.client(&ctx).await?;
+        let rows = c
+            .query(
+                &self.sql(
+                    "SELECT checkpoint_ns, channel, version FROM {s}.blobs WHERE thread_id = $1",
+                ),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    CheckpointNs::new(r.get::<_, String>(0)),
+                    ChannelName::new(r.get::<_, String>(1)),
+                    ChannelVersion::new(u64_of(r.get(2), "channel version")?),
+                ))
+            })
+            .collect()
+    }
+
+    async fn delete_blobs(
+        &self,
+        thread: &ThreadId,
+        keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
+    ) -> Result<()> {
+        let ctx = format!("postgres: thread {thread}: deleting blobs");
+        let c = self.client(&ctx).await?;
+        let ns: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+        let ch: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+        let v = keys
+            .iter()
+            .map(|k| i64_of(k.2.get(), "channel version"))
+            .collect::<Result<Vec<_>>>()?;
+        c.execute(
+            &self.sql(
+                "DELETE FROM {s}.blobs b USING unnest($2::text[], $3::text[], $4::bigint[]) k(ns, channel, version)
+                  WHERE b.thread_id = $1 AND b.checkpoint_ns = k.ns AND b.channel = k.channel AND b.version = k.version",
+            ),
+            &[&thread.as_str(), &ns, &ch, &v],
+        )
+        .await
+        .map_err(pg_err(ctx))?;
+        Ok(())
+    }
+
+    async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
+        let ctx = format!("postgres: thread {thread}: reading writes");
+        let c = self.client(&ctx).await?;
+        let rows = c
+            .query(
+                &self.sql("SELECT value FROM {s}.writes WHERE thread_id = $1"),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
+        let ctx = format!("postgres: thread {thread}: reading blobs");
+        let c = self.client(&ctx).await?;
+        let rows = c
+            .query(
+                &self.sql("SELECT data FROM {s}.blobs WHERE thread_id = $1"),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
+        let ctx = format!("postgres: thread {thread}: deleting messages");
+        let c = self.client(&ctx).await?;
+        let seqs = seqs
+            .iter()
+            .map(|s| i64_of(*s, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
+        c.execute(
+            &self.sql("DELETE FROM {s}.messages WHERE thread_id = $1 AND seq = ANY($2::bigint[])"),
+            &[&thread.as_str(), &seqs],
+        )
+        .await
+        .map_err(pg_err(ctx))?;
+        Ok(())
+    }
+
+    async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        let ctx = format!("postgres: thread {thread}: measuring");
+        let c = self.client(&ctx).await?;
+        let row = c
+            .query_one(
+                &self.sql(
+                    "SELECT
+                      (SELECT COALESCE(SUM(length(record) + COALESCE(length(parent_id), 0)), 0)::bigint FROM {s}.checkpoints WHERE thread_id = $1),
+                      (SELECT COALESCE(SUM(length(metadata)), 0)::bigint FROM {s}.checkpoints WHERE thread_id = $1),
+                      (SELECT COALESCE(SUM(length(data)), 0)::bigint FROM {s}.blobs WHERE thread_id = $1),
+                      (SELECT COALESCE(SUM(octet_length(channel) + octet_length(task_path) + length(value)), 0)::bigint FROM {s}.writes WHERE thread_id = $1),
+                      (SELECT COALESCE(SUM(length(body)), 0)::bigint FROM {s}.messages WHERE thread_id = $1),
+                      (SELECT COUNT(*) FROM {s}.checkpoints WHERE thread_id = $1) + (SELECT COUNT(*) FROM {s}.blobs WHERE thread_id = $1)
+                        + (SELECT COUNT(*) FROM {s}.writes WHERE thread_id = $1) + (SELECT COUNT(*) FROM {s}.messages WHERE thread_id = $1)",
+                ),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        let u = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+        Ok(StorageStats {
+            checkpoint_bytes: u(0),
+            metadata_bytes: u(1),
+            blob_bytes: u(2),
+            write_bytes: u(3),
+            message_bytes: u(4),
+            rows: u(5),
+        })
+    }
+}
+
+/// The PostgreSQL saver.
+///
+/// ```no_run
+/// # async fn example() -> antler_checkpoint::Result<()> {
+/// use antler_checkpoint::{PostgresOptions, PostgresSaver, StoreConfig};
+/// let saver = PostgresSaver::connect(PostgresOptions::new("postgres://postgres@127.0.0.1:5432/postgres"), StoreConfig::full()).await?;
+/// # let _ = saver;
+/// # Ok(())
+/// # }
+/// ```
+pub struct PostgresSaver {
+    engine: Engine<PgBackend>,
+}
+
+impl PostgresSaver {
+    /// Connects, creates the schema if needed, applies migrations under an advisory lock, and
+    /// records or checks the store configuration.
+    ///
+    /// # Errors
+    /// [`Error::StoreConfigMismatch`], [`Error::SchemaTooNew`], or [`Error::Backend`] when the
+    /// server is unreachable or a statement fails.
+    pub async fn connect(options: PostgresOptions, config: StoreConfig) -> Result<Self> {
+        let pg_config: tokio_postgres::Config = options
+            .url
+            .parse()
+            .map_err(pg_err("postgres: parsing connection string"))?;
+        let manager = Manager::from_config(
+            pg_config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .build()
+            .map_err(|e| Error::backend("postgres: building the pool", e))?;
+        let backend = PgBackend {
+            pool,
+            s: quote_ident(&options.schema),
+        };
+        backend.migrate().await?;
+        Ok(Self {
+            engine: Engine::open(backend, config).await?,
+        })
+    }
+
+    /// Payload bytes stored for a thread (keys and row overhead excluded).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL failure.
+    pub async fn storage_stats(&self, thread: &ThreadId) -> Result<StorageStats> {
+        self.engine.stats(thread).await
+    }
+
+    /// `pg_column_size` of every row of the thread, summed over the tables (what PostgreSQL
+    /// actually stores, after its own compression and with tuple headers).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL failure.
+    pub async fn pg_column_bytes(&self, thread: &ThreadId) -> Result<u64> {
+        let b = &self.engine.backend;
+        let ctx = format!("postgres: thread {thread}: measuring");
+        let c = b.client(&ctx).await?;
+        let row = c
+            .query_one(
+                &b.sql(
+                    "SELECT ((SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.checkpoints t WHERE thread_id = $1)
+                          + (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.blobs t WHERE thread_id = $1)
+                          + (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.writes t WHERE thread_id = $1)
+                          + (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.messages t WHERE thread_id = $1))::bigint",
+                ),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+}
+
+impl PostgresSaver {
+    /// Drops the saver's schema and everything in it (`DROP SCHEMA … CASCADE`); for tests and benchmarks.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL failure.
+    pub async fn drop_schema(self) -> Result<()> {
+        let b = &self.engine.backend;
+        let c = b.client("dropping schema").await?;
+        c.batch_execute(&b.sql("DROP SCHEMA IF EXISTS {s} CASCADE"))
+            .await
+            .map_err(pg_err("postgres: dropping schema"))
+    }
+}
+
+impl PgBackend {
+    async fn migrate(&self) -> Result<()> {
+        let mut c = self.client("migrating").await?;
+        let tx = c
+            .transaction()
+            .await
+            .map_err(pg_err("postgres: migrating"))?;
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&self.s])
+            .await
+            .map_err(pg_err("postgres: migration lock"))?;
+        tx.batch_execute(&self.sql("CREATE SCHEMA IF NOT EXISTS {s}; CREATE TABLE IF NOT EXISTS {s}.antler_migrations (v BIGINT PRIMARY KEY)"))
+            .await
+            .map_err(pg_err("postgres: migrating"))?;
+        let current: i64 = tx
+            .query_one(
+                &self.sql("SELECT COALESCE(MAX(v), 0) FROM {s}.antler_migrations"),
+                &[],
+            )
+            .await
+            .map_err(pg_err("postgres: reading schema version"))?
+            .get(0);
+        if current > POSTGRES_SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                found: current,
+                supported: POSTGRES_SCHEMA_VERSION,
+            });
+        }
+        for (i, sql) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(current).unwrap_or(0))
+        {
+            let v = i as i64 + 1;
+            tx.batch_execute(&self.sql(sql))
+                .await
+                .map_err(pg_err(format!("postgres: migration {v}")))?;
+            tx.execute(
+                &self.sql("INSERT INTO {s}.antler_migrations (v) VALUES ($1)"),
+                &[&v],
+            )
+            .await
+            .map_err(pg_err(format!("postgres: migration {v}")))?;
+        }
+        tx.commit().await.map_err(pg_err("postgres: migrating"))
+    }
+}
+
+impl std::fmt::Debug for PostgresSaver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSaver")
+            .field("schema", &self.engine.backend.s)
+            .field("config", &self.engine.store_config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl_saver!(PostgresSaver);

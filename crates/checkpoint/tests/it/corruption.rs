@@ -1,0 +1,378 @@
+//! Corrupt, truncated and unknown-version stored bytes, deleted parents and message bodies:
+//! every read is a typed error naming thread and checkpoint — never an empty state.
+
+use antler_checkpoint::delta::{DeltaMessages, DeltaWrite, materialize};
+use antler_checkpoint::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, ErrorKind, Saver,
+    SnapshotFrequency, SqliteSaver, StoreConfig, TaskId, TaskPath,
+};
+use antler_state_reducers::Message;
+use rusqlite::params;
+
+const F: u32 = 3;
+
+/// A delta thread of `turns` turns (input + loop checkpoint each, writes on the input one).
+async fn thread(
+    saver: &dyn Saver,
+    name: &str,
+    turns: usize,
+) -> (Vec<CheckpointConfig>, Vec<Message>) {
+    let freq = SnapshotFrequency::new(F).unwrap();
+    let mut channel = DeltaMessages::new(freq);
+    let mut head = CheckpointConfig::latest(name);
+    let mut all = Vec::new();
+    let mut version = 0u64;
+    for t in 0..turns {
+        let mut cp = Checkpoint::empty();
+        let mut nv = ChannelVersions::new();
+        if channel.on_checkpoint(false).is_snapshot() {
+            version += 1;
+            cp.channel_values
+                .insert("messages".into(), channel.snapshot_blob().unwrap());
+            nv.insert("messages".into(), version.into());
+        }
+        if version > 0 {
+            cp.channel_versions
+                .insert("messages".into(), version.into());
+        }
+        let input = saver
+            .put(&head, cp, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap();
+        all.push(input.clone());
+        let msgs = vec![
+            Message::human(format!("q{t}")).with_id(format!("{t}h")),
+            Message::ai(format!("a{t}")).with_id(format!("{t}a")),
+        ];
+        let w = DeltaWrite::from(msgs);
+        saver
+            .put_writes(
+                &input,
+                vec![("messages".into(), w.to_blob().unwrap())],
+                &TaskId::new(format!("task{t}")),
+                &TaskPath::default(),
+            )
+            .await
+            .unwrap();
+        channel.update(vec![w]).unwrap();
+        version += 1;
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("messages".into(), version.into());
+        let mut nv: ChannelVersions = [("messages".into(), version.into())].into();
+        if channel.on_checkpoint(true).is_snapshot() {
+            cp.channel_values
+                .insert("messages".into(), channel.snapshot_blob().unwrap());
+        } else {
+            nv.clear();
+        }
+        head = saver
+            .put(&input, cp, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap();
+        all.push(head.clone());
+    }
+    (all, channel.into_value())
+}
+
+async fn read(saver: &dyn Saver, at: &CheckpointConfig) -> antler_checkpoint::Result<Vec<Message>> {
+    let tuple = saver
+        .get_tuple(at)
+        .await?
+        .ok_or_else(|| antler_checkpoint::Error::InvalidArgument("gone".into()))?;
+    Ok(materialize(
+        saver,
+        &tuple,
+        "messages",
+        SnapshotFrequency::new(F).unwrap(),
+    )
+    .await?
+    .channel
+    .into_value())
+}
+
+struct Fixture {
+    path: std::path::PathBuf,
+    configs: Vec<CheckpointConfig>,
+    value: Vec<Message>,
+}
+
+async fn fixture() -> (SqliteSaver, Fixture) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("corrupt-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let saver = SqliteSaver::open(
+        &path,
+        StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+    )
+    .await
+    .unwrap();
+    let (configs, value) = thread(&saver, "t-corrupt", 4).await;
+    assert_eq!(read(&saver, configs.last().unwrap()).await.unwrap(), value);
+    (
+        saver,
+        Fixture {
+            path,
+            configs,
+            value,
+        },
+    )
+}
+
+/// Applies `edit` to a fresh copy of the fixture, reopens the store cold, reads the head and
+/// every checkpoint, and asserts each read that touches the damage fails with a typed error.
+async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
+    let (saver, fx) = fixture().await;
+    drop(saver);
+    edit(&rusqlite::Connection::open(&fx.path).unwrap());
+    let saver = SqliteSaver::open(
+        &fx.path,
+        StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+    )
+    .await
+    .unwrap();
+    let mut errors = 0;
+    for c in &fx.configs {
+        match read(&saver, c).await {
+            Ok(v) => {
+                // An undamaged checkpoint must still read correctly, never as something else.
+                if c == fx.configs.last().unwrap() {
+                    assert_eq!(v, fx.value);
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                let text = e.to_string();
+                assert!(
+                    matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound),
+                    "unexpected kind {:?}: {text}",
+                    e.kind()
+                );
+                assert!(
+                    text.contains("t-corrupt"),
+                    "error does not name the thread: {text}"
+                );
+                assert!(
+                    text.contains("checkpoint"),
+                    "error does not name the checkpoint: {text}"
+                );
+            }
+        }
+    }
+    assert!(errors > 0, "the damage went unnoticed");
+}
+
+fn edit_blob_column(conn: &rusqlite::Connection, table: &str, col: &str, f: &dyn Fn(&mut Vec<u8>)) {
+    let key_cols = "rowid";
+    let _ = key_cols;
+    let rows: Vec<Vec<u8>> = conn
+        .prepare(&format!("SELECT {col} FROM {table}"))
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for old in rows {
+        let mut new = old.clone();
+        f(&mut new);
+        conn.execute(
+            &format!("UPDATE {table} SET {col} = ?1 WHERE {col} = ?2"),
+            params![new, old],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn flipped_bytes_in_every_table_are_detected() {
+    antler_checkpoint::testing::block_on(async {
+        for (table, col) in [
+            ("checkpoints", "record"),
+            ("checkpoints", "metadata"),
+            ("blobs", "data"),
+            ("writes", "value"),
+            ("messages", "body"),
+        ] {
+            for position in [0usize, 2, 5, 7, usize::MAX] {
+                assert_damage_detected(|c| {
+                    edit_blob_column(c, table, col, &|b: &mut Vec<u8>| {
+                        let i = position.min(b.len() - 1);
+                        b[i] ^= 0x20;
+                    })
+                })
+                .await;
+            }
+        }
+    });
+}
+
+#[test]
+fn truncated_rows_are_detected() {
+    antler_checkpoint::testing::block_on(async {
+        for (table, col) in [
+            ("checkpoints", "record"),
+            ("checkpoints", "metadata"),
+            ("blobs", "data"),
+            ("writes", "value"),
+            ("messages", "body"),
+        ] {
+            for keep in [0usize, 3, 6] {
+                assert_damage_detected(|c| {
+                    edit_blob_column(c, table, col, &|b: &mut Vec<u8>| {
+                        b.truncate(keep.min(b.len() - 1))
+                    })
+                })
+                .await;
+            }
+        }
+    });
+}
+
+#[test]
+fn unknown_format_versions_are_typed() {
+    antler_checkpoint::testing::block_on(async {
+        let (saver, fx) = fixture().await;
+        drop(saver);
+        let conn = rusqlite::Connection::open(&fx.path).unwrap();
+        edit_blob_column(&conn, "checkpoints", "record", &|b: &mut Vec<u8>| {
+            b[0] = 0x7f
+        });
+        let saver = SqliteSaver::open(
+            &fx.path,
+            StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+        )
+        .await
+        .unwrap();
+        let err = saver
+            .get_tuple(fx.configs.last().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+        let text = err.to_string();
+        assert!(
+            text.contains("unknown format version 127") && text.contains("t-corrupt"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                &fx.configs
+                    .last()
+                    .unwrap()
+                    .checkpoint_id
+                    .unwrap()
+                    .to_string()
+            ),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_deleted_parent_is_a_missing_parent_error() {
+    antler_checkpoint::testing::block_on(async {
+        let (saver, fx) = fixture().await;
+        let head = fx.configs.last().unwrap();
+        let parent = fx.configs[fx.configs.len() - 2].checkpoint_id.unwrap();
+        rusqlite::Connection::open(&fx.path)
+            .unwrap()
+            .execute(
+                "DELETE FROM checkpoints WHERE checkpoint_id = ?1",
+                params![parent.to_bytes()],
+            )
+            .unwrap();
+        let err = read(&saver, head).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&parent.to_string())
+                && text.contains(&head.checkpoint_id.unwrap().to_string()),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_deleted_message_body_is_an_error_not_a_shorter_list() {
+    antler_checkpoint::testing::block_on(async {
+        assert_damage_detected(|c| {
+            c.execute("DELETE FROM messages WHERE seq = 1", []).unwrap();
+        })
+        .await;
+    });
+}
+
+#[test]
+fn corruption_on_postgres_is_typed_too() {
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) =
+            crate::postgres::fresh(StoreConfig::delta(SnapshotFrequency::new(F).unwrap())).await
+        else {
+            return;
+        };
+        let (configs, _) = thread(&saver, "t-corrupt", 4).await;
+        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let s = &options.schema;
+        client.execute(&format!("UPDATE {s}.checkpoints SET record = set_byte(record, 6, get_byte(record, 6) # 1)"), &[]).await.unwrap();
+        let err = read(&saver, configs.last().unwrap()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("t-corrupt"));
+        client.execute(&format!("UPDATE {s}.checkpoints SET record = set_byte(record, 6, get_byte(record, 6) # 1)"), &[]).await.unwrap();
+        client
+            .execute(
+                &format!("DELETE FROM {s}.checkpoints WHERE checkpoint_id = $1"),
+                &[&configs[configs.len() - 2]
+                    .checkpoint_id
+                    .unwrap()
+                    .to_bytes()
+                    .as_slice()],
+            )
+            .await
+            .unwrap();
+        let err = read(&saver, configs.last().unwrap()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        drop(client);
+        let _ = task.await;
+        saver.drop_schema().await.unwrap();
+    });
+}
+
+/// Another process (here: a second saver on the same file) deletes the thread while this
+/// saver's message index still knows its bodies: the next snapshot must re-store the bodies
+/// (after a conflict and a reload), never reference bodies that are gone.
+#[test]
+fn a_stale_message_index_never_leaves_dangling_references() {
+    antler_checkpoint::testing::block_on(async {
+        let (a, fx) = fixture().await;
+        let b = SqliteSaver::open(
+            &fx.path,
+            StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+        )
+        .await
+        .unwrap();
+        b.delete_thread(&"t-corrupt".into()).await.unwrap();
+        // Saver `a` writes a snapshot of the same messages on a fresh chain.
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 1.into());
+        cp.channel_values.insert(
+            "messages".into(),
+            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, &fx.value)
+                .unwrap(),
+        );
+        let nv = cp.channel_versions.clone();
+        let c = a
+            .put(
+                &CheckpointConfig::latest("t-corrupt"),
+                cp,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+        assert_eq!(read(&b, &c).await.unwrap(), fx.value);
+        assert_eq!(read(&a, &c).await.unwrap(), fx.value);
+    });
+}

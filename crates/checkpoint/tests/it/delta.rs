@@ -1,0 +1,290 @@
+//! The delta messages channel: cadence counters, snapshot decisions, the append fast path
+//! against the batch reducer, and materialisation equal to the live value.
+
+use antler_checkpoint::delta::{
+    DeltaMessages, DeltaWrite, SnapshotDecision, materialize, read_counters, write_counters,
+};
+use antler_checkpoint::{
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, DeltaCounters, MemorySaver,
+    Saver, SnapshotFrequency, StoreConfig, TaskId, TaskPath,
+};
+use antler_state_reducers::{Message, MessageWrite, merge_message_writes};
+
+fn f(n: u32) -> SnapshotFrequency {
+    SnapshotFrequency::new(n).unwrap()
+}
+
+fn msg(id: &str) -> Message {
+    Message::human(format!("text of {id}")).with_id(id)
+}
+
+#[test]
+fn counters_follow_the_reference_example_and_reset_on_snapshot() {
+    // Two checkpoints per invoke (input, then loop after the node): with F = 3 the third
+    // node step snapshots (runtime-spec §5.3).
+    let mut ch = DeltaMessages::new(f(3));
+    let mut seen = Vec::new();
+    for turn in 0..4 {
+        let d = ch.on_checkpoint(false);
+        seen.push((ch.counters().updates, ch.counters().supersteps, d));
+        ch.update(vec![vec![msg(&format!("{turn}"))].into()])
+            .unwrap();
+        let d = ch.on_checkpoint(true);
+        seen.push((ch.counters().updates, ch.counters().supersteps, d));
+    }
+    use SnapshotDecision::{Frequency, Skip};
+    assert_eq!(
+        seen,
+        vec![
+            (0, 1, Skip),
+            (1, 2, Skip),
+            (1, 3, Skip),
+            (2, 4, Skip),
+            (2, 5, Skip),
+            (0, 0, Frequency),
+            (0, 1, Skip),
+            (1, 2, Skip)
+        ]
+    );
+}
+
+#[test]
+fn superstep_bound_and_never_written_channels() {
+    let mut unwritten = DeltaMessages::new(f(2)).with_max_supersteps(2);
+    for _ in 0..5 {
+        assert_eq!(
+            unwritten.on_checkpoint(true),
+            SnapshotDecision::Skip,
+            "an unwritten channel never snapshots"
+        );
+    }
+    let mut ch = DeltaMessages::new(f(100)).with_max_supersteps(3);
+    ch.update(vec![vec![msg("a")].into()]).unwrap();
+    assert_eq!(ch.on_checkpoint(true), SnapshotDecision::Skip);
+    assert_eq!(ch.on_checkpoint(false), SnapshotDecision::Skip);
+    assert_eq!(ch.on_checkpoint(false), SnapshotDecision::SuperstepBound);
+    assert_eq!(ch.counters(), DeltaCounters::default());
+}
+
+#[test]
+fn overwrite_replaces_drops_the_step_and_forces_a_snapshot() {
+    let mut ch = DeltaMessages::new(f(100));
+    ch.update(vec![vec![msg("a"), msg("b")].into()]).unwrap();
+    ch.update(vec![
+        vec![msg("c")].into(),
+        DeltaWrite::Overwrite(vec![msg("z")]),
+        vec![msg("d")].into(),
+    ])
+    .unwrap();
+    assert_eq!(ch.value(), &[msg("z")]);
+    assert_eq!(ch.on_checkpoint(true), SnapshotDecision::Forced);
+    let err = ch
+        .update(vec![
+            DeltaWrite::Overwrite(vec![]),
+            DeltaWrite::Overwrite(vec![]),
+        ])
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Can receive only one Overwrite value per super-step."
+    );
+    assert_eq!(
+        ch.value(),
+        &[msg("z")],
+        "a failed update leaves the value unchanged"
+    );
+    assert!(!ch.update(vec![]).unwrap(), "an empty batch is no change");
+}
+
+/// The append fast path must agree with the batch reducer on every kind of write.
+#[test]
+fn fast_path_agrees_with_the_batch_reducer() {
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for _round in 0..40 {
+        let mut ch = DeltaMessages::new(f(5));
+        let mut reference: Vec<Message> = Vec::new();
+        let mut fresh = 0;
+        for _step in 0..30 {
+            let mut batch = Vec::new();
+            for _ in 0..=next(3) {
+                let mut list = Vec::new();
+                for _ in 0..=next(3) {
+                    let m = match next(10) {
+                        0 if !reference.is_empty() => Message::remove(
+                            reference[next(reference.len() as u64) as usize]
+                                .id
+                                .clone()
+                                .unwrap(),
+                        ),
+                        1 if !reference.is_empty() => Message::ai("replaced").with_id(
+                            reference[next(reference.len() as u64) as usize]
+                                .id
+                                .clone()
+                                .unwrap(),
+                        ),
+                        2 => Message::human("id-less"),
+                        _ => {
+                            fresh += 1;
+                            msg(&format!("n{fresh}"))
+                        }
+                    };
+                    list.push(m);
+                }
+                batch.push(MessageWrite::Messages(list));
+            }
+            // Id-less messages get random ids: assign them first, as the runtime does before persisting.
+            let mut writes: Vec<DeltaWrite> = batch.into_iter().map(DeltaWrite::Write).collect();
+            for w in &mut writes {
+                w.assign_missing_ids();
+            }
+            let plain: Vec<MessageWrite> = writes
+                .iter()
+                .map(|w| match w {
+                    DeltaWrite::Write(m) => m.clone(),
+                    DeltaWrite::Overwrite(_) => unreachable!(),
+                })
+                .collect();
+            let expected = merge_message_writes(&reference, &plain);
+            let got = ch.update(writes);
+            match (expected, got) {
+                (Ok(e), Ok(_)) => {
+                    assert_eq!(ch.value(), e.as_slice());
+                    reference = e;
+                }
+                (Err(e), Err(g)) => assert_eq!(e.to_string(), g.to_string()),
+                (e, g) => panic!("reducer and channel disagree: {e:?} vs {g:?}"),
+            }
+            if ch.on_checkpoint(true).is_snapshot() {
+                let blob = ch.snapshot_blob().unwrap();
+                let decoded = antler_checkpoint::delta::decode_messages_value(
+                    &blob,
+                    &"t".into(),
+                    antler_checkpoint::CheckpointId::generate(),
+                )
+                .unwrap();
+                assert_eq!(
+                    decoded, reference,
+                    "the cached snapshot encodes the current value"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn counters_round_trip_through_metadata() {
+    let mut m = CheckpointMetadata::default();
+    write_counters(
+        &mut m,
+        "messages",
+        DeltaCounters {
+            updates: 2,
+            supersteps: 5,
+        },
+    );
+    assert_eq!(
+        m.to_json()["counters_since_delta_snapshot"],
+        serde_json::json!({"messages": [2, 5]})
+    );
+    assert_eq!(
+        read_counters(&m, "messages"),
+        DeltaCounters {
+            updates: 2,
+            supersteps: 5
+        }
+    );
+    write_counters(&mut m, "messages", DeltaCounters::default());
+    assert!(
+        !m.to_json().contains_key("counters_since_delta_snapshot"),
+        "zero pairs are not stored"
+    );
+}
+
+/// Materialising any checkpoint of a long delta thread from storage gives the value the live
+/// channel had there, replaying at most F writes (R41: deterministic, ids persisted).
+#[test]
+fn materialisation_equals_the_live_value_at_every_checkpoint() {
+    antler_checkpoint::testing::block_on(async {
+        let freq = f(4);
+        let saver = MemorySaver::new(StoreConfig::delta(freq));
+        let mut ch = DeltaMessages::new(freq);
+        let mut head = CheckpointConfig::latest("t");
+        let mut expected = Vec::new();
+        let mut version = 0u64;
+        for turn in 0..23 {
+            let mut cp = Checkpoint::empty();
+            let mut nv = ChannelVersions::new();
+            if ch.on_checkpoint(false).is_snapshot() {
+                version += 1;
+                nv.insert("messages".into(), version.into());
+                cp.channel_values
+                    .insert("messages".into(), ch.snapshot_blob().unwrap());
+            }
+            if version > 0 {
+                cp.channel_versions
+                    .insert("messages".into(), version.into());
+            }
+            let mut meta = CheckpointMetadata::default();
+            write_counters(&mut meta, "messages", ch.counters());
+            let input = saver.put(&head, cp, meta, &nv).await.unwrap();
+            expected.push((input.clone(), ch.value().to_vec()));
+            // Every third turn replaces an earlier message instead of appending.
+            let mut w: DeltaWrite = if turn % 3 == 2 {
+                vec![
+                    Message::ai("edited").with_id("0h"),
+                    Message::human("no id yet"),
+                ]
+                .into()
+            } else {
+                vec![msg(&format!("{turn}h"))].into()
+            };
+            w.assign_missing_ids();
+            saver
+                .put_writes(
+                    &input,
+                    vec![("messages".into(), w.to_blob().unwrap())],
+                    &TaskId::new(format!("task{turn}")),
+                    &TaskPath::new("~turn"),
+                )
+                .await
+                .unwrap();
+            ch.update(vec![w]).unwrap();
+            version += 1;
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert("messages".into(), version.into());
+            let mut nv = ChannelVersions::new();
+            if ch.on_checkpoint(true).is_snapshot() {
+                nv.insert("messages".into(), version.into());
+                cp.channel_values
+                    .insert("messages".into(), ch.snapshot_blob().unwrap());
+            }
+            let mut meta = CheckpointMetadata::default();
+            write_counters(&mut meta, "messages", ch.counters());
+            head = saver.put(&input, cp, meta, &nv).await.unwrap();
+            expected.push((head.clone(), ch.value().to_vec()));
+        }
+        for (config, value) in &expected {
+            let tuple = saver.get_tuple(config).await.unwrap().unwrap();
+            let m = materialize(&saver, &tuple, "messages", freq).await.unwrap();
+            assert_eq!(m.channel.value(), value.as_slice());
+            assert!(
+                m.replayed_writes <= freq.get() as usize,
+                "replayed {} writes",
+                m.replayed_writes
+            );
+            let again = materialize(&saver, &tuple, "messages", freq).await.unwrap();
+            assert_eq!(
+                again.channel.value(),
+                value.as_slice(),
+                "materialisation is deterministic"
+            );
+        }
+    });
+}

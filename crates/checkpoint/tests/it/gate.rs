@@ -1,0 +1,349 @@
+//! The mode gate (kernel-spec R32–R35) and the store's open-time configuration check.
+
+use antler_checkpoint::mode::{
+    check_mode, inject_mode_marker, metadata_uses_delta, tuple_uses_delta,
+};
+use antler_checkpoint::{
+    Blob, ChannelMode, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata,
+    DeltaCounters, ErrorKind, ListQuery, MemorySaver, Saver, SnapshotFrequency, SqliteSaver,
+    StoreConfig, TaskId, TaskPath,
+};
+use serde_json::json;
+
+fn delta_meta() -> CheckpointMetadata {
+    CheckpointMetadata {
+        channel_mode: Some(ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    }
+}
+
+fn f(n: u32) -> SnapshotFrequency {
+    SnapshotFrequency::new(n).unwrap()
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gate-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn r33_delta_detection_on_metadata() {
+    assert!(metadata_uses_delta(&delta_meta()));
+    let mut counters = CheckpointMetadata::default();
+    counters.counters_since_delta_snapshot.insert(
+        "messages".into(),
+        DeltaCounters {
+            updates: 1,
+            supersteps: 2,
+        },
+    );
+    assert!(metadata_uses_delta(&counters));
+    let mut other = CheckpointMetadata::default();
+    other.counters_since_delta_snapshot.insert(
+        "todos".into(),
+        DeltaCounters {
+            updates: 1,
+            supersteps: 1,
+        },
+    );
+    assert!(!metadata_uses_delta(&other));
+    let mut extra = CheckpointMetadata::default();
+    extra
+        .extra
+        .insert("deerflow_checkpoint_channel_mode".into(), json!("delta"));
+    assert!(metadata_uses_delta(&extra));
+    assert!(!metadata_uses_delta(&CheckpointMetadata::default()));
+    assert!(!tuple_uses_delta(None));
+}
+
+#[test]
+fn r32_marker_injection() {
+    let mut m = CheckpointMetadata::default();
+    inject_mode_marker(&mut m, ChannelMode::Delta);
+    assert_eq!(
+        m.to_json()["deerflow_checkpoint_channel_mode"],
+        json!("delta")
+    );
+    m.extra
+        .insert("deerflow_checkpoint_channel_mode".into(), json!("delta"));
+    inject_mode_marker(&mut m, ChannelMode::Full);
+    assert!(!m.to_json().contains_key("deerflow_checkpoint_channel_mode"));
+    assert!(!metadata_uses_delta(&m));
+}
+
+async fn put_delta_thread(saver: &dyn Saver, thread: &str) -> CheckpointConfig {
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("messages".into(), 1.into());
+    saver
+        .put(
+            &CheckpointConfig::latest(thread),
+            cp,
+            delta_meta(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap()
+}
+
+#[test]
+fn r34_full_mode_fails_closed_on_a_delta_checkpoint_and_delta_mode_never_gates() {
+    antler_checkpoint::testing::block_on(async {
+        let saver = MemorySaver::new(StoreConfig::delta(f(10)));
+        let c = put_delta_thread(&saver, "t-gate").await;
+        let tuple = saver.get_tuple(&c).await.unwrap().unwrap();
+        let err = check_mode(ChannelMode::Full, &c.thread_id, Some(&tuple)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+        let text = err.to_string();
+        assert!(
+            text.contains("requires delta mode") && text.contains("t-gate"),
+            "{text}"
+        );
+        check_mode(ChannelMode::Delta, &c.thread_id, Some(&tuple)).unwrap();
+        check_mode(ChannelMode::Full, &c.thread_id, None).unwrap();
+    });
+}
+
+#[test]
+fn r34_delta_mode_reads_a_legacy_full_thread_with_the_plain_value_as_seed() {
+    antler_checkpoint::testing::block_on(async {
+        let saver = MemorySaver::new(StoreConfig::delta(f(10)));
+        let legacy = vec![
+            antler_state_reducers::Message::human("old").with_id("o1"),
+            antler_state_reducers::Message::ai("older reply").with_id("o2"),
+        ];
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 1.into());
+        cp.channel_values
+            .insert("messages".into(), Blob::json(&legacy).unwrap());
+        let nv = cp.channel_versions.clone();
+        let c0 = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                cp,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+        // A delta run on top: the input checkpoint keeps the version, the step writes a delta.
+        let mut cp1 = Checkpoint::empty();
+        cp1.channel_versions.insert("messages".into(), 1.into());
+        let c1 = saver
+            .put(&c0, cp1, delta_meta(), &ChannelVersions::new())
+            .await
+            .unwrap();
+        let new = antler_checkpoint::delta::DeltaWrite::from(vec![
+            antler_state_reducers::Message::human("new").with_id("n1"),
+        ]);
+        saver
+            .put_writes(
+                &c1,
+                vec![("messages".into(), new.to_blob().unwrap())],
+                &TaskId::new("task"),
+                &TaskPath::default(),
+            )
+            .await
+            .unwrap();
+        let mut cp2 = Checkpoint::empty();
+        cp2.channel_versions.insert("messages".into(), 2.into());
+        let c2 = saver
+            .put(&c1, cp2, delta_meta(), &ChannelVersions::new())
+            .await
+            .unwrap();
+        let tuple = saver.get_tuple(&c2).await.unwrap().unwrap();
+        let m = antler_checkpoint::delta::materialize(&saver, &tuple, "messages", f(10))
+            .await
+            .unwrap();
+        let ids: Vec<_> = m
+            .channel
+            .value()
+            .iter()
+            .map(|m| m.id.clone().unwrap())
+            .collect();
+        assert_eq!(ids, vec!["o1", "o2", "n1"]);
+        assert_eq!(m.seed_checkpoint, c1.checkpoint_id);
+        assert_eq!(m.replayed_writes, 1);
+    });
+}
+
+/// A store without a recorded configuration (written before antler recorded one) that holds
+/// delta checkpoints, opened in full mode: every read and write fails closed.
+#[test]
+fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
+    antler_checkpoint::testing::block_on(async {
+        let path = tmp("legacy.db");
+        let (c, full_cp) = {
+            let saver = SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                .await
+                .unwrap();
+            let c = put_delta_thread(&saver, "t").await;
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions.insert("a".into(), 1.into());
+            cp.channel_values
+                .insert("a".into(), Blob::json(&1).unwrap());
+            let nv = cp.channel_versions.clone();
+            let full_cp = saver
+                .put(
+                    &CheckpointConfig::latest("u"),
+                    cp,
+                    CheckpointMetadata::default(),
+                    &nv,
+                )
+                .await
+                .unwrap();
+            (c, full_cp)
+        };
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute("DELETE FROM antler_meta", [])
+            .unwrap();
+        let full = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        // (a) reads: the returned snapshot is checked; each listed item is checked.
+        let err = full.get_tuple(&c).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+        assert!(err.to_string().contains("requires delta mode"));
+        assert_eq!(
+            full.list(&ListQuery::thread("t")).await.unwrap_err().kind(),
+            ErrorKind::ModeMismatch
+        );
+        assert_eq!(full.list(&ListQuery::thread("u")).await.unwrap().len(), 1);
+        assert!(full.get_tuple(&full_cp).await.unwrap().is_some());
+        // (b) writes: checked before anything is written.
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 2.into());
+        let err = full
+            .put(
+                &c,
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+        let err = full
+            .put_writes(
+                &c,
+                vec![("messages".into(), Blob::Null)],
+                &TaskId::new("x"),
+                &TaskPath::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+        // A full-mode store refuses to create delta checkpoints at all.
+        let err = full
+            .put(
+                &full_cp,
+                Checkpoint::empty(),
+                delta_meta(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        let rows: i64 = raw
+            .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
+            .unwrap();
+        let writes: i64 = raw
+            .query_row("SELECT COUNT(*) FROM writes", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!((rows, writes), (2, 0), "a refused write left no trace");
+    });
+}
+
+#[test]
+fn open_time_check_rejects_another_mode_or_frequency() {
+    antler_checkpoint::testing::block_on(async {
+        let path = tmp("store.db");
+        drop(
+            SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                .await
+                .unwrap(),
+        );
+        drop(
+            SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                .await
+                .unwrap(),
+        );
+        for wrong in [
+            StoreConfig::full(),
+            StoreConfig::delta(f(50)),
+            StoreConfig::full().allow_full_to_delta_migration(),
+        ] {
+            let err = SqliteSaver::open(&path, wrong).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+            assert!(
+                err.to_string().contains("delta") && err.to_string().contains("10"),
+                "{err}"
+            );
+        }
+    });
+}
+
+#[test]
+fn open_time_full_to_delta_migration_must_be_asked_for_and_is_one_way() {
+    antler_checkpoint::testing::block_on(async {
+        let path = tmp("store.db");
+        drop(SqliteSaver::open(&path, StoreConfig::full()).await.unwrap());
+        let err = SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config);
+        let migrated = SqliteSaver::open(
+            &path,
+            StoreConfig::delta(f(20)).allow_full_to_delta_migration(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(migrated.store_config().mode, ChannelMode::Delta);
+        drop(migrated);
+        assert_eq!(
+            SqliteSaver::open(&path, StoreConfig::full())
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Config
+        );
+        drop(
+            SqliteSaver::open(&path, StoreConfig::delta(f(20)))
+                .await
+                .unwrap(),
+        );
+    });
+}
+
+#[test]
+fn open_time_check_on_postgres() {
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = crate::postgres::fresh(StoreConfig::delta(f(10))).await else {
+            return;
+        };
+        drop(saver);
+        use antler_checkpoint::PostgresSaver;
+        let err = PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        let err = PostgresSaver::connect(options.clone(), StoreConfig::delta(f(11)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config);
+        PostgresSaver::connect(options, StoreConfig::delta(f(10)))
+            .await
+            .unwrap()
+            .drop_schema()
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn snapshot_frequency_must_be_positive() {
+    let err = SnapshotFrequency::new(0).unwrap_err();
+    assert_eq!(err.to_string(), "snapshot frequency must be positive");
+    assert_eq!(SnapshotFrequency::default().get(), 10);
+}

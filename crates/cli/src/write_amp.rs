@@ -1,0 +1,648 @@
+//! `antler bench write-amp`: the write-amplification workload of `shared/bench/write-amp.md`.
+//!
+//! Until the graph runtime lands, this drives the saver directly with the exact sequence of
+//! checkpoints and writes the runtime produces for the workload's graph (START → `turn` → END):
+//! per invoke, an `input` checkpoint (the input updates no field; `__start__` gets a version),
+//! the `turn` task's `put_writes` of its two messages against that checkpoint, the barrier
+//! (batch reducer, or the delta channel's update), and a `loop` checkpoint. Delta mode uses
+//! `antler::checkpoint::delta::DeltaMessages` for counters, snapshot decisions and replay.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use antler::checkpoint::delta::{self, DeltaMessages, DeltaWrite};
+use antler::checkpoint::{
+    Blob, ChannelMode, ChannelName, ChannelVersion, ChannelVersions, Checkpoint, CheckpointConfig,
+    CheckpointMetadata, CheckpointSource, ListQuery, MemorySaver, NodeName, PostgresOptions,
+    PostgresSaver, RunId, Saver, SnapshotFrequency, SqliteSaver, StorageStats, StoreConfig, TaskId,
+    TaskPath, ThreadId,
+};
+use antler::state_reducers::{Message, MessageWrite, merge_message_writes_owned};
+use serde_json::json;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub(crate) const USAGE: &str =
+    "usage: antler bench write-amp --saver memory|sqlite|postgres --mode full|delta \
+[--snapshot-frequency F] [--turns T] [--db PATH_OR_URL] [--json]
+
+Runs the write-amplification workload (shared/bench/write-amp.md) against one saver.
+Drives the saver directly with the checkpoint/write sequence of the workload graph (the graph
+runtime is not wired in yet). --db: SQLite file (default: a temporary file, deleted afterwards)
+or PostgreSQL URL (default: $DATABASE_URL; a temporary schema is created and dropped).
+With --json the last stdout line is one JSON object with the metrics.";
+
+const WORDS: [&str; 26] = [
+    "alfa", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
+];
+
+/// The workload's message text: exactly 400 ASCII characters.
+pub(crate) fn text(t: usize, role: &str) -> String {
+    let mut s = format!("turn {t} {role}:");
+    let off = if role == "human" { 7 * t } else { 7 * t + 13 };
+    let mut k = 0;
+    while s.len() < 400 {
+        s.push(' ');
+        s.push_str(WORDS[(off + k) % 26]);
+        k += 1;
+    }
+    s.truncate(400);
+    s
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SaverKind {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+impl SaverKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    saver: SaverKind,
+    mode: ChannelMode,
+    frequency: SnapshotFrequency,
+    turns: usize,
+    db: Option<String>,
+    json: bool,
+}
+
+impl Options {
+    /// Parses the arguments after `bench write-amp`; `Ok(None)` for `--help`.
+    pub(crate) fn parse(args: &[&str]) -> Result<Option<Self>, String> {
+        let mut o = Options {
+            saver: SaverKind::Memory,
+            mode: ChannelMode::Delta,
+            frequency: SnapshotFrequency::DEFAULT,
+            turns: 100,
+            db: None,
+            json: false,
+        };
+        let mut it = args.iter();
+        while let Some(&arg) = it.next() {
+            let mut value = || {
+                it.next()
+                    .copied()
+                    .ok_or_else(|| format!("{arg} needs a value"))
+            };
+            match arg {
+                "--help" | "-h" => return Ok(None),
+                "--json" => o.json = true,
+                "--saver" => {
+                    o.saver = match value()? {
+                        "memory" => SaverKind::Memory,
+                        "sqlite" => SaverKind::Sqlite,
+                        "postgres" => SaverKind::Postgres,
+                        other => return Err(format!("unknown saver {other:?}")),
+                    }
+                }
+                "--mode" => {
+                    o.mode = ChannelMode::parse(value()?).ok_or("mode must be full or delta")?
+                }
+                "--snapshot-frequency" => {
+                    let n: u32 = value()?
+                        .parse()
+                        .map_err(|_| "snapshot frequency must be a positive integer")?;
+                    o.frequency = SnapshotFrequency::new(n).map_err(|e| e.to_string())?;
+                }
+                "--turns" => {
+                    o.turns = value()?
+                        .parse()
+                        .map_err(|_| "turns must be a positive integer")?
+                }
+                "--db" => o.db = Some(value()?.to_owned()),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if o.turns == 0 {
+            return Err("turns must be positive".into());
+        }
+        Ok(Some(o))
+    }
+
+    fn store_config(&self) -> StoreConfig {
+        match self.mode {
+            ChannelMode::Full => StoreConfig {
+                snapshot_frequency: self.frequency,
+                ..StoreConfig::full()
+            },
+            ChannelMode::Delta => StoreConfig::delta(self.frequency),
+        }
+    }
+}
+
+/// Where the store lives, so that a second ("cold") saver can open it again.
+enum Store {
+    Memory(MemorySaver),
+    Sqlite(SqliteSaver, PathBuf, bool),
+    Postgres(PostgresSaver, PostgresOptions),
+}
+
+impl Store {
+    async fn open(o: &Options) -> Result<Self, BoxError> {
+        Ok(match o.saver {
+            SaverKind::Memory => Store::Memory(MemorySaver::new(o.store_config())),
+            SaverKind::Sqlite => {
+                let (path, temporary) = match &o.db {
+                    Some(p) => (PathBuf::from(p), false),
+                    None => (
+                        std::env::temp_dir().join(format!(
+                            "antler-write-amp-{}.db",
+                            uuid::Uuid::new_v4().simple()
+                        )),
+                        true,
+                    ),
+                };
+                Store::Sqlite(
+                    SqliteSaver::open(&path, o.store_config()).await?,
+                    path,
+                    temporary,
+                )
+            }
+            SaverKind::Postgres => {
+                let url = match &o.db {
+                    Some(u) => u.clone(),
+                    None => std::env::var("DATABASE_URL")
+                        .map_err(|_| "postgres needs --db URL or DATABASE_URL")?,
+                };
+                let options = PostgresOptions::new(url)
+                    .with_schema(format!("antler_bench_{}", uuid::Uuid::new_v4().simple()));
+                Store::Postgres(
+                    PostgresSaver::connect(options.clone(), o.store_config()).await?,
+                    options,
+                )
+            }
+        })
+    }
+
+    fn saver(&self) -> &dyn Saver {
+        match self {
+            Store::Memory(s) => s,
+            Store::Sqlite(s, ..) => s,
+            Store::Postgres(s, _) => s,
+        }
+    }
+
+    async fn stats(&self, thread: &ThreadId) -> Result<StorageStats, BoxError> {
+        Ok(match self {
+            Store::Memory(s) => s.storage_stats(thread).await?,
+            Store::Sqlite(s, ..) => s.storage_stats(thread).await?,
+            Store::Postgres(s, _) => s.storage_stats(thread).await?,
+        })
+    }
+
+    /// A second saver on the same store, opened from scratch (`None` for memory).
+    async fn reopen(&self, config: StoreConfig) -> Result<Option<Box<dyn Saver>>, BoxError> {
+        Ok(match self {
+            Store::Memory(_) => None,
+            Store::Sqlite(_, path, _) => Some(Box::new(SqliteSaver::open(path, config).await?)),
+            Store::Postgres(_, options) => Some(Box::new(
+                PostgresSaver::connect(options.clone(), config).await?,
+            )),
+        })
+    }
+
+    async fn close(
+        self,
+        extra: &mut serde_json::Map<String, serde_json::Value>,
+        thread: &ThreadId,
+    ) -> Result<(), BoxError> {
+        match self {
+            Store::Memory(_) => {}
+            Store::Sqlite(s, path, temporary) => {
+                extra.insert(
+                    "sqlite_file_bytes_after_vacuum".into(),
+                    json!(s.vacuum().await?),
+                );
+                drop(s);
+                if temporary {
+                    for suffix in ["", "-wal", "-shm"] {
+                        let mut p = path.clone().into_os_string();
+                        p.push(suffix);
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+            }
+            Store::Postgres(s, _) => {
+                extra.insert(
+                    "pg_column_size_bytes".into(),
+                    json!(s.pg_column_bytes(thread).await?),
+                );
+                s.drop_schema().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The live `messages` channel of the run, in either mode.
+enum Live {
+    Full(Vec<Message>),
+    Delta(DeltaMessages),
+}
+
+impl Live {
+    fn value(&self) -> &[Message] {
+        match self {
+            Live::Full(v) => v,
+            Live::Delta(d) => d.value(),
+        }
+    }
+}
+
+const MESSAGES: &str = "messages";
+const START: &str = "__start__";
+
+/// One materialisation of the head: the value and how many writes were replayed.
+/// One read of the head state: the value, the writes replayed, and the milliseconds spent
+/// in the saver (fetching rows and walking history) before decoding and replay.
+struct StateRead {
+    value: Vec<Message>,
+    replayed: usize,
+    storage_ms: f64,
+}
+
+async fn get_state(
+    saver: &dyn Saver,
+    thread: &ThreadId,
+    o: &Options,
+) -> Result<StateRead, BoxError> {
+    let began = Instant::now();
+    let tuple = saver
+        .get_tuple(&CheckpointConfig::latest(thread.clone()))
+        .await?
+        .ok_or("no head checkpoint")?;
+    materialize_timed(saver, &tuple, o, began).await
+}
+
+async fn materialize(
+    saver: &dyn Saver,
+    tuple: &antler::checkpoint::CheckpointTuple,
+    o: &Options,
+) -> Result<StateRead, BoxError> {
+    materialize_timed(saver, tuple, o, Instant::now()).await
+}
+
+async fn materialize_timed(
+    saver: &dyn Saver,
+    tuple: &antler::checkpoint::CheckpointTuple,
+    o: &Options,
+    began: Instant,
+) -> Result<StateRead, BoxError> {
+    let (thread, cp) = (&tuple.config.thread_id, tuple.checkpoint.id);
+    let stored = tuple.checkpoint.channel_values.get(MESSAGES);
+    if o.mode == ChannelMode::Full || stored.is_some() {
+        let storage_ms = began.elapsed().as_secs_f64() * 1e3;
+        let blob = stored.ok_or("the head has no messages value")?;
+        return Ok(StateRead {
+            value: delta::decode_messages_value(blob, thread, cp)?,
+            replayed: 0,
+            storage_ms,
+        });
+    }
+    let mut histories = saver
+        .delta_channel_history(&tuple.config, &[ChannelName::new(MESSAGES)])
+        .await?;
+    let storage_ms = began.elapsed().as_secs_f64() * 1e3;
+    let history = histories.remove(MESSAGES).unwrap_or_default();
+    let channel = DeltaMessages::restore(o.frequency, &history, thread, cp)?;
+    Ok(StateRead {
+        value: channel.into_value(),
+        replayed: history.writes.len(),
+        storage_ms,
+    })
+}
+
+fn rss_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    percentile(&s, 50.0)
+}
+
+pub(crate) fn run(o: &Options) -> Result<(), BoxError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(o))
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "one linear benchmark script reads best top to bottom"
+)]
+async fn run_async(o: &Options) -> Result<(), BoxError> {
+    let store = Store::open(o).await?;
+    let saver = store.saver();
+    let thread = ThreadId::new("write-amp");
+    let messages = ChannelName::new(MESSAGES);
+    let start = ChannelName::new(START);
+    let mut live = match o.mode {
+        ChannelMode::Full => Live::Full(Vec::new()),
+        ChannelMode::Delta => Live::Delta(DeltaMessages::new(o.frequency)),
+    };
+    let mut versions: BTreeMap<ChannelName, ChannelVersion> = BTreeMap::new();
+    let mut seen_start: Option<ChannelVersion> = None;
+    let mut max_version = 0u64;
+    let mut head = CheckpointConfig::latest(thread.clone());
+    let mut step: i64 = -1;
+    let mut invoke_ms = Vec::with_capacity(o.turns);
+    let mut new_data_bytes = 0u64;
+    let mut growth = Vec::new();
+    let mut last_total = None;
+    let mut snapshots = 0usize;
+
+    for t in 0..o.turns {
+        if t + 11 > o.turns {
+            let total = store.stats(&thread).await?.total();
+            if let Some(prev) = last_total {
+                growth.push((total - prev) as f64);
+            }
+            last_total = Some(total);
+        }
+        let began = Instant::now();
+        let run_id = RunId::new(uuid::Uuid::new_v4().to_string());
+        let counters_meta = |meta: &mut CheckpointMetadata, live: &Live| {
+            if let Live::Delta(d) = live {
+                meta.channel_mode = Some(ChannelMode::Delta);
+                delta::write_counters(meta, MESSAGES, d.counters());
+            }
+        };
+
+        // 1. The input checkpoint: the input writes `__start__` only.
+        max_version += 1;
+        let v = ChannelVersion::new(max_version);
+        versions.insert(start.clone(), v);
+        let mut cp = Checkpoint::empty();
+        cp.channel_values
+            .insert(start.clone(), Blob::json(&json!({}))?);
+        let mut new_versions: ChannelVersions = [(start.clone(), v)].into();
+        if let Live::Delta(d) = &mut live
+            && d.on_checkpoint(false).is_snapshot()
+        {
+            // A snapshot-only version bump, so the saver stores the blob.
+            versions.insert(messages.clone(), v);
+            new_versions.insert(messages.clone(), v);
+            cp.channel_values
+                .insert(messages.clone(), d.snapshot_blob()?);
+            snapshots += 1;
+        }
+        cp.channel_versions = versions.clone();
+        if let Some(s) = seen_start {
+            cp.versions_seen
+                .entry(NodeName::new("turn"))
+                .or_default()
+                .insert(start.clone(), s);
+        }
+        cp.updated_channels = Some(vec![start.clone()]);
+        let mut meta = CheckpointMetadata {
+            source: Some(CheckpointSource::Input),
+            step,
+            run_id: Some(run_id.clone()),
+            ..Default::default()
+        };
+        counters_meta(&mut meta, &live);
+        let input = saver.put(&head, cp, meta, &new_versions).await?;
+        step += 1;
+
+        // 2. The `turn` task appends two messages; its write is persisted as it finishes.
+        let turn_messages = vec![
+            Message::human(text(t, "human")).with_id(format!("m{t}h")),
+            Message::ai(text(t, "ai")).with_id(format!("m{t}a")),
+        ];
+        for m in &turn_messages {
+            new_data_bytes += serde_json::to_vec(m)?.len() as u64;
+        }
+        let write_blob = match o.mode {
+            ChannelMode::Full => Blob::json(&turn_messages)?,
+            ChannelMode::Delta => DeltaWrite::from(turn_messages.clone()).to_blob()?,
+        };
+        let task_id = TaskId::new(uuid::Uuid::new_v4().to_string());
+        saver
+            .put_writes(
+                &input,
+                vec![(messages.clone(), write_blob)],
+                &task_id,
+                &TaskPath::new("~__pregel_pull, turn"),
+            )
+            .await?;
+
+        // 3. The barrier: apply the step's writes.
+        match &mut live {
+            Live::Full(v) => {
+                let state = std::mem::take(v);
+                *v = merge_message_writes_owned(state, [MessageWrite::Messages(turn_messages)])?;
+            }
+            Live::Delta(d) => {
+                d.update(vec![DeltaWrite::from(turn_messages)])?;
+            }
+        }
+
+        // 4. The loop checkpoint: `messages` moved, `__start__` was consumed.
+        seen_start = Some(v);
+        max_version += 1;
+        let v2 = ChannelVersion::new(max_version);
+        versions.insert(messages.clone(), v2);
+        versions.insert(start.clone(), v2);
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions = versions.clone();
+        cp.versions_seen
+            .entry(NodeName::new("turn"))
+            .or_default()
+            .insert(start.clone(), v);
+        cp.updated_channels = Some(vec![messages.clone()]);
+        let new_versions: ChannelVersions = [(messages.clone(), v2), (start.clone(), v2)].into();
+        match &mut live {
+            Live::Full(list) => {
+                cp.channel_values
+                    .insert(messages.clone(), Blob::json(list)?);
+            }
+            Live::Delta(d) => {
+                if d.on_checkpoint(true).is_snapshot() {
+                    cp.channel_values
+                        .insert(messages.clone(), d.snapshot_blob()?);
+                    snapshots += 1;
+                }
+            }
+        }
+        let mut meta = CheckpointMetadata {
+            source: Some(CheckpointSource::Loop),
+            step,
+            run_id: Some(run_id),
+            ..Default::default()
+        };
+        counters_meta(&mut meta, &live);
+        head = saver.put(&input, cp, meta, &new_versions).await?;
+        step += 1;
+        invoke_ms.push(began.elapsed().as_secs_f64() * 1e3);
+    }
+    let stats = store.stats(&thread).await?;
+    if let Some(prev) = last_total {
+        growth.push((stats.total() - prev) as f64);
+    }
+
+    // get_state, warm: the same saver, median of 20.
+    let mut warm = Vec::new();
+    for _ in 0..20 {
+        let began = Instant::now();
+        let read = get_state(saver, &thread, o).await?;
+        warm.push(began.elapsed().as_secs_f64() * 1e3);
+        if read.value.as_slice() != live.value() {
+            return Err("warm get_state differs from the live state".into());
+        }
+    }
+    // get_state, cold: a freshly opened saver each time (memory: the same saver, no cold state exists).
+    let mut cold = Vec::new();
+    let mut cold_storage = Vec::new();
+    let mut head_replayed = 0;
+    let mut peak_bytes = 0u64;
+    for i in 0..20 {
+        let fresh = store.reopen(o.store_config()).await?;
+        let s: &dyn Saver = fresh.as_deref().unwrap_or(saver);
+        if i == 0 {
+            // Reset the resident-set high-water mark, so the peak below is this call's.
+            let _ = std::fs::write("/proc/self/clear_refs", "5");
+        }
+        let before = rss_kib("VmRSS:");
+        let began = Instant::now();
+        let read = get_state(s, &thread, o).await?;
+        cold.push(began.elapsed().as_secs_f64() * 1e3);
+        cold_storage.push(read.storage_ms);
+        if i == 0
+            && let (Some(b), Some(p)) = (before, rss_kib("VmHWM:"))
+        {
+            peak_bytes = p.saturating_sub(b) * 1024;
+        }
+        head_replayed = read.replayed;
+        if read.value.as_slice() != live.value() {
+            return Err("cold get_state differs from the live state".into());
+        }
+    }
+    // Replay depth, measured by walking the history of each of the last checkpoints: a full
+    // snapshot cycle (2F + 4 checkpoints) when F is small, else the 64 newest. The deepest
+    // replay of a cycle is just before its snapshot, so for T a multiple of F (or T < F, where
+    // the depth only grows) the window holds the maximum.
+    let window = (2 * o.frequency.get() as usize + 4)
+        .min(2 * o.turns)
+        .min(64);
+    let recent = saver
+        .list(&ListQuery {
+            limit: Some(window),
+            ..ListQuery::thread(thread.clone())
+        })
+        .await?;
+    let mut max_replayed = 0;
+    for tuple in &recent {
+        let read = materialize(saver, tuple, o).await?;
+        max_replayed = max_replayed.max(read.replayed);
+    }
+
+    let mut sorted = invoke_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let last10: Vec<f64> = invoke_ms.iter().rev().take(10).copied().collect();
+    let persisted = stats.total();
+    let mut out = serde_json::Map::new();
+    out.insert("saver".into(), json!(o.saver.as_str()));
+    out.insert("mode".into(), json!(o.mode.as_str()));
+    out.insert("snapshot_frequency".into(), json!(o.frequency.get()));
+    out.insert("turns".into(), json!(o.turns));
+    out.insert("persisted_bytes".into(), json!(persisted));
+    out.insert("new_data_bytes".into(), json!(new_data_bytes));
+    out.insert(
+        "amplification".into(),
+        json!(persisted as f64 / new_data_bytes.max(1) as f64),
+    );
+    out.insert("bytes_per_turn_mean".into(), json!(mean(&growth)));
+    out.insert("bytes_per_turn_median".into(), json!(median(&growth)));
+    out.insert("invoke_ms_mean".into(), json!(mean(&invoke_ms)));
+    out.insert("invoke_ms_p50".into(), json!(percentile(&sorted, 50.0)));
+    out.insert("invoke_ms_p99".into(), json!(percentile(&sorted, 99.0)));
+    out.insert("invoke_ms_last10_mean".into(), json!(mean(&last10)));
+    out.insert("get_state_ms_warm".into(), json!(median(&warm)));
+    out.insert("get_state_ms_cold".into(), json!(median(&cold)));
+    out.insert(
+        "get_state_storage_ms_cold".into(),
+        json!(median(&cold_storage)),
+    );
+    out.insert("get_state_peak_bytes".into(), json!(peak_bytes));
+    out.insert("max_replayed_writes".into(), json!(max_replayed));
+    out.insert("head_replayed_writes".into(), json!(head_replayed));
+    out.insert("max_replayed_window_checkpoints".into(), json!(window));
+    out.insert("snapshots".into(), json!(snapshots));
+    out.insert(
+        "persisted_breakdown".into(),
+        json!({
+            "checkpoint_records": stats.checkpoint_bytes,
+            "metadata": stats.metadata_bytes,
+            "blobs": stats.blob_bytes,
+            "writes": stats.write_bytes,
+            "message_bodies": stats.message_bytes,
+            "rows": stats.rows,
+        }),
+    );
+    out.insert(
+        "compression".into(),
+        json!("none (payload bytes are uncompressed)"),
+    );
+    out.insert(
+        "driver".into(),
+        json!("saver-direct: the workload's checkpoint/write sequence, without the graph runtime"),
+    );
+    store.close(&mut out, &thread).await?;
+    let line = serde_json::Value::Object(out);
+    if o.json {
+        println!("{line}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&line)?);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_400_ascii_chars_with_the_prefix() {
+        let h = text(3, "human");
+        assert_eq!(h.len(), 400);
+        assert!(h.starts_with("turn 3 human: victor whiskey xray"));
+        let a = text(0, "ai");
+        assert!(a.starts_with("turn 0 ai: november oscar"));
+        assert!(a.is_ascii());
+    }
+}
