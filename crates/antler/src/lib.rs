@@ -12,6 +12,8 @@
 //! # Ok::<(), antler::state_reducers::Error>(())
 //! ```
 #![warn(missing_docs)]
+// The README is part of the crate docs so that its example is compiled and run.
+#![doc = include_str!("../../../README.md")]
 
 pub use antler_checkpoint as checkpoint;
 pub use antler_factory as factory;
