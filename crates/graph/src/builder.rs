@@ -179,6 +179,18 @@ impl StateGraph {
         self
     }
 
+    /// Adds a compiled graph as a node. It runs in the parent's thread and store under its own
+    /// checkpoint namespace (`<node>:<task id>`); it receives the parent's values of the keys both
+    /// schemas declare and writes back its final values of those keys. Interrupts inside it
+    /// interrupt the parent; resuming the parent resumes it.
+    pub fn add_subgraph(&mut self, name: impl Into<NodeId>, graph: CompiledGraph) -> &mut Self {
+        self.add_node_with(
+            name,
+            Arc::new(crate::subgraph::SubgraphNode { graph }),
+            NodeOptions::default(),
+        )
+    }
+
     /// A plain edge: after a task of `from`, `to` runs in the next step.
     pub fn add_edge(&mut self, from: impl Into<NodeId>, to: impl Into<NodeId>) -> &mut Self {
         self.edges.push((from.into(), to.into()));

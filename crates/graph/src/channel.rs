@@ -14,7 +14,7 @@ use crate::state::{Val, Write};
 
 /// The erased reducer of a reducer channel: folds a batch of writes into the value.
 pub(crate) type ReduceFn =
-    Arc<dyn Fn(&Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
+    Arc<dyn Fn(Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
 
 /// One channel of a running graph.
 pub(crate) trait Channel: Send + Sync {
@@ -37,6 +37,10 @@ pub(crate) trait Channel: Send + Sync {
     /// Queued packets (only the `Send` topic has any).
     fn packets(&self) -> &[Val] {
         &[]
+    }
+    /// The delta channel's cadence state, for delta channels.
+    fn delta(&mut self) -> Option<&mut Delta> {
+        None
     }
 }
 
@@ -110,7 +114,10 @@ impl Channel for Reducer {
             return Ok(true);
         }
         let batch: Vec<Val> = writes.iter().map(|w| payload(w).clone()).collect();
-        self.value = (self.reduce)(&self.value, &batch).map_err(|source| Error::Reducer {
+        // The reducer receives the value by value: when this channel holds the only reference the
+        // value is reused in place instead of cloned. On error the channel is discarded with the run.
+        let current = std::mem::replace(&mut self.value, Arc::new(()) as Val);
+        self.value = (self.reduce)(current, &batch).map_err(|source| Error::Reducer {
             channel: self.name.to_string(),
             source,
         })?;
@@ -333,6 +340,67 @@ impl Channel for Topic {
     }
     fn packets(&self) -> &[Val] {
         &self.values
+    }
+}
+
+/// `DeltaChannel` (runtime-spec §5): a reducer channel whose checkpoints store only the step's
+/// writes, plus a snapshot of the whole value when the cadence says so (decided by the runtime).
+#[derive(Clone)]
+pub(crate) struct Delta {
+    pub(crate) inner: Reducer,
+    /// `(updates, supersteps)` since the last snapshot (runtime-spec §5.3).
+    pub(crate) updates: u32,
+    pub(crate) supersteps: u32,
+    pub(crate) frequency: u32,
+    pub(crate) max_supersteps: u32,
+    /// An Overwrite reached the channel (or pending writes will not be replayed): snapshot next.
+    pub(crate) forced: bool,
+}
+
+impl Delta {
+    /// Advances the counters for one saved checkpoint and decides whether it stores a snapshot.
+    /// `versioned`: the channel was ever written on this branch (only then can it snapshot).
+    pub(crate) fn on_checkpoint(&mut self, updated: bool, force: bool, versioned: bool) -> bool {
+        self.supersteps = self.supersteps.saturating_add(1);
+        if updated {
+            self.updates = self.updates.saturating_add(1);
+        }
+        if !versioned {
+            return false;
+        }
+        let snapshot = self.forced
+            || force
+            || self.updates >= self.frequency
+            || self.supersteps >= self.max_supersteps;
+        if snapshot {
+            self.updates = 0;
+            self.supersteps = 0;
+            self.forced = false;
+        }
+        snapshot
+    }
+}
+
+impl Channel for Delta {
+    fn get(&self) -> Option<&Val> {
+        self.inner.get()
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        if writes.iter().any(|w| matches!(w, Write::Overwrite(_))) {
+            // Replay must never have to reproduce "drop the step's other writes" (spec §10 rule 5).
+            self.forced = true;
+        }
+        self.inner.update(writes)
+    }
+    fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        // The runtime, not the channel, decides when a snapshot is stored.
+        Ok(None)
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+    fn delta(&mut self) -> Option<&mut Delta> {
+        Some(self)
     }
 }
 

@@ -60,6 +60,17 @@ pub struct CheckpointRecord {
     pub updated_channels: Option<Vec<String>>,
     /// On `put`: the channels whose version moved since the previous stored checkpoint.
     pub new_versions: std::collections::BTreeSet<String>,
+    /// Delta channels' `(updates, supersteps)` since their last snapshot; zero pairs omitted (spec §5.3).
+    pub counters: BTreeMap<String, (u32, u32)>,
+}
+
+/// What the history walk found for one delta channel (runtime-spec §5.5).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeltaHistory {
+    /// The nearest stored value on the path, if any.
+    pub seed: Option<Json>,
+    /// Writes to replay on top of the seed, oldest first.
+    pub writes: Vec<Json>,
 }
 
 /// A write of a task of the step that starts at some checkpoint.
@@ -84,6 +95,26 @@ pub struct CheckpointTuple {
     pub pending_writes: Vec<PendingWrite>,
 }
 
+/// Where a graph's checkpoints live: a thread and a checkpoint namespace (`""` = the root graph,
+/// `<node>:<task id>` for a subgraph run by that task, nested with `|`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Scope {
+    /// The thread.
+    pub thread: ThreadId,
+    /// The checkpoint namespace.
+    pub ns: String,
+}
+
+impl Scope {
+    /// The root namespace of `thread`.
+    pub fn root(thread: impl Into<ThreadId>) -> Self {
+        Self {
+            thread: thread.into(),
+            ns: String::new(),
+        }
+    }
+}
+
 /// Control write names: upserted, never attached to tasks as results.
 pub(crate) const ERROR: &str = "__error__";
 pub(crate) const INTERRUPT: &str = "__interrupt__";
@@ -103,22 +134,31 @@ pub trait Checkpointer: Send + Sync {
     /// The latest checkpoint of the thread, or the addressed one, with its pending writes.
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>>;
     /// All checkpoints of the thread, newest first.
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>>;
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
     /// Stores a checkpoint.
-    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()>;
+    async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()>;
     /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
         writes: Vec<(String, Json)>,
     ) -> Result<()>;
+    /// The delta history walk (runtime-spec §5.5) from `checkpoint` for each channel: starting at its
+    /// parent, nearest first, collect each ancestor's writes to the channel, stop at the first ancestor
+    /// with a stored value (the seed); writes returned oldest first.
+    async fn delta_history(
+        &self,
+        scope: &Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>>;
 }
 
 #[derive(Default)]
@@ -126,6 +166,8 @@ struct ThreadData {
     checkpoints: BTreeMap<CheckpointId, CheckpointRecord>,
     // (channel, version) → value: unchanged channels are stored once.
     blobs: HashMap<(String, u64), Json>,
+    // (channel, version) → the checkpoint that stored the value.
+    stored_by: HashMap<(String, u64), CheckpointId>,
     // checkpoint → (task path, task id, idx) → write
     writes: HashMap<CheckpointId, BTreeMap<(String, TaskId, i64), PendingWrite>>,
 }
@@ -133,7 +175,7 @@ struct ThreadData {
 /// An in-process checkpointer.
 #[derive(Default)]
 pub struct MemoryCheckpointer {
-    threads: Mutex<HashMap<ThreadId, ThreadData>>,
+    threads: Mutex<HashMap<Scope, ThreadData>>,
 }
 
 impl MemoryCheckpointer {
@@ -141,7 +183,7 @@ impl MemoryCheckpointer {
     pub fn new() -> Self {
         Self::default()
     }
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ThreadId, ThreadData>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, ThreadData>> {
         self.threads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -184,11 +226,11 @@ fn tuple_of(t: &ThreadData, c: &CheckpointRecord) -> CheckpointTuple {
 impl Checkpointer for MemoryCheckpointer {
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
         let g = self.lock();
-        let Some(t) = g.get(thread) else {
+        let Some(t) = g.get(scope) else {
             return Ok(None);
         };
         let c = match id {
@@ -198,9 +240,9 @@ impl Checkpointer for MemoryCheckpointer {
         Ok(c.map(|c| tuple_of(t, c)))
     }
 
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
         let g = self.lock();
-        let Some(t) = g.get(thread) else {
+        let Some(t) = g.get(scope) else {
             return Ok(Vec::new());
         };
         Ok(t.checkpoints
@@ -210,12 +252,13 @@ impl Checkpointer for MemoryCheckpointer {
             .collect())
     }
 
-    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
+    async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()> {
         let mut g = self.lock();
-        let t = g.entry(thread.clone()).or_default();
+        let t = g.entry(scope.clone()).or_default();
         let mut checkpoint = checkpoint;
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
+            t.stored_by.insert((ch.clone(), v), checkpoint.id.clone());
             t.blobs.insert((ch, v), value);
         }
         t.checkpoints.insert(checkpoint.id.clone(), checkpoint);
@@ -224,7 +267,7 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
@@ -232,7 +275,7 @@ impl Checkpointer for MemoryCheckpointer {
     ) -> Result<()> {
         let mut g = self.lock();
         let w = g
-            .entry(thread.clone())
+            .entry(scope.clone())
             .or_default()
             .writes
             .entry(checkpoint.clone())
@@ -256,6 +299,75 @@ impl Checkpointer for MemoryCheckpointer {
             }
         }
         Ok(())
+    }
+
+    async fn delta_history(
+        &self,
+        scope: &Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>> {
+        self.walk(scope, checkpoint, channels)
+    }
+}
+
+impl MemoryCheckpointer {
+    fn walk(
+        &self,
+        scope: &Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>> {
+        let g = self.lock();
+        let mut out: BTreeMap<String, DeltaHistory> = BTreeMap::new();
+        let Some(t) = g.get(scope) else {
+            return Ok(out);
+        };
+        for ch in channels {
+            // Ancestors nearest first; per ancestor its writes in (task path, task id, idx) order.
+            let mut chunks: Vec<Vec<Json>> = Vec::new();
+            let mut seed = None;
+            let mut cur = t.checkpoints.get(checkpoint).and_then(|c| c.parent.clone());
+            let mut guard = 0usize;
+            while let Some(id) = cur {
+                guard += 1;
+                let Some(c) = t.checkpoints.get(&id) else {
+                    break;
+                };
+                if guard > t.checkpoints.len() {
+                    break;
+                }
+                let writes: Vec<Json> = t
+                    .writes
+                    .get(&id)
+                    .map(|w| {
+                        w.values()
+                            .filter(|w| &w.channel == ch)
+                            .map(|w| w.value.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                chunks.push(writes);
+                if let Some(v) = c
+                    .versions
+                    .get(ch)
+                    .and_then(|v| t.stored_by.get(&(ch.clone(), *v)))
+                    .filter(|by| **by == id)
+                {
+                    let _ = v;
+                    seed = c
+                        .versions
+                        .get(ch)
+                        .and_then(|v| t.blobs.get(&(ch.clone(), *v)))
+                        .cloned();
+                    break;
+                }
+                cur = c.parent.clone();
+            }
+            let writes = chunks.into_iter().rev().flatten().collect();
+            out.insert(ch.clone(), DeltaHistory { seed, writes });
+        }
+        Ok(out)
     }
 }
 

@@ -451,6 +451,8 @@ pub struct RunConfig {
     pub thread_id: ThreadId,
     /// Start from this checkpoint (time travel) instead of the thread's latest (default none).
     pub checkpoint_id: Option<CheckpointId>,
+    /// Checkpoint namespace (default `""`, the root graph; subgraphs run in `<node>:<task id>`).
+    pub checkpoint_ns: String,
     /// Super-steps allowed per call (default 10007, as the reference).
     pub recursion_limit: usize,
     /// Durability mode (default [`Durability::Async`]).
@@ -463,8 +465,16 @@ impl RunConfig {
         Self {
             thread_id: thread.into(),
             checkpoint_id: None,
+            checkpoint_ns: String::new(),
             recursion_limit: 10007,
             durability: Durability::Async,
+        }
+    }
+    /// Where this config's checkpoints live.
+    pub fn scope(&self) -> crate::checkpointer::Scope {
+        crate::checkpointer::Scope {
+            thread: self.thread_id.clone(),
+            ns: self.checkpoint_ns.clone(),
         }
     }
     /// Sets the starting checkpoint.
@@ -671,11 +681,66 @@ impl StreamModes {
     }
 }
 
+/// Per-thread hot state: the live channels at the thread's head checkpoint as this process left them,
+/// so the next run on the head skips rebuilding channels from stored values.
+#[derive(Default)]
+pub(crate) struct HotCache {
+    pub(crate) disabled: std::sync::atomic::AtomicBool,
+    pub(crate) entries:
+        std::sync::Mutex<HashMap<crate::checkpointer::Scope, (CheckpointId, crate::run::Live)>>,
+    pub(crate) hits: std::sync::atomic::AtomicU64,
+}
+
+/// Threads kept in the hot-state cache before it is cleared.
+const HOT_CACHE_THREADS: usize = 1024;
+
+impl HotCache {
+    pub(crate) fn get(
+        &self,
+        thread: &crate::checkpointer::Scope,
+        id: &CheckpointId,
+    ) -> Option<crate::run::Live> {
+        if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let mut g = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Taken, not copied: the run then holds the only reference to each value, so reducers
+        // update in place; the run puts its head back when it ends.
+        let hit = match g.get(thread) {
+            Some((cid, _)) if cid == id => g.remove(thread).map(|(_, live)| live),
+            _ => None,
+        };
+        if hit.is_some() {
+            self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        hit
+    }
+    pub(crate) fn put(
+        &self,
+        thread: &crate::checkpointer::Scope,
+        id: CheckpointId,
+        live: crate::run::Live,
+    ) {
+        let mut g = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.len() >= HOT_CACHE_THREADS && !g.contains_key(thread) {
+            g.clear();
+        }
+        g.insert(thread.clone(), (id, live));
+    }
+}
+
 /// A validated graph, ready to run on threads.
 #[derive(Clone)]
 pub struct CompiledGraph {
     pub(crate) g: Arc<Graph>,
     pub(crate) cp: Option<Arc<dyn Checkpointer>>,
+    pub(crate) cache: Arc<HotCache>,
 }
 
 impl CompiledGraph {
@@ -683,12 +748,14 @@ impl CompiledGraph {
         Self {
             g: Arc::new(Graph::build(b)),
             cp: None,
+            cache: Arc::default(),
         }
     }
 
     /// Attaches a checkpointer (without one, runs keep no history and cannot be resumed).
     pub fn with_checkpointer(mut self, cp: Arc<dyn Checkpointer>) -> Self {
         self.cp = Some(cp);
+        self.cache = Arc::default();
         self
     }
 
@@ -696,7 +763,8 @@ impl CompiledGraph {
     pub async fn invoke(&self, input: impl Into<Input>, config: &RunConfig) -> Result<RunOutcome> {
         crate::run::run(
             &self.g,
-            self.cp.as_deref(),
+            self.cp.as_ref(),
+            &self.cache,
             input.into(),
             config,
             None,
@@ -720,7 +788,8 @@ impl CompiledGraph {
         let fut = async move {
             let r = crate::run::run(
                 &this.g,
-                this.cp.as_deref(),
+                this.cp.as_ref(),
+                &this.cache,
                 input,
                 &config,
                 Some(&tx),
@@ -768,6 +837,20 @@ impl CompiledGraph {
             as_node,
         )
         .await
+    }
+
+    /// Turns the per-thread hot-state cache on or off (default on); off, every run rebuilds the head's
+    /// channels from the store (delta channels by their history walk).
+    pub fn with_hot_cache(self, enabled: bool) -> Self {
+        self.cache
+            .disabled
+            .store(!enabled, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// How many runs started from the per-thread hot-state cache instead of rebuilding channels.
+    pub fn hot_cache_hits(&self) -> u64 {
+        self.cache.hits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Node names, in declaration order (without `__start__`).

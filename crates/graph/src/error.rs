@@ -192,6 +192,10 @@ pub enum Error {
     /// A `Command` addressed to the parent graph reached the top level.
     #[error("there is no parent graph for a Command addressed to the parent")]
     NoParentGraph,
+    /// A node of a subgraph returned a `Command` addressed to the parent graph; the subgraph run
+    /// stops and the enclosing subgraph node returns the command as its own result.
+    #[error("a node returned a command for the parent graph")]
+    ParentCommand(Box<crate::types::Command>),
     /// The addressed checkpoint does not exist.
     #[error("checkpoint '{checkpoint}' not found in thread '{thread}'")]
     CheckpointNotFound {
@@ -245,6 +249,7 @@ impl Error {
             Self::EmptyInput { .. }
             | Self::AmbiguousResume { .. }
             | Self::NoParentGraph
+            | Self::ParentCommand(_)
             | Self::NoCheckpointer
             | Self::AmbiguousAsNode { .. } => ErrorKind::Input,
             Self::CheckpointNotFound { .. } => ErrorKind::NotFound,

@@ -7,6 +7,18 @@
 //! are applied at the barrier in task-path order, never completion order; a checkpoint follows every step.
 //! The semantics are LangGraph's (`runtime-spec.md` §2–§3, §8); see `docs/super-step.md`.
 //!
+//! - Channels: last value, reducer ([`ChannelSpec::reducer`], [`ChannelSpec::reducer_owned`]),
+//!   delta ([`ChannelSpec::delta`], [`ChannelSpec::messages_delta`]), ephemeral, untracked, packet-only;
+//!   a conflicting re-declaration is a [`BuildError`].
+//! - Control flow: edges, joins, routers, [`Command`] gotos, [`Send`] fan-out, deferred nodes,
+//!   [`Context::interrupt`] with [`Command::resume`], static breakpoints, subgraphs
+//!   ([`StateGraph::add_subgraph`]) in their own checkpoint namespace.
+//! - Persistence through the [`Checkpointer`] seam: [`MemoryCheckpointer`], or any
+//!   `antler_checkpoint::Saver` through [`SaverCheckpointer`]; [`Durability`] sync / async / exit;
+//!   time travel ([`CompiledGraph::get_state_history`], [`RunConfig::with_checkpoint`],
+//!   [`CompiledGraph::update_state`]); a per-thread hot-state cache.
+//! - Streaming ([`CompiledGraph::stream`]): values, updates, custom and debug events.
+//!
 //! This crate knows channels, checkpoints and nodes; it never learns that middleware hooks exist.
 //!
 //! ```
@@ -44,11 +56,13 @@ mod run;
 mod saver;
 mod schema;
 mod state;
+mod subgraph;
 mod types;
 
 pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
 pub use checkpointer::{
-    CheckpointRecord, CheckpointTuple, Checkpointer, MemoryCheckpointer, PendingWrite, Source,
+    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, MemoryCheckpointer,
+    PendingWrite, Scope, Source,
 };
 pub use compiled::{
     CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot,
@@ -57,6 +71,6 @@ pub use compiled::{
 pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
 pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};
 pub use saver::SaverCheckpointer;
-pub use schema::ChannelSpec;
+pub use schema::{ChannelSpec, DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT};
 pub use state::{Key, State, Update};
 pub use types::{Command, Context, Goto, Interrupt, NodeError, Resume, Send};

@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 use crate::channel::Channel;
 use crate::checkpointer::{
     CheckpointRecord, CheckpointTuple, Checkpointer, ERROR, INTERRUPT, NO_WRITES, PendingWrite,
-    RESUME, Source, is_control, new_checkpoint_id,
+    RESUME, Scope, Source, is_control, new_checkpoint_id,
 };
 use crate::compiled::{
     ChanKind, CheckpointEvent, Durability, Graph, Input, NodeImpl, Packet, RunConfig, RunOutcome,
@@ -17,7 +17,7 @@ use crate::compiled::{
     TaskStatus,
 };
 use crate::error::{Error, Result};
-use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId, ThreadId};
+use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId};
 use crate::state::{State, Update, Val, Write};
 use crate::types::{
     Command, Context, Goto, Interrupt, NodeError, NodeErrorKind, Resume, ResumeState, SharedResume,
@@ -32,6 +32,8 @@ pub(crate) struct Live {
     pub(crate) versions: Vec<u64>,
     /// Versions at the last checkpoint that reached the store (values are stored only for moved channels).
     pub(crate) stored: Vec<u64>,
+    /// New versions must exceed this (set when a new branch starts, see [`Live::next_version`]).
+    pub(crate) floor: u64,
     pub(crate) seen: BTreeMap<String, BTreeMap<usize, u64>>,
     pub(crate) updated: Option<BTreeSet<usize>>,
 }
@@ -42,6 +44,7 @@ impl Clone for Live {
             chans: self.chans.iter().map(|c| c.box_clone()).collect(),
             versions: self.versions.clone(),
             stored: self.stored.clone(),
+            floor: self.floor,
             seen: self.seen.clone(),
             updated: self.updated.clone(),
         }
@@ -56,18 +59,61 @@ impl Live {
         Ok(Self {
             versions: vec![0; chans.len()],
             stored: vec![0; chans.len()],
+            floor: 0,
             chans,
             seen: BTreeMap::new(),
             updated: None,
         })
     }
 
-    pub(crate) fn restore(g: &Graph, rec: &CheckpointRecord) -> Result<Self> {
+    /// Delta channels that have a version but no stored value at `rec`: they need a history walk.
+    pub(crate) fn needs_walk(g: &Graph, rec: &CheckpointRecord) -> Vec<String> {
+        g.schema
+            .specs()
+            .filter(|s| {
+                s.is_delta()
+                    && rec.versions.contains_key(s.name())
+                    && !rec.values.contains_key(s.name())
+            })
+            .map(|s| s.name().to_owned())
+            .collect()
+    }
+
+    /// Rebuilds the channels of a stored checkpoint, walking the history of delta channels.
+    pub(crate) async fn load(
+        g: &Graph,
+        cp: &dyn Checkpointer,
+        scope: &Scope,
+        rec: &CheckpointRecord,
+    ) -> Result<Self> {
+        let walk = Self::needs_walk(g, rec);
+        let histories = if walk.is_empty() {
+            BTreeMap::new()
+        } else {
+            cp.delta_history(scope, &rec.id, &walk).await?
+        };
+        Self::restore(g, rec, histories)
+    }
+
+    pub(crate) fn restore(
+        g: &Graph,
+        rec: &CheckpointRecord,
+        mut histories: BTreeMap<String, crate::checkpointer::DeltaHistory>,
+    ) -> Result<Self> {
         let mut chans = Vec::with_capacity(g.chans.len());
         let mut versions = vec![0; g.chans.len()];
         for (i, def) in g.chans.iter().enumerate() {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
-            chans.push(g.channel(i, rec.values.get(&*def.name).cloned())?);
+            let stored = rec.values.get(&*def.name).cloned();
+            let mut ch = match (histories.remove(&*def.name), g.schema.get(&def.name)) {
+                (Some(h), Some(spec)) if stored.is_none() => spec.replay(h.seed, h.writes)?,
+                _ => g.channel(i, stored)?,
+            };
+            if let (Some(d), Some((u, s))) = (ch.delta(), rec.counters.get(&*def.name)) {
+                d.updates = *u;
+                d.supersteps = *s;
+            }
+            chans.push(ch);
         }
         let mut seen = BTreeMap::new();
         for (node, m) in &rec.versions_seen {
@@ -86,20 +132,59 @@ impl Live {
         Ok(Self {
             chans,
             stored: versions.clone(),
+            floor: 0,
             versions,
             seen,
             updated,
         })
     }
 
-    fn to_record(
-        &self,
+    fn checkpoint_record(
+        &mut self,
         g: &Graph,
         id: CheckpointId,
         parent: Option<CheckpointId>,
         step: i64,
         source: Source,
+        snapshot_all: bool,
     ) -> Result<CheckpointRecord> {
+        // Delta cadence (runtime-spec §5.3–§5.4): counters advance on every saved checkpoint; a
+        // snapshot stores the whole value, and bumps the version if it did not move, without
+        // re-triggering readers (nodes that saw the old version are advanced to the new one).
+        let mut snapshots = BTreeSet::new();
+        let mut counters = BTreeMap::new();
+        for (i, def) in g.chans.iter().enumerate() {
+            if !matches!(def.kind, ChanKind::User) {
+                continue;
+            }
+            let updated = self.updated.as_ref().is_some_and(|u| u.contains(&i));
+            let versioned = self.versions[i] > 0;
+            let Some(d) = self.chans[i].delta() else {
+                continue;
+            };
+            if d.on_checkpoint(updated, snapshot_all, versioned) {
+                snapshots.insert(i);
+                if self.versions[i] == self.stored[i] {
+                    let old = self.versions[i];
+                    let new = self.next_version();
+                    self.versions[i] = new;
+                    for m in self.seen.values_mut() {
+                        if m.get(&i) == Some(&old) {
+                            m.insert(i, new);
+                        }
+                    }
+                    self.seen
+                        .entry("__snapshot_bumps__".to_owned())
+                        .or_default()
+                        .insert(i, new);
+                }
+            }
+            if let Some(d) = self.chans[i].delta()
+                && (d.updates, d.supersteps) != (0, 0)
+            {
+                counters.insert(def.name.to_string(), (d.updates, d.supersteps));
+            }
+        }
         let mut values = BTreeMap::new();
         let mut versions = BTreeMap::new();
         let mut new_versions = BTreeSet::new();
@@ -112,6 +197,12 @@ impl Live {
                 continue;
             }
             new_versions.insert(def.name.to_string());
+            if snapshots.contains(&i) {
+                if let Some(v) = self.chans[i].get() {
+                    values.insert(def.name.to_string(), g.value_to_json(i, v)?);
+                }
+                continue;
+            }
             if let Some(j) = self.chans[i].checkpoint(&|v: &Val| g.value_to_json(i, v))? {
                 values.insert(def.name.to_string(), j);
             }
@@ -143,6 +234,7 @@ impl Live {
             versions_seen,
             updated_channels,
             new_versions,
+            counters,
         })
     }
 
@@ -293,15 +385,36 @@ pub(crate) struct Applied<'a> {
     pub(crate) writes: &'a [(usize, Write)],
 }
 
-/// The version after `current`, the greatest version of the checkpoint (runtime-spec §2.4.3).
-///
-/// Like the reference's `"{n:032}.{random:016}"`, a version is a counter plus a random part:
-/// the counter (high 32 bits) orders versions, the random low 32 bits keep the versions of two
-/// branches forked from one checkpoint apart, because savers key stored values by
-/// (channel, version) within a thread.
-pub(crate) fn next_version(current: u64) -> u64 {
-    let random = uuid::Uuid::new_v4().as_u64_pair().1 & 0xffff_ffff;
-    (((current >> 32) + 1) << 32) | random
+impl Live {
+    /// The version for this step's changes: one above the greatest version of the checkpoint
+    /// (runtime-spec §2.4.3), and above `floor`.
+    ///
+    /// Savers key stored values by (channel, version) within a thread, so versions must be unique
+    /// per thread across branches. The reference gets that from a random fraction in every version;
+    /// antler keeps plain counters (one or two bytes stored) and, when a run or `update_state`
+    /// starts from an addressed older checkpoint (a new branch), sets `floor` to the greatest
+    /// version anywhere in the thread. A run from the thread's newest checkpoint needs no floor:
+    /// by induction that checkpoint holds the thread's greatest version.
+    pub(crate) fn next_version(&self) -> u64 {
+        self.versions
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(self.floor)
+            + 1
+    }
+}
+
+/// The greatest channel version of any checkpoint of the scope (for a new branch's `floor`).
+pub(crate) async fn thread_max_version(cp: &dyn Checkpointer, scope: &Scope) -> Result<u64> {
+    Ok(cp
+        .list(scope)
+        .await?
+        .iter()
+        .flat_map(|t| t.checkpoint.versions.values().copied())
+        .max()
+        .unwrap_or(0))
 }
 
 /// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
@@ -310,7 +423,9 @@ pub(crate) fn apply_writes(
     live: &mut Live,
     batch: &[Applied<'_>],
 ) -> Result<BTreeSet<usize>> {
-    for t in batch {
+    for t in batch.iter().filter(|t| t.bump) {
+        // Input and NULL-task batches are no node: they record nothing in versions_seen (the
+        // reference keeps an always-empty `__input__` entry, which no trigger check ever reads).
         let e = live.seen.entry(t.name.to_owned()).or_default();
         for &c in t.triggers {
             if live.versions[c] > 0 {
@@ -318,7 +433,7 @@ pub(crate) fn apply_writes(
             }
         }
     }
-    let next = next_version(live.versions.iter().copied().max().unwrap_or(0));
+    let next = live.next_version();
     let consumed: BTreeSet<usize> = batch
         .iter()
         .flat_map(|t| t.triggers.iter().copied())
@@ -446,7 +561,12 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
                 channel: w.channel.to_string(),
             });
         }
-        writes.push((pos, w.write.clone()));
+        // Delta messages get their ids before the write is persisted (spec §10 rule 11).
+        writes.push((
+            pos,
+            spec.prepare_write(&w.write)
+                .unwrap_or_else(|| w.write.clone()),
+        ));
     }
     let user_writes = writes.len();
     for goto in &cmd.goto {
@@ -493,12 +613,16 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
 /// Persistence wrapper implementing the durability modes.
 struct Persist<'a> {
     cp: Option<&'a dyn Checkpointer>,
-    thread: &'a ThreadId,
+    scope: &'a Scope,
     durability: Durability,
     /// The newest checkpoint that exists in the store.
     stored_head: Option<CheckpointId>,
     exit_ckpt: Option<CheckpointRecord>,
     exit_writes: Vec<BufferedWrites>,
+    /// The checkpoint put still running (async durability).
+    inflight: Option<
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + std::marker::Send + 'a>>,
+    >,
 }
 
 /// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
@@ -513,7 +637,23 @@ impl Persist<'_> {
             self.exit_ckpt = Some(rec);
             return Ok(());
         }
-        cp.put(self.thread, rec).await
+        // Checkpoints reach the store in order: the previous put finishes first.
+        self.drain().await?;
+        let fut = cp.put(self.scope, rec);
+        if self.durability == Durability::Async {
+            // Stored while the next step's tasks run; drained before any write attaches to it.
+            self.inflight = Some(fut);
+            return Ok(());
+        }
+        fut.await
+    }
+
+    /// Waits for the checkpoint put still in flight (async durability).
+    async fn drain(&mut self) -> Result<()> {
+        match self.inflight.take() {
+            Some(f) => f.await,
+            None => Ok(()),
+        }
     }
 
     async fn put_writes(
@@ -524,21 +664,25 @@ impl Persist<'_> {
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
         let Some(cp) = self.cp else { return Ok(()) };
+        // The checkpoint these writes attach to must be stored first.
+        self.drain().await?;
         if self.durability == Durability::Exit {
             self.exit_writes
                 .push((ckpt.clone(), task.clone(), path.to_owned(), writes));
             return Ok(());
         }
-        cp.put_writes(self.thread, ckpt, task, path, writes).await
+        cp.put_writes(self.scope, ckpt, task, path, writes).await
     }
 
     async fn flush(&mut self) -> Result<()> {
+        // An invoke that returned has stored everything, in every durability mode.
+        self.drain().await?;
         let Some(cp) = self.cp else { return Ok(()) };
         if let Some(rec) = self.exit_ckpt.take() {
-            cp.put(self.thread, rec).await?;
+            cp.put(self.scope, rec).await?;
         }
         for (c, t, p, w) in std::mem::take(&mut self.exit_writes) {
-            cp.put_writes(self.thread, &c, &t, &p, w).await?;
+            cp.put_writes(self.scope, &c, &t, &p, w).await?;
         }
         Ok(())
     }
@@ -658,6 +802,22 @@ fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) ->
         })
 }
 
+/// Forces a snapshot of every delta channel that has writes of real tasks pending on the loaded
+/// checkpoint which this run will not apply (abandoned step, fork, update_state): a later history
+/// walk through that checkpoint must not replay them (runtime-spec §5.4, [1.2.22]).
+fn force_unreplayed(g: &Graph, live: &mut Live, pending: &[PendingWrite]) {
+    for w in pending
+        .iter()
+        .filter(|w| w.task_id.as_str() != NULL_TASK_ID)
+    {
+        if let Some(&c) = g.chan_idx.get(w.channel.as_str())
+            && let Some(d) = live.chans[c].delta()
+        {
+            d.forced = true;
+        }
+    }
+}
+
 fn mark_interrupt_seen(live: &mut Live) {
     let all: BTreeMap<usize, u64> = live
         .versions
@@ -670,10 +830,7 @@ fn mark_interrupt_seen(live: &mut Live) {
 }
 
 enum TaskResult {
-    Done {
-        writes: Vec<(usize, Write)>,
-        custom: Vec<Json>,
-    },
+    Done { writes: Vec<(usize, Write)> },
     Interrupted(Interrupt),
     Failed(Error),
 }
@@ -681,39 +838,60 @@ enum TaskResult {
 /// Runs one call on a thread.
 pub(crate) async fn run(
     g: &Graph,
-    cp: Option<&dyn Checkpointer>,
+    cp_arc: Option<&Arc<dyn Checkpointer>>,
+    cache: &crate::compiled::HotCache,
     input: Input,
     cfg: &RunConfig,
     tx: Option<&UnboundedSender<Result<StreamItem>>>,
     modes: StreamModes,
 ) -> Result<RunOutcome> {
+    let cp: Option<&dyn Checkpointer> = cp_arc.map(|a| a.as_ref());
+    let info = Arc::new(crate::types::RunInfo {
+        cp: cp_arc.cloned(),
+        cfg: cfg.clone(),
+        custom: tx.filter(|_| modes.custom).cloned(),
+    });
+    let scope = cfg.scope();
     let mut persist = Persist {
         cp,
-        thread: &cfg.thread_id,
+        scope: &scope,
         durability: cfg.durability,
         stored_head: None,
         exit_ckpt: None,
         exit_writes: Vec::new(),
+        inflight: None,
     };
     let em = Emitter { tx, modes };
-    let r = run_inner(g, cp, input, cfg, &mut persist, &em).await;
+    let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
     // Exit durability: persist on every exit path (normal, error, interrupt).
     persist.flush().await?;
-    r
+    let (outcome, head) = r?;
+    if let (Some(_), Some((id, mut live))) = (cp, head) {
+        // Invariant: the cached channels equal what restoring `id` from the store gives.
+        live.stored.clone_from(&live.versions);
+        cache.put(&scope, id, live);
+    }
+    Ok(outcome)
 }
 
-#[allow(clippy::too_many_lines)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the loop's context, threaded through one call"
+)]
 async fn run_inner(
     g: &Graph,
     cp: Option<&dyn Checkpointer>,
+    info: &Arc<crate::types::RunInfo>,
+    cache: &crate::compiled::HotCache,
     input: Input,
     cfg: &RunConfig,
     persist: &mut Persist<'_>,
     em: &Emitter<'_>,
-) -> Result<RunOutcome> {
+) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
+    let scope = &cfg.scope();
     let saved = match cp {
-        Some(cp) => cp.get_tuple(thread, cfg.checkpoint_id.as_ref()).await?,
+        Some(cp) => cp.get_tuple(scope, cfg.checkpoint_id.as_ref()).await?,
         None => None,
     };
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
@@ -723,9 +901,18 @@ async fn run_inner(
         });
     }
     let explicit = cfg.checkpoint_id.is_some();
+    let mut dirty = false;
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
         Some(t) => (
-            Live::restore(g, &t.checkpoint)?,
+            match (!explicit)
+                .then(|| cache.get(scope, &t.checkpoint.id))
+                .flatten()
+            {
+                Some(live) => live,
+                None => {
+                    Live::load(g, cp.ok_or(Error::NoCheckpointer)?, scope, &t.checkpoint).await?
+                }
+            },
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step,
             Some(t.checkpoint.source),
@@ -733,11 +920,19 @@ async fn run_inner(
         ),
         None => (Live::new(g)?, None, -2, None, Vec::new()),
     };
+    if explicit && let Some(cp) = cp {
+        // Time travel starts a new branch: its versions must exceed every version of the thread.
+        live.floor = thread_max_version(cp, scope).await?;
+    }
     persist.stored_head.clone_from(&ckpt_id);
     let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
     let mut step = meta_step + 1;
     let stop = step + limit + 1;
     let replay = explicit && matches!(input, Input::Continue);
+    if replay || matches!(input, Input::Values(_)) {
+        // Pending writes of the loaded checkpoint that this run will not apply.
+        force_unreplayed(g, &mut live, &pending);
+    }
     if explicit {
         // Time travel: writes saved by the original run are not reused, stale resume values dropped.
         if replay {
@@ -751,8 +946,7 @@ async fn run_inner(
 
     if let Input::Command(cmd) = &input {
         let mut null_writes = Vec::new();
-        let base = live.clone();
-        let resolved = resolve_input_command(g, cmd, &base)?;
+        let resolved = resolve_input_command(g, cmd)?;
         null_writes.extend(ser_writes(g, &resolved)?);
         match &cmd.resume {
             Some(Resume::Value(v)) => {
@@ -818,24 +1012,33 @@ async fn run_inner(
             }],
         )?;
         live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
+        dirty = true;
     }
     let shared = Arc::new(shared);
 
     if resuming {
         mark_interrupt_seen(&mut live);
+        dirty = true;
         if replay {
             let newest = match cp {
-                Some(cp) => cp.get_tuple(thread, None).await?.map(|t| t.checkpoint.id),
+                Some(cp) => cp.get_tuple(scope, None).await?.map(|t| t.checkpoint.id),
                 None => None,
             };
             let direct =
                 newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
             if !direct {
                 let id = new_checkpoint_id();
-                let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Fork)?;
+                let rec = live.checkpoint_record(
+                    g,
+                    id.clone(),
+                    ckpt_id.clone(),
+                    step,
+                    Source::Fork,
+                    persist.durability == Durability::Exit,
+                )?;
                 persist.put(rec).await?;
                 live.mark_stored(persist.durability);
-                live.mark_stored(persist.durability);
+                dirty = false;
                 emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Fork);
                 ckpt_id = Some(id);
                 step += 1;
@@ -864,9 +1067,17 @@ async fn run_inner(
         }
         live.updated = Some(apply_writes(g, &mut live, &batch)?);
         let id = new_checkpoint_id();
-        let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Input)?;
+        let rec = live.checkpoint_record(
+            g,
+            id.clone(),
+            ckpt_id.clone(),
+            step,
+            Source::Input,
+            persist.durability == Durability::Exit,
+        )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
+        dirty = false;
         emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Input);
         ckpt_id = Some(id);
         step += 1;
@@ -885,18 +1096,14 @@ async fn run_inner(
         }
         let state = live.state_view(g);
         let ck = ckpt_id.clone().unwrap_or_else(|| CheckpointId::new(""));
-        let tasks = prepare_tasks(g, &live, ck.as_str(), step, &state)?;
+        let mut tasks = prepare_tasks(g, &live, ck.as_str(), step, &state)?;
         if tasks.is_empty() {
             break;
         }
         let mut results: Vec<Option<TaskResult>> = Vec::with_capacity(tasks.len());
         for t in &tasks {
-            results.push(
-                decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done {
-                    writes,
-                    custom: Vec::new(),
-                }),
-            );
+            results
+                .push(decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done { writes }));
         }
         let to_run: Vec<&Task> = tasks
             .iter()
@@ -905,11 +1112,7 @@ async fn run_inner(
             .map(|(t, _)| t)
             .collect();
         if should_interrupt(g, &live, &g.interrupt_before, &to_run) {
-            return Ok(RunOutcome {
-                values: live.state_view(g),
-                interrupts: Vec::new(),
-                checkpoint_id: ckpt_id,
-            });
+            return Ok(finish(g, live, ckpt_id, dirty, Vec::new()));
         }
         execute(
             g,
@@ -921,10 +1124,17 @@ async fn run_inner(
             step,
             &ck,
             persist,
+            info,
         )
         .await?;
 
-        // Barrier.
+        // Barrier. Inputs are no longer needed: dropping them leaves the channels the only owners of
+        // their values, so owned reducers update in place.
+        drop(state);
+        let empty = State::new(g.schema.clone(), HashMap::new());
+        for t in &mut tasks {
+            t.input = empty.clone();
+        }
         let mut first_error = None;
         let mut interrupts = Vec::new();
         let mut done: Vec<(usize, &Vec<(usize, Write)>)> = Vec::new();
@@ -959,11 +1169,7 @@ async fn run_inner(
             let mut scratch = live.clone();
             apply_writes(g, &mut scratch, &batch)?;
             em.send(StreamEvent::Interrupted(interrupts.clone()));
-            return Ok(RunOutcome {
-                values: live.state_view(g),
-                interrupts,
-                checkpoint_id: ckpt_id,
-            });
+            return Ok(finish(g, live, ckpt_id, dirty, interrupts));
         }
         let updated = apply_writes(g, &mut live, &batch)?;
         live.updated = Some(updated);
@@ -982,22 +1188,18 @@ async fn run_inner(
                 }
             }
         }
-        if em.modes.custom {
-            for (i, r) in results.iter().enumerate() {
-                if let Some(TaskResult::Done { custom, .. }) = r {
-                    for c in custom {
-                        em.send(StreamEvent::Custom {
-                            node: g.nodes[tasks[i].node].id.clone(),
-                            value: c.clone(),
-                        });
-                    }
-                }
-            }
-        }
         let id = new_checkpoint_id();
-        let rec = live.to_record(g, id.clone(), ckpt_id.clone(), step, Source::Loop)?;
+        let rec = live.checkpoint_record(
+            g,
+            id.clone(),
+            ckpt_id.clone(),
+            step,
+            Source::Loop,
+            persist.durability == Durability::Exit,
+        )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
+        dirty = false;
         emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Loop);
         if em.modes.values {
             em.send(StreamEvent::Values(live.state_view(g)));
@@ -1010,18 +1212,32 @@ async fn run_inner(
         pending.clear();
         let ran: Vec<&Task> = tasks.iter().collect();
         if should_interrupt(g, &live, &g.interrupt_after, &ran) {
-            return Ok(RunOutcome {
-                values: live.state_view(g),
-                interrupts: Vec::new(),
-                checkpoint_id: ckpt_id,
-            });
+            return Ok(finish(g, live, ckpt_id, dirty, Vec::new()));
         }
     }
-    Ok(RunOutcome {
+    Ok(finish(g, live, ckpt_id, dirty, Vec::new()))
+}
+
+/// The outcome, plus the head's live channels for the hot-state cache when they are exactly the
+/// stored head (not `dirty` with NULL-task writes or resume bookkeeping applied since the last put).
+fn finish(
+    g: &Graph,
+    live: Live,
+    ckpt_id: Option<CheckpointId>,
+    dirty: bool,
+    interrupts: Vec<Interrupt>,
+) -> (RunOutcome, Option<(CheckpointId, Live)>) {
+    let outcome = RunOutcome {
         values: live.state_view(g),
-        interrupts: Vec::new(),
-        checkpoint_id: ckpt_id,
-    })
+        interrupts,
+        checkpoint_id: ckpt_id.clone(),
+    };
+    let head = if dirty {
+        None
+    } else {
+        ckpt_id.map(|id| (id, live))
+    };
+    (outcome, head)
 }
 
 fn emit_checkpoint(
@@ -1041,7 +1257,7 @@ fn emit_checkpoint(
     }
 }
 
-fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(usize, Write)>> {
+fn resolve_input_command(g: &Graph, cmd: &Command) -> Result<Vec<(usize, Write)>> {
     if cmd.to_parent {
         return Err(Error::NoParentGraph);
     }
@@ -1053,17 +1269,34 @@ fn resolve_input_command(g: &Graph, cmd: &Command, base: &Live) -> Result<Vec<(u
             .ok_or_else(|| Error::UnknownChannel {
                 channel: w.channel.to_string(),
             })?;
-        writes.push((pos, w.write.clone()));
+        let spec = g
+            .schema
+            .get(&w.channel)
+            .ok_or_else(|| Error::UnknownChannel {
+                channel: w.channel.to_string(),
+            })?;
+        if !spec.is_state() || !spec.accepts_write(w.type_id, &w.write) {
+            return Err(Error::WriteType {
+                channel: w.channel.to_string(),
+            });
+        }
+        writes.push((
+            pos,
+            spec.prepare_write(&w.write)
+                .unwrap_or_else(|| w.write.clone()),
+        ));
     }
     for goto in &cmd.goto {
         goto_write(g, goto, &mut writes)?;
     }
-    let _ = base;
     Ok(writes)
 }
 
 /// Runs every task without saved writes concurrently; persists each one's writes as it finishes.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step's context, threaded through one call"
+)]
 async fn execute(
     g: &Graph,
     tasks: &[Task],
@@ -1074,6 +1307,7 @@ async fn execute(
     step: i64,
     ck: &CheckpointId,
     persist: &mut Persist<'_>,
+    info: &Arc<crate::types::RunInfo>,
 ) -> Result<()> {
     let mut set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)> =
         tokio::task::JoinSet::new();
@@ -1087,7 +1321,13 @@ async fn execute(
         match &spec.imp {
             NodeImpl::Start => {
                 let cmd = Command::from(t.start_input.clone().unwrap_or_default());
-                results[i] = Some(finish_ok(g, t, &cmd, live, Vec::new(), None));
+                results[i] = Some(finish_ok(
+                    g,
+                    t,
+                    &cmd,
+                    live,
+                    !info.cfg.checkpoint_ns.is_empty(),
+                ));
                 persist_result(g, t, results[i].as_ref(), None, ck, persist).await?;
             }
             NodeImpl::User(node) => {
@@ -1095,14 +1335,19 @@ async fn execute(
                     node: spec.id.clone(),
                     task_id: t.id.clone(),
                     step,
-                    ns: format!("{}:{}", spec.id, t.id),
+                    ns: if info.cfg.checkpoint_ns.is_empty() {
+                        format!("{}:{}", spec.id, t.id)
+                    } else {
+                        format!("{}|{}:{}", info.cfg.checkpoint_ns, spec.id, t.id)
+                    },
+                    run: info.clone(),
+                    parent_schema: g.schema.clone(),
                     resume: Mutex::new(ResumeState {
                         answers: saved_answers(pending, &t.id),
                         counter: 0,
                         added: false,
                     }),
                     shared: shared.clone(),
-                    custom: Mutex::new(Vec::new()),
                 });
                 ctxs.insert(i, ctx.clone());
                 let node = node.clone();
@@ -1165,18 +1410,8 @@ async fn execute(
         };
         let t = &tasks[i];
         let ctx = ctxs.get(&i);
-        let custom = ctx
-            .map(|c| {
-                std::mem::take(
-                    &mut *c
-                        .custom
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                )
-            })
-            .unwrap_or_default();
         results[i] = Some(match r {
-            Ok(cmd) => finish_ok(g, t, &cmd, live, custom, None),
+            Ok(cmd) => finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty()),
             Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
                 TaskResult::Failed(Error::NodeFailed {
@@ -1190,19 +1425,14 @@ async fn execute(
     Ok(())
 }
 
-fn finish_ok(
-    g: &Graph,
-    t: &Task,
-    cmd: &Command,
-    live: &Live,
-    custom: Vec<Json>,
-    _x: Option<()>,
-) -> TaskResult {
+fn finish_ok(g: &Graph, t: &Task, cmd: &Command, live: &Live, nested: bool) -> TaskResult {
+    if cmd.to_parent && nested {
+        let mut up = cmd.clone();
+        up.to_parent = false;
+        return TaskResult::Failed(Error::ParentCommand(Box::new(up)));
+    }
     match resolve(g, t.node, cmd, live) {
-        Ok(r) => TaskResult::Done {
-            writes: r.writes,
-            custom,
-        },
+        Ok(r) => TaskResult::Done { writes: r.writes },
         Err(e) => TaskResult::Failed(e),
     }
 }
@@ -1261,8 +1491,13 @@ fn error_message(e: &Error) -> String {
 }
 
 /// Builds the snapshot of one stored checkpoint.
-pub(crate) fn snapshot_of(g: &Graph, t: &CheckpointTuple) -> Result<StateSnapshot> {
-    let mut live = Live::restore(g, &t.checkpoint)?;
+pub(crate) async fn snapshot_of(
+    g: &Graph,
+    cp: &dyn Checkpointer,
+    scope: &Scope,
+    t: &CheckpointTuple,
+) -> Result<StateSnapshot> {
+    let mut live = Live::load(g, cp, scope, &t.checkpoint).await?;
     let mut null_ch = Vec::new();
     for w in t
         .pending_writes
@@ -1349,10 +1584,10 @@ pub(crate) async fn get_state(
     cfg: &RunConfig,
 ) -> Result<Option<StateSnapshot>> {
     match cp
-        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?
     {
-        Some(t) => snapshot_of(g, &t).map(Some),
+        Some(t) => snapshot_of(g, cp, &cfg.scope(), &t).await.map(Some),
         None => Ok(None),
     }
 }
@@ -1362,11 +1597,11 @@ pub(crate) async fn history(
     cp: &dyn Checkpointer,
     cfg: &RunConfig,
 ) -> Result<Vec<StateSnapshot>> {
-    cp.list(&cfg.thread_id)
-        .await?
-        .iter()
-        .map(|t| snapshot_of(g, t))
-        .collect()
+    let mut out = Vec::new();
+    for t in cp.list(&cfg.scope()).await? {
+        out.push(snapshot_of(g, cp, &cfg.scope(), &t).await?);
+    }
+    Ok(out)
 }
 
 pub(crate) async fn update_state(
@@ -1377,7 +1612,7 @@ pub(crate) async fn update_state(
     as_node: Option<NodeId>,
 ) -> Result<CheckpointId> {
     let saved = cp
-        .get_tuple(&cfg.thread_id, cfg.checkpoint_id.as_ref())
+        .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
         return Err(Error::CheckpointNotFound {
@@ -1387,12 +1622,20 @@ pub(crate) async fn update_state(
     }
     let (mut live, parent, step) = match &saved {
         Some(t) => (
-            Live::restore(g, &t.checkpoint)?,
+            Live::load(g, cp, &cfg.scope(), &t.checkpoint).await?,
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step + 1,
         ),
         None => (Live::new(g)?, None, -1),
     };
+    if cfg.checkpoint_id.is_some() {
+        // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).
+        live.floor = thread_max_version(cp, &cfg.scope()).await?;
+    }
+    if let Some(t) = &saved {
+        // update_state does not apply the head's pending step.
+        force_unreplayed(g, &mut live, &t.pending_writes);
+    }
     if let Some(t) = &saved {
         let mut null_ch = Vec::new();
         for w in t
@@ -1429,6 +1672,13 @@ pub(crate) async fn update_state(
         None => infer_as_node(g, &live)?,
     };
     let resolved = resolve(g, node, &Command::from(values), &live)?;
+    // The update's writes are not stored as task writes anywhere a history walk would find them:
+    // the update checkpoint snapshots every delta channel it writes (spec §8, §5.4).
+    for (c, _) in &resolved.writes {
+        if let Some(d) = live.chans[*c].delta() {
+            d.forced = true;
+        }
+    }
     let name = g.nodes[node].id.as_str();
     let updated = apply_writes(
         g,
@@ -1442,8 +1692,8 @@ pub(crate) async fn update_state(
     )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
-    let rec = live.to_record(g, id.clone(), parent, step, Source::Update)?;
-    cp.put(&cfg.thread_id, rec).await?;
+    let rec = live.checkpoint_record(g, id.clone(), parent, step, Source::Update, false)?;
+    cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }
 

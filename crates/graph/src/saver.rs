@@ -7,9 +7,11 @@ use antler_checkpoint as cp;
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use crate::checkpointer::{CheckpointRecord, CheckpointTuple, Checkpointer, PendingWrite, Source};
+use crate::checkpointer::{
+    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, PendingWrite, Scope, Source,
+};
 use crate::error::{Error, Result};
-use crate::ids::{CheckpointId, TaskId, ThreadId};
+use crate::ids::{CheckpointId, TaskId};
 
 /// Adapts any [`cp::Saver`] (memory, SQLite, PostgreSQL) to the runtime.
 #[derive(Clone)]
@@ -50,16 +52,35 @@ fn decode(channel: &str, b: &cp::Blob) -> Result<Json> {
         })
 }
 
-fn encode(channel: &str, j: &Json) -> Result<cp::Blob> {
+/// Whether `j` is a non-empty list of LangChain message dicts (objects with `type` and `content`).
+fn is_message_list(j: &Json) -> bool {
+    match j {
+        Json::Array(items) if !items.is_empty() => items.iter().all(|m| {
+            m.as_object()
+                .is_some_and(|o| o.contains_key("type") && o.contains_key("content"))
+        }),
+        _ => false,
+    }
+}
+
+/// Encodes a value or write. Message lists become [`cp::Blob::Messages`], so savers store each
+/// message body once per thread and a list (snapshot or write) costs references only; the
+/// encoding is lossless for any list of objects, so the shape test cannot change a value.
+fn encode(channel: &str, j: &Json, kind: cp::MessagesKind) -> Result<cp::Blob> {
+    let fail = |source| Error::Serialization {
+        channel: channel.to_owned(),
+        source,
+    };
     if j.is_null() {
         return Ok(cp::Blob::Null);
     }
-    cp::Blob::json(j).map_err(|source| Error::Serialization {
-        channel: channel.to_owned(),
-        source,
-    })
+    if let Json::Array(items) = j
+        && is_message_list(j)
+    {
+        return cp::Blob::messages(kind, items).map_err(fail);
+    }
+    cp::Blob::json(j).map_err(fail)
 }
-
 fn source_of(s: Option<cp::CheckpointSource>) -> Source {
     match s {
         Some(cp::CheckpointSource::Input) => Source::Input,
@@ -124,6 +145,12 @@ fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
                 .updated_channels
                 .map(|u| u.iter().map(ToString::to_string).collect()),
             new_versions: Default::default(),
+            counters: t
+                .metadata
+                .counters_since_delta_snapshot
+                .iter()
+                .map(|(c, n)| (c.to_string(), (n.updates, n.supersteps)))
+                .collect(),
         },
         pending_writes,
     })
@@ -133,10 +160,11 @@ fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
 impl Checkpointer for SaverCheckpointer {
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
-        let mut config = cp::CheckpointConfig::latest(thread.as_str());
+        let mut config =
+            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(id) = id {
             config = config.with_checkpoint_id(parse_id(id)?);
         }
@@ -148,10 +176,10 @@ impl Checkpointer for SaverCheckpointer {
             .transpose()
     }
 
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
         let query = cp::ListQuery {
-            thread_id: Some(cp::ThreadId::new(thread.as_str())),
-            checkpoint_ns: Some(cp::CheckpointNs::root()),
+            thread_id: Some(cp::ThreadId::new(scope.thread.as_str())),
+            checkpoint_ns: Some(cp::CheckpointNs::new(scope.ns.as_str())),
             ..cp::ListQuery::default()
         };
         self.saver
@@ -163,17 +191,19 @@ impl Checkpointer for SaverCheckpointer {
             .collect()
     }
 
-    async fn put(&self, thread: &ThreadId, rec: CheckpointRecord) -> Result<()> {
-        let mut config = cp::CheckpointConfig::latest(thread.as_str());
+    async fn put(&self, scope: &Scope, rec: CheckpointRecord) -> Result<()> {
+        let mut config =
+            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(parent) = &rec.parent {
             config = config.with_checkpoint_id(parse_id(parent)?);
         }
         let mut checkpoint = cp::Checkpoint::empty();
         checkpoint.id = parse_id(&rec.id)?;
         for (ch, j) in &rec.values {
-            checkpoint
-                .channel_values
-                .insert(cp::ChannelName::new(ch.as_str()), encode(ch, j)?);
+            checkpoint.channel_values.insert(
+                cp::ChannelName::new(ch.as_str()),
+                encode(ch, j, cp::MessagesKind::Snapshot)?,
+            );
         }
         checkpoint.channel_versions = rec
             .versions
@@ -218,11 +248,22 @@ impl Checkpointer for SaverCheckpointer {
                 })
             })
             .collect();
-        let metadata = cp::CheckpointMetadata {
+        let mut metadata = cp::CheckpointMetadata {
             source: Some(to_cp_source(rec.source)),
             step: rec.step,
             ..Default::default()
         };
+        for (ch, (updates, supersteps)) in &rec.counters {
+            metadata.counters_since_delta_snapshot.insert(
+                cp::ChannelName::new(ch.as_str()),
+                cp::DeltaCounters {
+                    updates: *updates,
+                    supersteps: *supersteps,
+                },
+            );
+        }
+        // The mode marker (kernel-spec R32) follows the store's configured mode.
+        cp::mode::inject_mode_marker(&mut metadata, self.saver.store_config().mode);
         self.saver
             .put(&config, checkpoint, metadata, &new_versions)
             .await
@@ -232,17 +273,21 @@ impl Checkpointer for SaverCheckpointer {
 
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        scope: &Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
-        let config =
-            cp::CheckpointConfig::latest(thread.as_str()).with_checkpoint_id(parse_id(checkpoint)?);
+        let config = cp::CheckpointConfig::latest(scope.thread.as_str())
+            .with_ns(scope.ns.as_str())
+            .with_checkpoint_id(parse_id(checkpoint)?);
         let mut blobs = Vec::with_capacity(writes.len());
         for (ch, j) in &writes {
-            blobs.push((cp::ChannelName::new(ch.as_str()), encode(ch, j)?));
+            blobs.push((
+                cp::ChannelName::new(ch.as_str()),
+                encode(ch, j, cp::MessagesKind::Write)?,
+            ));
         }
         self.saver
             .put_writes(
@@ -253,5 +298,40 @@ impl Checkpointer for SaverCheckpointer {
             )
             .await
             .map_err(storage)
+    }
+
+    async fn delta_history(
+        &self,
+        scope: &Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<BTreeMap<String, DeltaHistory>> {
+        let config = cp::CheckpointConfig::latest(scope.thread.as_str())
+            .with_ns(scope.ns.as_str())
+            .with_checkpoint_id(parse_id(checkpoint)?);
+        let names: Vec<cp::ChannelName> = channels
+            .iter()
+            .map(|c| cp::ChannelName::new(c.as_str()))
+            .collect();
+        let found = self
+            .saver
+            .delta_channel_history(&config, &names)
+            .await
+            .map_err(storage)?;
+        let mut out = BTreeMap::new();
+        for (ch, h) in found {
+            let seed = h
+                .seed
+                .as_ref()
+                .map(|b| decode(ch.as_str(), b))
+                .transpose()?;
+            let writes = h
+                .writes
+                .iter()
+                .map(|w| decode(ch.as_str(), &w.value))
+                .collect::<Result<Vec<_>>>()?;
+            out.insert(ch.to_string(), DeltaHistory { seed, writes });
+        }
+        Ok(out)
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 
-use crate::channel::{Channel, Ephemeral, LastValue, ReduceFn, Reducer};
+use crate::channel::{Channel, Delta, Ephemeral, LastValue, ReduceFn, Reducer};
 use crate::error::{BoxError, BuildError, Error, Result};
 use crate::state::{Key, Val, Write};
 
@@ -33,7 +33,20 @@ enum Kind {
     Ephemeral,
     Untracked,
     PacketOnly,
+    Delta {
+        id: Arc<str>,
+        init: Arc<dyn Fn() -> Val + Send + Sync>,
+        reduce: ReduceFn,
+        frequency: u32,
+        prepare: Option<PrepareFn>,
+    },
 }
+
+/// Rewrites a write before it is persisted (e.g. assigns message ids, runtime-spec §10 rule 11).
+pub(crate) type PrepareFn = Arc<dyn Fn(&Val) -> Option<Val> + Send + Sync>;
+
+/// The global bound on super-steps between snapshots of a delta channel (runtime-spec §5.4).
+pub const DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT: u32 = 5000;
 
 /// How a channel updates: the declaration registered into a graph's schema for a [`Key`].
 ///
@@ -94,7 +107,7 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
         I: Fn() -> V + Send + Sync + 'static,
         R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
     {
-        let reduce: ReduceFn = Arc::new(move |acc: &Val, batch: &[Val]| {
+        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val]| {
             let acc = acc
                 .downcast_ref::<V>()
                 .ok_or("reducer state has the wrong type")?;
@@ -118,18 +131,111 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
     }
 }
 
+impl<V: Clone + Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
+    /// Like [`ChannelSpec::reducer`], but the reducer takes the accumulated value by value and the
+    /// whole step's writes at once: when the channel holds the only reference to its value (the
+    /// usual case at the barrier), the value is updated in place instead of cloned.
+    pub fn reducer_owned<I, R>(id: &str, init: I, reduce: R) -> Self
+    where
+        I: Fn() -> V + Send + Sync + 'static,
+        R: Fn(V, &[&W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
+    {
+        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val]| {
+            let acc: Arc<V> = acc
+                .downcast::<V>()
+                .map_err(|_| "reducer state has the wrong type")?;
+            let owned = Arc::try_unwrap(acc).unwrap_or_else(|shared| (*shared).clone());
+            let mut writes = Vec::with_capacity(batch.len());
+            for w in batch {
+                writes.push(
+                    w.downcast_ref::<W>()
+                        .ok_or("reducer write has the wrong type")?,
+                );
+            }
+            reduce(owned, &writes).map(|v| Arc::new(v) as Val)
+        });
+        Self {
+            kind: Kind::Reducer {
+                id: Arc::from(id),
+                init: Arc::new(move || Arc::new(init()) as Val),
+                reduce,
+            },
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
+    /// Turns a reducer declaration into a delta channel with snapshot frequency `F` (runtime-spec §5).
+    fn into_delta(self, snapshot_frequency: u32) -> Self {
+        match self.kind {
+            Kind::Reducer { id, init, reduce } => Self {
+                kind: Kind::Delta {
+                    id,
+                    init,
+                    reduce,
+                    frequency: snapshot_frequency.max(1),
+                    prepare: None,
+                },
+                _t: std::marker::PhantomData,
+            },
+            other => Self {
+                kind: other,
+                _t: std::marker::PhantomData,
+            },
+        }
+    }
+
+    /// A delta channel (runtime-spec §5): like [`ChannelSpec::reducer`], but checkpoints store only
+    /// the step's writes, plus a snapshot of the value every `snapshot_frequency` updates (and when
+    /// forced: an Overwrite, pending writes that will not be replayed, exit durability).
+    /// The reducer must be batching-invariant. `snapshot_frequency` 0 is treated as 1.
+    pub fn delta<I, R>(id: &str, init: I, reduce: R, snapshot_frequency: u32) -> Self
+    where
+        I: Fn() -> V + Send + Sync + 'static,
+        R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
+    {
+        Self::reducer(id, init, reduce).into_delta(snapshot_frequency)
+    }
+}
+
+impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers::Message>> {
+    /// The `messages` channel in delta mode: `add_messages` semantics, checkpoints store the step's
+    /// writes and a snapshot every `snapshot_frequency` updates. Messages without an id get one
+    /// before the write is persisted, so replay rebuilds the same list.
+    pub fn messages_delta(snapshot_frequency: u32) -> Self {
+        use antler_state_reducers::Message;
+        let mut spec = Self::messages().into_delta(snapshot_frequency);
+        if let Kind::Delta { prepare, .. } = &mut spec.kind {
+            *prepare = Some(Arc::new(|v: &Val| {
+                let list = v.downcast_ref::<Vec<Message>>()?;
+                if list.iter().all(|m| m.id.is_some()) {
+                    return None;
+                }
+                let mut list = list.clone();
+                for m in &mut list {
+                    if m.id.is_none() {
+                        m.id = Some(uuid::Uuid::new_v4().to_string());
+                    }
+                }
+                Some(Arc::new(list) as Val)
+            }));
+        }
+        spec
+    }
+}
+
 impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers::Message>> {
     /// The `messages` channel in full mode: `add_messages` semantics (replace by id, append, remove),
     /// each write a list of messages.
     pub fn messages() -> Self {
-        use antler_state_reducers::{Message, MessageWrite, merge_message_writes};
-        Self::reducer(
+        use antler_state_reducers::{Message, MessageWrite, merge_message_writes_owned};
+        Self::reducer_owned(
             "add_messages",
             Vec::new,
-            |acc: &Vec<Message>, writes: &[Vec<Message>]| {
-                let writes: Vec<MessageWrite> =
-                    writes.iter().cloned().map(MessageWrite::Messages).collect();
-                merge_message_writes(acc, &writes).map_err(|e| Box::new(e) as BoxError)
+            |acc: Vec<Message>, writes: &[&Vec<Message>]| {
+                let writes = writes.iter().map(|w| MessageWrite::Messages((*w).clone()));
+                merge_message_writes_owned(acc, writes).map_err(|e| Box::new(e) as BoxError)
             },
         )
     }
@@ -167,6 +273,7 @@ fn kind_desc(k: &Kind) -> String {
         Kind::Ephemeral => "ephemeral".into(),
         Kind::Untracked => "untracked".into(),
         Kind::PacketOnly => "packet_only".into(),
+        Kind::Delta { id, frequency, .. } => format!("delta({id}, snapshot_frequency={frequency})"),
     }
 }
 
@@ -235,6 +342,18 @@ impl ErasedSpec {
     pub(crate) fn same_as(&self, other: &Self) -> bool {
         let kinds = match (&self.kind, &other.kind) {
             (Kind::Reducer { id: a, .. }, Kind::Reducer { id: b, .. }) => a == b,
+            (
+                Kind::Delta {
+                    id: a,
+                    frequency: fa,
+                    ..
+                },
+                Kind::Delta {
+                    id: b,
+                    frequency: fb,
+                    ..
+                },
+            ) => a == b && fa == fb,
             (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
         };
         kinds && self.value_type == other.value_type && self.write_type == other.write_type
@@ -249,7 +368,8 @@ impl ErasedSpec {
         match write {
             Write::Value(_) => type_id == self.write_type,
             Write::Overwrite(_) => {
-                type_id == self.value_type && matches!(self.kind, Kind::Reducer { .. })
+                type_id == self.value_type
+                    && matches!(self.kind, Kind::Reducer { .. } | Kind::Delta { .. })
             }
         }
     }
@@ -298,7 +418,7 @@ impl ErasedSpec {
         if let Json::Object(m) = &j
             && m.len() == 1
             && let Some(inner) = m.get("__overwrite__")
-            && matches!(self.kind, Kind::Reducer { .. })
+            && matches!(self.kind, Kind::Reducer { .. } | Kind::Delta { .. })
         {
             return Ok(Write::Overwrite(self.value_from_json(inner.clone())?));
         }
@@ -335,7 +455,71 @@ impl ErasedSpec {
                 guard: true,
                 untracked: true,
             }),
+            Kind::Delta {
+                init,
+                reduce,
+                frequency,
+                ..
+            } => Box::new(Delta {
+                inner: Reducer {
+                    name: self.name.clone(),
+                    value: value.unwrap_or_else(|| init()),
+                    reduce: reduce.clone(),
+                },
+                updates: 0,
+                supersteps: 0,
+                frequency: *frequency,
+                max_supersteps: DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
+                forced: false,
+            }),
         })
+    }
+
+    /// Whether this is a delta channel.
+    pub(crate) fn is_delta(&self) -> bool {
+        matches!(self.kind, Kind::Delta { .. })
+    }
+
+    /// Rewrites a write before it is persisted (delta messages: assign missing ids).
+    pub(crate) fn prepare_write(&self, w: &Write) -> Option<Write> {
+        let Kind::Delta {
+            prepare: Some(p), ..
+        } = &self.kind
+        else {
+            return None;
+        };
+        match w {
+            Write::Value(v) => p(v).map(Write::Value),
+            Write::Overwrite(v) => p(v).map(Write::Overwrite),
+        }
+    }
+
+    /// Rebuilds a delta channel from a history walk: the seed (or the initial value) plus the writes,
+    /// where the last Overwrite becomes the base (runtime-spec §5.1 `replay_writes`).
+    pub(crate) fn replay(&self, seed: Option<Json>, writes: Vec<Json>) -> Result<Box<dyn Channel>> {
+        let mut ch = self.channel(seed)?;
+        let mut batch = Vec::with_capacity(writes.len());
+        for j in writes {
+            match self.write_from_json(j)? {
+                Write::Overwrite(v) => {
+                    batch.clear();
+                    batch.push(Write::Overwrite(v));
+                }
+                w => batch.push(w),
+            }
+        }
+        if let Some(d) = ch.delta() {
+            // Replay is not a step: apply to the inner reducer, so no snapshot is forced.
+            let rest: Vec<&Write> = match batch.first() {
+                Some(Write::Overwrite(v)) => {
+                    d.inner.value = v.clone();
+                    batch[1..].iter().collect()
+                }
+                _ => batch.iter().collect(),
+            };
+            d.inner.update(&rest)?;
+        }
+        Ok(ch)
     }
 }
 

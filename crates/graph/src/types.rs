@@ -213,14 +213,24 @@ pub(crate) struct SharedResume {
     pub(crate) map: HashMap<InterruptId, Json>,
 }
 
+/// What a task knows about the run it belongs to (subgraph nodes run in the same thread and store).
+pub(crate) struct RunInfo {
+    pub(crate) cp: Option<Arc<dyn crate::checkpointer::Checkpointer>>,
+    pub(crate) cfg: crate::compiled::RunConfig,
+    /// Where custom events go while the task runs (a stream with the `custom` mode).
+    pub(crate) custom:
+        Option<futures::channel::mpsc::UnboundedSender<crate::Result<crate::compiled::StreamItem>>>,
+}
+
 pub(crate) struct TaskCtx {
+    pub(crate) run: Arc<RunInfo>,
+    pub(crate) parent_schema: Arc<crate::schema::Schema>,
     pub(crate) node: NodeId,
     pub(crate) task_id: TaskId,
     pub(crate) step: i64,
     pub(crate) ns: String,
     pub(crate) resume: Mutex<ResumeState>,
     pub(crate) shared: Arc<SharedResume>,
-    pub(crate) custom: Mutex<Vec<Json>>,
 }
 
 /// What a running task knows about itself; also the door to `interrupt()` and custom stream events.
@@ -296,12 +306,21 @@ impl Context {
         }
     }
 
-    /// Emits a custom stream event (delivered with the step's events).
+    /// The task's checkpoint namespace (`<node>:<task id>`, prefixed by the enclosing namespaces).
+    pub fn checkpoint_ns(&self) -> &str {
+        &self.inner.ns
+    }
+
+    /// Emits a custom stream event, delivered at once to a stream with the `custom` mode
+    /// (dropped when nobody streams custom events).
     pub fn emit(&self, value: Json) {
-        self.inner
-            .custom
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(value);
+        if let Some(tx) = &self.inner.run.custom {
+            let ev = crate::compiled::StreamEvent::Custom {
+                node: self.inner.node.clone(),
+                value,
+            };
+            // A closed receiver means the stream was dropped; the run stops at its next await.
+            let _ = tx.unbounded_send(Ok(crate::compiled::StreamItem::Event(ev)));
+        }
     }
 }

@@ -10,6 +10,8 @@
 #![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
 
 use antler_state_reducers::{Message, MessageWrite, merge_message_writes_owned};
+
+// serde_json is reached through the crate's own dependency.
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
 fn message(i: usize) -> Message {
@@ -67,5 +69,53 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// Encoding and decoding the workload's 400-character messages, the read
+/// and write path of every stored conversation.
+fn serde(c: &mut Criterion) {
+    let mut group = c.benchmark_group("message_serde");
+    let messages: Vec<Message> = (0..1_000)
+        .map(|i| {
+            let text: String = format!("turn {i} human:")
+                .chars()
+                .chain(std::iter::repeat('x'))
+                .take(400)
+                .collect();
+            Message::human(text).with_id(format!("m{i}h"))
+        })
+        .collect();
+    let encoded: Vec<Vec<u8>> = messages
+        .iter()
+        .map(|m| serde_json::to_vec(m).expect("serialises"))
+        .collect();
+    group.throughput(Throughput::Elements(messages.len() as u64));
+    group.bench_function("encode_1000", |b| {
+        b.iter(|| {
+            messages
+                .iter()
+                .map(|m| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0))
+                .sum::<usize>()
+        });
+    });
+    group.bench_function("decode_1000", |b| {
+        b.iter(|| {
+            encoded
+                .iter()
+                .filter_map(|bytes| serde_json::from_slice::<Message>(bytes).ok())
+                .count()
+        });
+    });
+    // The general path (any JSON value, then coercion), for comparison.
+    group.bench_function("decode_1000_via_value", |b| {
+        b.iter(|| {
+            encoded
+                .iter()
+                .filter_map(|bytes| serde_json::from_slice::<serde_json::Value>(bytes).ok())
+                .filter_map(|v| Message::from_json(v).ok())
+                .count()
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, serde);
 criterion_main!(benches);

@@ -19,11 +19,11 @@ pub(crate) fn message_from_value(value: Value) -> Result<Message> {
         Value::Array(mut pair) if pair.len() == 2 && pair[0].is_string() => {
             let content = pair.pop().unwrap_or(Value::Null);
             let role = pair.pop().unwrap_or(Value::Null);
-            let role = role.as_str().unwrap_or_default().to_owned();
-            let mut map = Map::new();
-            map.insert("role".into(), Value::String(role));
-            map.insert("content".into(), content);
-            message_from_map(map)
+            message_from_fields(Fields {
+                role: Some(role),
+                content: Some(content),
+                ..Fields::default()
+            })
         }
         other => Err(Error::malformed(format!(
             "unsupported message-like value {}",
@@ -32,49 +32,133 @@ pub(crate) fn message_from_value(value: Value) -> Result<Message> {
     }
 }
 
-/// Coerces a LangChain dict.
-pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
-    let role_value = match map.shift_remove("role") {
-        Some(r) => r,
-        None => map
-            .shift_remove("type")
-            .ok_or_else(|| Error::malformed("message dict must contain a `type` or `role` key"))?,
-    };
-    let role = role_value.as_str().ok_or_else(|| {
-        Error::malformed(format!("message role must be a string, got {role_value}"))
-    })?;
-    let (kind, developer) = MessageType::from_role(role).ok_or_else(|| {
-        Error::malformed(format!(
-            "Unexpected message type: {}. Use one of 'human', 'user', 'ai', 'assistant', 'function', 'tool', 'system', or 'developer'.",
-            crate::pytext::repr_str(role)
-        ))
-    })?;
-    // A `type` left beside a `role` must agree with it.
-    if let Some(t) = map.shift_remove("type") {
-        let agrees = t
-            .as_str()
-            .and_then(MessageType::from_role)
-            .is_some_and(|(k, _)| k == kind);
-        if !agrees {
-            return Err(Error::malformed(format!(
-                "message `type` {t} contradicts its role {role:?}"
-            )));
-        }
+/// The keys of a message dict, taken apart once. Both the `Value` path and
+/// the streaming deserialiser fill this, so they share one set of rules.
+#[derive(Default)]
+pub(crate) struct Fields {
+    pub(crate) role: Option<Value>,
+    pub(crate) kind: Option<Value>,
+    pub(crate) content: Option<Value>,
+    pub(crate) id: Option<Value>,
+    pub(crate) name: Option<Value>,
+    pub(crate) additional_kwargs: Option<Value>,
+    pub(crate) response_metadata: Option<Value>,
+    pub(crate) tool_calls: Option<Value>,
+    pub(crate) invalid_tool_calls: Option<Value>,
+    pub(crate) usage_metadata: Option<Value>,
+    pub(crate) tool_call_id: Option<Value>,
+    pub(crate) artifact: Option<Value>,
+    pub(crate) status: Option<Value>,
+    pub(crate) extra: Map<String, Value>,
+}
+
+impl Fields {
+    /// Routes one key; returns the value back for keys that are not
+    /// canonical so the caller can keep them as extras.
+    pub(crate) fn slot(&mut self, key: &str) -> Option<&mut Option<Value>> {
+        Some(match key {
+            "role" => &mut self.role,
+            "type" => &mut self.kind,
+            "content" => &mut self.content,
+            "id" => &mut self.id,
+            "name" => &mut self.name,
+            "additional_kwargs" => &mut self.additional_kwargs,
+            "response_metadata" => &mut self.response_metadata,
+            "tool_calls" => &mut self.tool_calls,
+            "invalid_tool_calls" => &mut self.invalid_tool_calls,
+            "usage_metadata" => &mut self.usage_metadata,
+            "tool_call_id" => &mut self.tool_call_id,
+            "artifact" => &mut self.artifact,
+            "status" => &mut self.status,
+            _ => return None,
+        })
     }
-    if !map.contains_key("content") {
+
+    fn from_map(map: Map<String, Value>) -> Self {
+        let mut f = Fields::default();
+        for (k, v) in map {
+            match f.slot(&k) {
+                Some(slot) => *slot = Some(v),
+                None => {
+                    f.extra.insert(k, v);
+                }
+            }
+        }
+        f
+    }
+}
+
+/// Coerces a LangChain dict.
+pub(crate) fn message_from_map(map: Map<String, Value>) -> Result<Message> {
+    message_from_fields(Fields::from_map(map))
+}
+
+fn unexpected_type(role: &str) -> Error {
+    Error::malformed(format!(
+        "Unexpected message type: {}. Use one of 'human', 'user', 'ai', 'assistant', 'function', 'tool', 'system', or 'developer'.",
+        crate::pytext::repr_str(role)
+    ))
+}
+
+fn resolve_role(value: &Value) -> Result<(MessageType, bool)> {
+    let role = value
+        .as_str()
+        .ok_or_else(|| Error::malformed(format!("message role must be a string, got {value}")))?;
+    MessageType::from_role(role).ok_or_else(|| unexpected_type(role))
+}
+
+/// Coerces the taken-apart keys of a message dict.
+///
+/// The message type comes from `role` (LangChain's precedence) unless a
+/// `type` of `chat` is present, in which case `role` is the chat message's
+/// free-form role; a `type` beside a `role` must otherwise agree with it.
+pub(crate) fn message_from_fields(mut f: Fields) -> Result<Message> {
+    let chat_role;
+    let (kind, developer) = match (f.role.take(), f.kind.take()) {
+        (None, None) => {
+            return Err(Error::malformed(
+                "message dict must contain a `type` or `role` key",
+            ));
+        }
+        (None, Some(t)) => {
+            chat_role = None;
+            resolve_role(&t)?
+        }
+        (Some(r), None) => {
+            chat_role = None;
+            resolve_role(&r)?
+        }
+        (Some(r), Some(t)) => {
+            let (tk, tdev) = resolve_role(&t)?;
+            if tk == MessageType::Chat {
+                chat_role = Some(r);
+                (tk, tdev)
+            } else {
+                chat_role = None;
+                let (rk, rdev) = resolve_role(&r)?;
+                if rk != tk {
+                    return Err(Error::malformed(format!(
+                        "message `type` {t} contradicts its role {r}"
+                    )));
+                }
+                (rk, rdev)
+            }
+        }
+    };
+    let Some(content) = f.content.take() else {
         return Err(Error::malformed(
             "message dict must contain a `content` key",
         ));
-    }
+    };
     let mut msg = Message::new(kind, Content::default());
-    msg.content = Content::from_value(map.shift_remove("content").unwrap_or(Value::Null))?;
-    msg.id = take_id(&mut map)?;
-    msg.name = take_opt_string(&mut map, "name")?;
-    let kwargs = take_map(&mut map, "additional_kwargs")?;
+    msg.content = Content::from_value(content)?;
+    msg.id = id_like(f.id.take(), "id")?;
+    msg.name = opt_string(f.name.take(), "name")?;
+    let kwargs = object(f.additional_kwargs.take(), "additional_kwargs")?;
     if !kwargs.is_empty() {
         *msg.additional_kwargs_mut() = kwargs;
     }
-    let metadata = take_map(&mut map, "response_metadata")?;
+    let metadata = object(f.response_metadata.take(), "response_metadata")?;
     if !metadata.is_empty() {
         *msg.response_metadata_mut() = metadata;
     }
@@ -83,16 +167,23 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
             .insert("__openai_role__".into(), Value::String("developer".into()));
     }
     // Chunk-only fields do not survive the chunk → message conversion.
-    map.shift_remove("tool_call_chunks");
-    map.shift_remove("chunk_position");
+    f.extra.shift_remove("tool_call_chunks");
+    f.extra.shift_remove("chunk_position");
+    // Role-specific keys on another role are kept as extras, as LangChain's
+    // models keep unknown attributes.
+    let mut keep = |key: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            f.extra.insert(key.to_owned(), v);
+        }
+    };
     match kind {
         MessageType::Ai => {
             let mut invalid = Vec::new();
-            let calls = match map.shift_remove("tool_calls") {
+            let calls = match f.tool_calls.take() {
                 Some(calls) => tool_calls(calls, &mut invalid)?,
                 None => Vec::new(),
             };
-            if let Some(raw) = map.shift_remove("invalid_tool_calls") {
+            if let Some(raw) = f.invalid_tool_calls.take() {
                 invalid.append(&mut invalid_tool_calls(raw)?);
             }
             if !calls.is_empty() {
@@ -101,31 +192,28 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
             if !invalid.is_empty() {
                 *msg.invalid_tool_calls_mut() = invalid;
             }
-            let usage = match map.shift_remove("usage_metadata") {
-                None | Some(Value::Null) => None,
-                Some(v @ Value::Object(_)) => Some(v),
+            match f.usage_metadata.take() {
+                None | Some(Value::Null) => {}
+                Some(v @ Value::Object(_)) => msg.set_usage_metadata(Some(v)),
                 Some(other) => {
                     return Err(Error::malformed(format!(
                         "usage_metadata must be an object, got {}",
                         short(&other)
                     )));
                 }
-            };
-            if usage.is_some() {
-                msg.set_usage_metadata(usage);
             }
         }
         MessageType::Tool => {
-            let id = take_id_like(&mut map, "tool_call_id")?;
-            msg.set_tool_call_id(id);
-            if msg.tool_call_id().is_none() {
+            let id = id_like(f.tool_call_id.take(), "tool_call_id")?;
+            if id.is_none() {
                 return Err(Error::malformed("tool message requires a `tool_call_id`"));
             }
-            match map.shift_remove("artifact") {
+            msg.set_tool_call_id(id);
+            match f.artifact.take() {
                 None | Some(Value::Null) => {}
                 Some(v) => msg.set_artifact(Some(v)),
             }
-            match map.shift_remove("status") {
+            match f.status.take() {
                 None | Some(Value::Null) => {}
                 Some(Value::String(s)) if s == "success" || s == "error" => {
                     msg.set_status(Some(s));
@@ -139,7 +227,7 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
             }
         }
         MessageType::Chat => {
-            let role = take_opt_string(&mut map, "role")?;
+            let role = opt_string(chat_role, "role")?;
             msg.set_role(role);
         }
         MessageType::Remove => {
@@ -151,8 +239,14 @@ pub(crate) fn message_from_map(mut map: Map<String, Value>) -> Result<Message> {
         }
         MessageType::Human | MessageType::System | MessageType::Function => {}
     }
-    if !map.is_empty() {
-        *msg.extra_mut() = map;
+    keep("tool_calls", f.tool_calls.take());
+    keep("invalid_tool_calls", f.invalid_tool_calls.take());
+    keep("usage_metadata", f.usage_metadata.take());
+    keep("tool_call_id", f.tool_call_id.take());
+    keep("artifact", f.artifact.take());
+    keep("status", f.status.take());
+    if !f.extra.is_empty() {
+        *msg.extra_mut() = f.extra;
     }
     Ok(msg)
 }
@@ -177,8 +271,8 @@ fn tool_calls(value: Value, invalid: &mut Vec<InvalidToolCall>) -> Result<Vec<To
             let Value::Object(mut f) = function else {
                 return Err(Error::malformed("tool call `function` must be an object"));
             };
-            let id = take_id_like(&mut m, "id")?;
-            let name = take_opt_string(&mut f, "name")?.unwrap_or_default();
+            let id = id_like(m.shift_remove("id"), "id")?;
+            let name = opt_string(f.shift_remove("name"), "name")?.unwrap_or_default();
             match f.shift_remove("arguments") {
                 Some(Value::String(raw)) => match serde_json::from_str::<Value>(&raw) {
                     Ok(Value::Object(args)) => out.push(ToolCall {
@@ -211,7 +305,7 @@ fn tool_calls(value: Value, invalid: &mut Vec<InvalidToolCall>) -> Result<Vec<To
             continue;
         }
         m.shift_remove("type");
-        let name = take_opt_string(&mut m, "name")?
+        let name = opt_string(m.shift_remove("name"), "name")?
             .ok_or_else(|| Error::malformed("a tool call requires a `name`"))?;
         let args = match m.shift_remove("args") {
             None | Some(Value::Null) => Map::new(),
@@ -223,7 +317,7 @@ fn tool_calls(value: Value, invalid: &mut Vec<InvalidToolCall>) -> Result<Vec<To
                 )));
             }
         };
-        let id = take_id_like(&mut m, "id")?;
+        let id = id_like(m.shift_remove("id"), "id")?;
         out.push(ToolCall {
             id,
             name,
@@ -249,23 +343,19 @@ fn invalid_tool_calls(value: Value) -> Result<Vec<InvalidToolCall>> {
             };
             m.shift_remove("type");
             Ok(InvalidToolCall {
-                id: take_id_like(&mut m, "id")?,
-                name: take_opt_string(&mut m, "name")?,
-                args: take_opt_string(&mut m, "args")?,
-                error: take_opt_string(&mut m, "error")?,
+                id: id_like(m.shift_remove("id"), "id")?,
+                name: opt_string(m.shift_remove("name"), "name")?,
+                args: opt_string(m.shift_remove("args"), "args")?,
+                error: opt_string(m.shift_remove("error"), "error")?,
                 extra: m,
             })
         })
         .collect()
 }
 
-/// Message ids accept numbers, which LangChain coerces to strings.
-fn take_id(map: &mut Map<String, Value>) -> Result<Option<String>> {
-    take_id_like(map, "id")
-}
-
-fn take_id_like(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match map.shift_remove(key) {
+/// Ids accept numbers, which LangChain coerces to strings.
+fn id_like(value: Option<Value>, key: &str) -> Result<Option<String>> {
+    match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(Value::Number(n)) => Ok(Some(n.to_string())),
@@ -276,8 +366,8 @@ fn take_id_like(map: &mut Map<String, Value>, key: &str) -> Result<Option<String
     }
 }
 
-fn take_opt_string(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match map.shift_remove(key) {
+fn opt_string(value: Option<Value>, key: &str) -> Result<Option<String>> {
+    match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(Error::malformed(format!(
@@ -287,8 +377,8 @@ fn take_opt_string(map: &mut Map<String, Value>, key: &str) -> Result<Option<Str
     }
 }
 
-fn take_map(map: &mut Map<String, Value>, key: &str) -> Result<Map<String, Value>> {
-    match map.shift_remove(key) {
+fn object(value: Option<Value>, key: &str) -> Result<Map<String, Value>> {
+    match value {
         None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(m)) => Ok(m),
         Some(other) => Err(Error::malformed(format!(

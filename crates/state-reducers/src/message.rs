@@ -575,8 +575,112 @@ impl Serialize for Message {
 }
 
 impl<'de> Deserialize<'de> for Message {
+    /// Reads a message-like straight from the input: the top-level keys of a
+    /// dict are routed as they stream by (no intermediate map), then the same
+    /// coercion rules as [`Message::from_json`] apply. This is the read path
+    /// of every stored conversation.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Message::from_json(value).map_err(D::Error::custom)
+        deserializer.deserialize_any(MessageVisitor)
+    }
+}
+
+struct MessageVisitor;
+
+/// A map key, borrowed from the input when the format allows it.
+struct KeyStr<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for KeyStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = KeyStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(KeyStr(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(KeyStr(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(KeyStr(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for MessageVisitor {
+    type Value = Message;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a message dict, a string or a [role, content] pair")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Message, E> {
+        Ok(Message::human(v))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> std::result::Result<Message, E> {
+        Ok(Message::human(v))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Message, A::Error> {
+        let mut items = Vec::new();
+        while let Some(v) = seq.next_element::<Value>()? {
+            items.push(v);
+        }
+        Message::from_json(Value::Array(items)).map_err(A::Error::custom)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Message, A::Error> {
+        let mut fields = crate::coerce::Fields::default();
+        while let Some(KeyStr(key)) = map.next_key::<KeyStr<'de>>()? {
+            let value: Value = map.next_value()?;
+            match fields.slot(&key) {
+                Some(slot) => *slot = Some(value),
+                None => {
+                    fields.extra.insert(key.into_owned(), value);
+                }
+            }
+        }
+        crate::coerce::message_from_fields(fields).map_err(A::Error::custom)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Message, E> {
+        Err(E::custom(Error::malformed(
+            "unsupported message-like value null",
+        )))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> std::result::Result<Message, E> {
+        Err(E::custom(Error::malformed(format!(
+            "unsupported message-like value {v}"
+        ))))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Message, E> {
+        Err(E::custom(Error::malformed(format!(
+            "unsupported message-like value {v}"
+        ))))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Message, E> {
+        Err(E::custom(Error::malformed(format!(
+            "unsupported message-like value {v}"
+        ))))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Message, E> {
+        Err(E::custom(Error::malformed(format!(
+            "unsupported message-like value {v}"
+        ))))
     }
 }

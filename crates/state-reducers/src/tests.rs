@@ -801,3 +801,65 @@ fn message_stays_small() {
     // Kept small on purpose: the reducers move messages.
     assert!(std::mem::size_of::<Message>() <= 128);
 }
+
+#[test]
+fn r23_chat_messages_round_trip_with_and_without_a_role() {
+    let m =
+        Message::from_json(json!({"type": "chat", "role": "narrator", "content": "x", "id": "c"}))
+            .unwrap();
+    assert_eq!((m.kind, m.role()), (MessageType::Chat, Some("narrator")));
+    assert_eq!(Message::from_json(m.to_json()).unwrap(), m);
+    let bare = Message::new(MessageType::Chat, "y");
+    assert_eq!(Message::from_json(bare.to_json()).unwrap(), bare);
+    // Without `type`, `role` is the message type (LangChain's precedence).
+    let err = Message::from_json(json!({"role": "narrator", "content": "x"})).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Unexpected message type: 'narrator'")
+    );
+    let err =
+        Message::from_json(json!({"role": "user", "type": "ai", "content": "x"})).unwrap_err();
+    assert!(matches!(err, Error::MalformedMessage { .. }));
+}
+
+#[test]
+fn r18_streaming_deserialiser_agrees_with_the_value_path() {
+    let cases = [
+        r#"{"type":"human","content":"hi","id":"h","extra_key":[1,{"a":null}]}"#,
+        r#"{"role":"assistant","content":[{"type":"text","text":"x"}],"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}"#,
+        r#"{"type":"tool","content":"r","tool_call_id":7,"status":"error","artifact":{"a":1}}"#,
+        r#"{"type":"human","content":"x","tool_call_id":"on a human"}"#,
+        r#"{"type":"AIMessageChunk","content":"","tool_call_chunks":[],"usage_metadata":{"input_tokens":1}}"#,
+        r#""bare string""#,
+        r#"["user","pair"]"#,
+        r#"{"type":"remove","content":"","id":"x"}"#,
+        r#"{"type":"human","content":"caf\u00e9 \"quoted\"","id":"esc\u0041"}"#,
+        r#"{"type":"martian","content":"x"}"#,
+        r#"{"type":"tool","content":"x"}"#,
+        r#"{"content":"x"}"#,
+        r#"5"#,
+        r#"null"#,
+    ];
+    for case in cases {
+        let streamed = serde_json::from_str::<Message>(case);
+        let via_value = Message::from_json(serde_json::from_str::<Value>(case).unwrap());
+        match (&streamed, &via_value) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{case}"),
+            (Err(a), Err(b)) => assert!(
+                a.to_string().starts_with(&b.to_string()),
+                "{case}: {a} vs {b}"
+            ),
+            _ => panic!("{case}: {streamed:?} vs {via_value:?}"),
+        }
+    }
+}
+
+#[test]
+fn floats_in_unknown_keys_survive_storage_exactly() {
+    // Regression from fuzzing: serde_json's default float parser is not
+    // correctly rounded, so a stored message could come back different.
+    let text = r#"{"type":"human","content":"x","big":107777777777777777777777777777700}"#;
+    let m: Message = serde_json::from_str(text).unwrap();
+    let again: Message = serde_json::from_slice(&serde_json::to_vec(&m).unwrap()).unwrap();
+    assert_eq!(again, m);
+}

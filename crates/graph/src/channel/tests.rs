@@ -46,7 +46,7 @@ fn ephemeral_is_cleared_by_empty_update_and_that_is_a_change() {
 
 #[test]
 fn reducer_overwrite_drops_other_writes_and_only_one_per_step() {
-    let reduce: ReduceFn = Arc::new(|acc: &Val, batch: &[Val]| {
+    let reduce: ReduceFn = Arc::new(|acc: Val, batch: &[Val]| {
         let mut s = *acc.downcast_ref::<i64>().ok_or("type")?;
         for b in batch {
             s += *b.downcast_ref::<i64>().ok_or("type")?;

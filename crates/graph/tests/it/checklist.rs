@@ -335,7 +335,8 @@ async fn fault_panicking_sibling_is_caught_and_resume_reruns_only_it() {
 fn asking_graph() -> antler_graph::CompiledGraph {
     const ASKED: Key<bool> = Key::from_static("asked");
     let mut g = graph();
-    g.channel(&ASKED, ChannelSpec::last_value()).unwrap();
+    g.channel(&ASKED, ChannelSpec::last_value())
+        .expect("declared once");
     g.add_node("ask", |s: State, ctx: Context| async move {
         if s.get(&ASKED) == Some(&true) {
             return Ok(Update::new());
@@ -722,4 +723,214 @@ fn public_futures_are_send() {
     assert_send(&graph.get_state(&cfg));
     assert_send(&graph.update_state(&cfg, Update::new(), None));
     assert_send(&graph.stream(Update::new(), &cfg, antler_graph::StreamModes::all()));
+}
+
+fn cache_graph(store: Arc<dyn antler_graph::Checkpointer>) -> antler_graph::CompiledGraph {
+    const ASKED: Key<bool> = Key::from_static("asked");
+    let mut g = graph();
+    g.channel(&ASKED, ChannelSpec::last_value())
+        .expect("declared once");
+    g.add_node("ask", |s: State, ctx: Context| async move {
+        if s.get(&ASKED) == Some(&true) {
+            return Ok(Update::new().set(&ASKED, false));
+        }
+        let answer = ctx.interrupt(json!("?"))?;
+        Ok(Update::new()
+            .set(&ASKED, true)
+            .set(&LOG, log(&[&format!("answer {answer}")])))
+    });
+    g.add_node("count", |_s, _c| async { Ok(Update::new().set(&N, 1)) });
+    g.add_edge("__start__", "ask")
+        .add_edge("__start__", "count")
+        .add_edge("ask", "__end__");
+    g.compile().expect("valid graph").with_checkpointer(store)
+}
+
+/// The per-thread hot-state cache: a run that starts from the cache behaves exactly like one that
+/// rebuilds the channels from the store.
+#[tokio::test]
+async fn hot_cache_hit_gives_the_same_state_as_a_cold_read() {
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let warm = cache_graph(store.clone());
+    let ops: Vec<Input> = vec![
+        Update::new().set(&LOG, log(&["t1"])).into(),
+        Command::resume(json!("x")).into(),
+        Update::new().set(&LOG, log(&["t2"])).into(),
+        Update::new().set(&LOG, log(&["t3"])).into(),
+        Command::resume(json!("y")).into(),
+        Input::Continue,
+    ];
+    for op in ops {
+        let w = warm
+            .invoke(op.clone(), &RunConfig::new("warm"))
+            .await
+            .unwrap();
+        // A fresh compiled graph has an empty cache: it must rebuild from the store.
+        let cold = cache_graph(store.clone());
+        let c = cold.invoke(op, &RunConfig::new("cold")).await.unwrap();
+        assert_eq!(format!("{:?}", w.values), format!("{:?}", c.values));
+        assert_eq!(w.interrupts.len(), c.interrupts.len());
+        let ws = warm
+            .get_state(&RunConfig::new("warm"))
+            .await
+            .unwrap()
+            .unwrap();
+        let cs = cold
+            .get_state(&RunConfig::new("cold"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ws.next, cs.next);
+        assert_eq!(ws.step, cs.step);
+        assert_eq!(cold.hot_cache_hits(), 0);
+    }
+    assert!(
+        warm.hot_cache_hits() >= 3,
+        "warm runs started from the cache ({})",
+        warm.hot_cache_hits()
+    );
+}
+
+/// A store whose `put` of one step waits until a node of a later step opens the gate.
+struct Gated {
+    inner: antler_graph::MemoryCheckpointer,
+    gate: Arc<Notify>,
+    step: i64,
+}
+
+#[async_trait::async_trait]
+impl antler_graph::Checkpointer for Gated {
+    async fn get_tuple(
+        &self,
+        thread: &antler_graph::Scope,
+        id: Option<&antler_graph::CheckpointId>,
+    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
+        self.inner.get_tuple(thread, id).await
+    }
+    async fn list(
+        &self,
+        thread: &antler_graph::Scope,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        self.inner.list(thread).await
+    }
+    async fn put(
+        &self,
+        thread: &antler_graph::Scope,
+        rec: antler_graph::CheckpointRecord,
+    ) -> antler_graph::Result<()> {
+        if rec.step == self.step {
+            self.gate.notified().await;
+        }
+        self.inner.put(thread, rec).await
+    }
+    async fn put_writes(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &antler_graph::CheckpointId,
+        task_id: &antler_graph::TaskId,
+        task_path: &str,
+        writes: Vec<(String, serde_json::Value)>,
+    ) -> antler_graph::Result<()> {
+        self.inner
+            .put_writes(thread, checkpoint, task_id, task_path, writes)
+            .await
+    }
+    async fn delta_history(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &antler_graph::CheckpointId,
+        channels: &[String],
+    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(thread, checkpoint, channels).await
+    }
+}
+
+/// Durability async: checkpoint N is stored while step N+1's tasks run (here the put of step 1
+/// can only finish because step 2's node runs meanwhile; in sync mode this would never finish),
+/// and an invoke that returned has stored everything.
+#[tokio::test]
+async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
+    let gate = Arc::new(Notify::new());
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    let open = gate.clone();
+    g.add_node("b", move |_s: State, _c| {
+        open.notify_one();
+        async { Ok(Update::new().set(&LOG, log(&["b"]))) }
+    });
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let store = Arc::new(Gated {
+        inner: antler_graph::MemoryCheckpointer::new(),
+        gate,
+        step: 1,
+    });
+    let graph = g.compile().expect("valid graph").with_checkpointer(store);
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Async);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    assert_eq!(
+        graph.get_state_history(&cfg).await.unwrap().len(),
+        4,
+        "every checkpoint stored on return"
+    );
+}
+
+static CLONES: AtomicUsize = AtomicUsize::new(0);
+
+/// A list that counts its clones.
+#[derive(serde::Serialize, serde::Deserialize, Default, Debug, PartialEq)]
+struct Counted(Vec<i64>);
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        CLONES.fetch_add(1, Ordering::SeqCst);
+        Self(self.0.clone())
+    }
+}
+
+/// An owned reducer updates the channel's value in place: across steps and invokes (hot cache on),
+/// the accumulated value is never cloned.
+#[tokio::test]
+async fn owned_reducer_updates_in_place_without_cloning_the_value() {
+    const ACC: Key<Counted, i64> = Key::from_static("acc");
+    let mut g = antler_graph::StateGraph::new();
+    g.channel(
+        &ACC,
+        ChannelSpec::reducer_owned("push", Counted::default, |mut acc: Counted, w: &[&i64]| {
+            acc.0.extend(w.iter().copied());
+            Ok(acc)
+        }),
+    )
+    .expect("declared once");
+    for (name, n) in [("a", 1), ("b", 2)] {
+        g.add_node(name, move |_s: State, _c| async move {
+            Ok(Update::new().set(&ACC, n))
+        });
+    }
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    for i in 0..3 {
+        let out = graph
+            .invoke(Update::new().set(&ACC, 10 * i), &cfg)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.values.get(&ACC).map(|c| c.0.len()),
+            Some(3 * (i as usize + 1))
+        );
+    }
+    assert_eq!(
+        CLONES.load(Ordering::SeqCst),
+        0,
+        "no clone of the accumulated value"
+    );
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use antler_graph::{
     ChannelSpec, CheckpointId, CheckpointRecord, CheckpointTuple, Checkpointer, CompiledGraph,
     Input, Key, MemoryCheckpointer, Result, RunConfig, StateGraph, StreamEvent, StreamItem,
-    StreamModes, TaskId, ThreadId,
+    StreamModes, TaskId,
 };
 use futures::StreamExt;
 use serde_json::Value as Json;
@@ -76,15 +76,23 @@ impl Recording {
 impl Checkpointer for Recording {
     async fn get_tuple(
         &self,
-        thread: &ThreadId,
+        thread: &antler_graph::Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
         self.inner.get_tuple(thread, id).await
     }
-    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointTuple>> {
+    async fn delta_history(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(thread, checkpoint, channels).await
+    }
+    async fn list(&self, thread: &antler_graph::Scope) -> Result<Vec<CheckpointTuple>> {
         self.inner.list(thread).await
     }
-    async fn put(&self, thread: &ThreadId, checkpoint: CheckpointRecord) -> Result<()> {
+    async fn put(&self, thread: &antler_graph::Scope, checkpoint: CheckpointRecord) -> Result<()> {
         self.ops
             .lock()
             .expect("not poisoned")
@@ -93,7 +101,7 @@ impl Checkpointer for Recording {
     }
     async fn put_writes(
         &self,
-        thread: &ThreadId,
+        thread: &antler_graph::Scope,
         checkpoint: &CheckpointId,
         task_id: &TaskId,
         task_path: &str,

@@ -3,6 +3,10 @@
 
 mod checklist;
 mod common;
+mod crash;
+mod delta;
+mod laws;
 mod reference_traces;
 mod streaming;
+mod subgraph;
 mod traces;

@@ -273,11 +273,47 @@ fn messages_reduce(acc: &Json, writes: &[Json]) -> Result<Json, antler_graph::Bo
     Ok(Json::Array(out.iter().map(Message::to_json).collect()))
 }
 
+fn append_list(acc: &Json, ws: &[Json]) -> Result<Json, antler_graph::BoxError> {
+    let mut out = acc.as_array().cloned().unwrap_or_default();
+    for w in ws {
+        out.extend(
+            w.as_array()
+                .cloned()
+                .ok_or("append_list write is not a list")?,
+        );
+    }
+    Ok(Json::Array(out))
+}
+
+fn sum(acc: &Json, ws: &[Json]) -> Result<Json, antler_graph::BoxError> {
+    let mut n = acc.as_i64().unwrap_or(0);
+    for w in ws {
+        n += w.as_i64().ok_or("sum write is not an int")?;
+    }
+    Ok(json!(n))
+}
+
+type Reduce = fn(&Json, &[Json]) -> Result<Json, antler_graph::BoxError>;
+
+/// The reducer channels as plain reducers, or as delta channels with snapshot frequency `F`.
+fn reducer_or_delta(
+    id: &str,
+    init: fn() -> Json,
+    reduce: Reduce,
+    delta: Option<u32>,
+) -> ChannelSpec<Json> {
+    match delta {
+        Some(f) => ChannelSpec::delta(id, init, reduce, f),
+        None => ChannelSpec::reducer(id, init, reduce),
+    }
+}
+
 /// Builds the program's graph through the public API only.
 fn build(
     program: &Json,
     fired: &Fired,
     cp: Arc<dyn Checkpointer>,
+    delta: Option<u32>,
 ) -> Result<CompiledGraph, String> {
     let mut g = StateGraph::new();
     let mut names = HashSet::new();
@@ -286,33 +322,9 @@ fn build(
         names.insert(s(c, "name").to_owned());
         let spec = match s(c, "kind") {
             "last_value" => ChannelSpec::last_value(),
-            "append_list" => ChannelSpec::reducer(
-                "append_list",
-                || json!([]),
-                |acc: &Json, ws: &[Json]| {
-                    let mut out = acc.as_array().cloned().unwrap_or_default();
-                    for w in ws {
-                        out.extend(
-                            w.as_array()
-                                .cloned()
-                                .ok_or("append_list write is not a list")?,
-                        );
-                    }
-                    Ok(Json::Array(out))
-                },
-            ),
-            "sum" => ChannelSpec::reducer(
-                "sum",
-                || json!(0),
-                |acc: &Json, ws: &[Json]| {
-                    let mut n = acc.as_i64().unwrap_or(0);
-                    for w in ws {
-                        n += w.as_i64().ok_or("sum write is not an int")?;
-                    }
-                    Ok(json!(n))
-                },
-            ),
-            "messages" => ChannelSpec::reducer("messages", || json!([]), messages_reduce),
+            "append_list" => reducer_or_delta("append_list", || json!([]), append_list, delta),
+            "sum" => reducer_or_delta("sum", || json!(0), sum, delta),
+            "messages" => reducer_or_delta("messages", || json!([]), messages_reduce, delta),
             other => return Err(format!("unknown channel kind {other}")),
         };
         g.channel(&key, spec).map_err(|e| e.to_string())?;
@@ -432,9 +444,11 @@ fn build(
             other => return Err(format!("unknown edge kind {other}")),
         }
     }
+    // With delta channels the hot cache is off, so every operation rebuilds them by the history walk.
     Ok(g.compile()
         .map_err(|e| e.to_string())?
-        .with_checkpointer(cp))
+        .with_checkpointer(cp)
+        .with_hot_cache(delta.is_none()))
 }
 
 /// A node from a synchronous closure (the program's actions are synchronous).
@@ -706,10 +720,10 @@ fn diff(got: &Json, want: &Json, path: &str) -> Option<String> {
 }
 
 /// Runs one program; returns the first mismatch.
-async fn replay(line: &Json, cp: Arc<dyn Checkpointer>) -> Result<(), String> {
+async fn replay(line: &Json, cp: Arc<dyn Checkpointer>, delta: Option<u32>) -> Result<(), String> {
     let program = &line["program"];
     let fired: Fired = Arc::new(Mutex::new(HashSet::new()));
-    let graph = build(program, &fired, cp)?;
+    let graph = build(program, &fired, cp, delta)?;
     let rl = usize::try_from(program["recursion_limit"].as_u64().unwrap_or(25)).unwrap_or(25);
     let thread = s(line, "id").to_owned();
     for (k, (op, want)) in program["script"]
@@ -729,34 +743,37 @@ async fn replay(line: &Json, cp: Arc<dyn Checkpointer>) -> Result<(), String> {
 
 type MakeStore = Box<dyn Fn() -> Arc<dyn Checkpointer>>;
 
+fn memory_saver() -> Arc<dyn Checkpointer> {
+    let saver = antler_checkpoint::MemorySaver::new(antler_checkpoint::StoreConfig::full());
+    Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+}
+
+fn sqlite_saver() -> Arc<dyn Checkpointer> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let saver = rt
+        .block_on(antler_checkpoint::SqliteSaver::open_in_memory(
+            antler_checkpoint::StoreConfig::full(),
+        ))
+        .expect("in-memory SQLite opens");
+    Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+}
+
 /// The checkpoint stores every program is replayed on; a program matches when it matches on all.
-fn backends() -> Vec<(&'static str, MakeStore)> {
+fn backends() -> Vec<(&'static str, MakeStore, Option<u32>)> {
+    let graph_memory: fn() -> Arc<dyn Checkpointer> = || Arc::new(MemoryCheckpointer::new());
     vec![
+        ("graph-memory", Box::new(graph_memory), None),
+        ("checkpoint-memory-saver", Box::new(memory_saver), None),
+        ("checkpoint-sqlite-saver", Box::new(sqlite_saver), None),
+        // Every reducer channel as a delta channel (snapshot every 2 updates), no hot cache:
+        // each operation rebuilds state by the history walk; traces must not change.
+        ("graph-memory+delta(F=2)", Box::new(graph_memory), Some(2)),
         (
-            "graph-memory",
-            Box::new(|| Arc::new(MemoryCheckpointer::new()) as Arc<dyn Checkpointer>),
-        ),
-        (
-            "checkpoint-memory-saver",
-            Box::new(|| {
-                let saver =
-                    antler_checkpoint::MemorySaver::new(antler_checkpoint::StoreConfig::full());
-                Arc::new(SaverCheckpointer::new(Arc::new(saver))) as Arc<dyn Checkpointer>
-            }),
-        ),
-        (
-            "checkpoint-sqlite-saver",
-            Box::new(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .build()
-                    .expect("runtime");
-                let saver = rt
-                    .block_on(antler_checkpoint::SqliteSaver::open_in_memory(
-                        antler_checkpoint::StoreConfig::full(),
-                    ))
-                    .expect("in-memory SQLite opens");
-                Arc::new(SaverCheckpointer::new(Arc::new(saver))) as Arc<dyn Checkpointer>
-            }),
+            "checkpoint-sqlite-saver+delta(F=2)",
+            Box::new(sqlite_saver),
+            Some(2),
         ),
     ]
 }
@@ -777,10 +794,10 @@ fn reference_traces_match_langgraph() {
         .collect();
     let total = lines.len();
     let mut failed: HashSet<String> = HashSet::new();
-    for (name, make) in backends() {
+    for (name, make, delta) in backends() {
         let mut ok = 0;
         for v in &lines {
-            match rt.block_on(replay(v, make())) {
+            match rt.block_on(replay(v, make(), delta)) {
                 Ok(()) => ok += 1,
                 Err(e) => {
                     println!("MISMATCH [{name}] {}: {e}", s(v, "id"));

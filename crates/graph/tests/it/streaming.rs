@@ -55,8 +55,8 @@ async fn stream_modes_values_updates_custom() {
         vec![
             "updates __start__ 1",
             "values 1",
-            "updates a 1",
             "custom a \"working\"",
+            "updates a 1",
             "values 2",
             "done"
         ]
@@ -85,7 +85,9 @@ async fn dropping_the_stream_stops_without_corrupting_the_thread() {
     g.add_edge("__start__", "fast")
         .add_edge("__start__", "slow");
     let graph = memory(g);
-    let cfg = RunConfig::new("t");
+    // Sync durability makes "the step-0 checkpoint is stored" exact; under async durability a
+    // dropped run may also lose its in-flight checkpoint, like a crash.
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Sync);
     {
         let mut s = Box::pin(graph.stream(
             Update::new().set(&LOG, log(&["in"])),
@@ -110,4 +112,46 @@ async fn dropping_the_stream_stops_without_corrupting_the_thread() {
     release.notify_one();
     let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "fast", "slow"]));
+}
+
+/// Custom events reach the stream while their task still runs (the node waits until the consumer saw it).
+#[tokio::test]
+async fn custom_events_arrive_while_the_task_runs() {
+    let seen = Arc::new(Notify::new());
+    let mut g = graph();
+    let gate = seen.clone();
+    g.add_node("a", move |_s: State, ctx: Context| {
+        let gate = gate.clone();
+        async move {
+            ctx.emit(json!("started"));
+            gate.notified().await;
+            Ok(Update::new().set(&LOG, log(&["a"])))
+        }
+    });
+    g.add_edge("__start__", "a");
+    let graph = memory(g);
+    let modes = StreamModes {
+        custom: true,
+        ..StreamModes::default()
+    };
+    let mut s = Box::pin(graph.stream(
+        Update::new().set(&LOG, log(&["in"])),
+        &RunConfig::new("t"),
+        modes,
+    ));
+    let mut got = Vec::new();
+    while let Some(item) = s.next().await {
+        match item {
+            Ok(StreamItem::Event(StreamEvent::Custom { value, .. })) => {
+                got.push(value.to_string());
+                // Only now may the node finish: the event arrived before the task ended.
+                seen.notify_one();
+            }
+            Ok(StreamItem::Done(o)) => {
+                got.push(format!("done {}", o.values.get(&LOG).map_or(0, Vec::len)))
+            }
+            other => got.push(format!("{other:?}")),
+        }
+    }
+    assert_eq!(got, vec!["\"started\"".to_owned(), "done 2".to_owned()]);
 }

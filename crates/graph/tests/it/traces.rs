@@ -42,9 +42,9 @@ async fn trace_of_parallel_branches_join_and_router() {
         checkpoint input step -1
         step 0 Pull __start__: writes [log=["in"]]
         checkpoint loop step 0
+        custom a: {"progress":1}
         step 1 Pull a: writes [log=["a"]]
         step 1 Pull b: writes [log=["b"], n=1]
-        custom a: {"progress":1}
         checkpoint loop step 1
         step 2 Pull c: writes [last="c after 3"]
         checkpoint loop step 2

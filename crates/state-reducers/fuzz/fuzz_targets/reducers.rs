@@ -24,10 +24,18 @@ fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    // Coercion of one message-like, and its round trip.
-    if let Ok(m) = sr::Message::from_json(value.clone()) {
-        let back = sr::Message::from_json(m.to_json()).expect("a serialised message coerces");
-        assert_eq!(back, m, "round trip");
+    // Coercion of one message-like, and its round trip; the streaming
+    // deserialiser must agree with the Value path.
+    let streamed = serde_json::from_slice::<sr::Message>(data);
+    match sr::Message::from_json(value.clone()) {
+        Ok(m) => {
+            let back = sr::Message::from_json(m.to_json()).expect("a serialised message coerces");
+            assert_eq!(back, m, "round trip");
+            let bytes = serde_json::to_vec(&m).expect("serialises");
+            assert_eq!(serde_json::from_slice::<sr::Message>(&bytes).expect("decodes"), m);
+            assert_eq!(streamed.expect("the streaming path accepts it too"), m);
+        }
+        Err(_) => assert!(streamed.is_err(), "the streaming path accepted what coercion rejects"),
     }
     let Value::Array(items) = &value else {
         return;

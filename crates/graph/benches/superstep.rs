@@ -1,0 +1,105 @@
+//! Criterion benchmarks of the super-step loop: per-step overhead of a 3-node chain without a
+//! checkpointer, and a 100-way `Send` fan-out with a join.
+#![expect(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented public function"
+)]
+
+use std::hint::black_box;
+
+use antler_graph::{
+    ChannelSpec, Command, Key, NodeOptions, RunConfig, Send, State, StateGraph, Update, node_fn,
+};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const N: Key<i64> = Key::from_static("n");
+const ITEM: Key<i64> = Key::from_static("item");
+
+fn sum() -> ChannelSpec<i64> {
+    ChannelSpec::reducer(
+        "sum",
+        || 0,
+        |a: &i64, w: &[i64]| Ok(a + w.iter().sum::<i64>()),
+    )
+}
+
+fn chain() -> antler_graph::CompiledGraph {
+    let mut g = StateGraph::new();
+    g.channel(&N, sum()).expect("declared once");
+    for name in ["a", "b", "c"] {
+        g.add_node(name, |_s: State, _c| async { Ok(Update::new().set(&N, 1)) });
+    }
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "c")
+        .add_edge("c", "__end__");
+    g.compile().expect("valid graph")
+}
+
+fn fan_out(width: i64) -> antler_graph::CompiledGraph {
+    let mut g = StateGraph::new();
+    g.channel(&N, sum()).expect("declared once");
+    g.channel(&ITEM, ChannelSpec::packet_only())
+        .expect("declared once");
+    let split = node_fn(move |_s: State, _c| async move {
+        let mut cmd = Command::new();
+        for i in 0..width {
+            cmd = cmd.goto(Send::new("work").with(&ITEM, i));
+        }
+        Ok(cmd)
+    });
+    g.add_node_with(
+        "split",
+        split,
+        NodeOptions {
+            destinations: vec!["work".into()],
+            ..NodeOptions::default()
+        },
+    );
+    g.add_node("work", |s: State, _c| async move {
+        Ok(Update::new().set(&N, *s.get(&ITEM).unwrap_or(&0)))
+    });
+    g.add_node("join", |_s: State, _c| async { Ok(Update::new()) });
+    g.add_edge("__start__", "split")
+        .add_edge("work", "join")
+        .add_edge("join", "__end__");
+    g.compile().expect("valid graph")
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let cfg = RunConfig::new("bench");
+    let graph = chain();
+    // 4 super-steps per invoke: __start__, a, b, c.
+    c.bench_function("chain3_no_saver_invoke(4 steps)", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    graph
+                        .invoke(Update::new().set(&N, 0), &cfg)
+                        .await
+                        .expect("runs"),
+                )
+            })
+        })
+    });
+    let graph = fan_out(100);
+    // 4 super-steps, 103 tasks per invoke: __start__, split, 100 × work, join.
+    c.bench_function("send_fanout100_join_invoke(103 tasks)", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    graph
+                        .invoke(Update::new().set(&N, 0), &cfg)
+                        .await
+                        .expect("runs"),
+                )
+            })
+        })
+    });
+}
+
+criterion_group!(group, benches);
+criterion_main!(group);

@@ -1,0 +1,100 @@
+//! Subgraphs: a compiled graph used as a node of another graph, with its own checkpoint namespace.
+//!
+//! The subgraph runs in the parent's thread and store under the namespace `<node>:<task id>`
+//! (nested with `|`), so its checkpoints never mix with the parent's. Input: the parent state's
+//! values of the keys both schemas declare. Output: the subgraph's final values of the keys both
+//! declare, written to the parent through the parent's channels (as the reference does).
+//! An interrupt inside the subgraph interrupts the parent task; resuming the parent re-runs the
+//! task, which resumes the subgraph from its own checkpoint with the parent's resume value.
+//! A `Command::to_parent` returned inside the subgraph ends the subgraph run and becomes the
+//! parent task's result (its update and gotos apply in the parent).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::builder::Node;
+use crate::compiled::{CompiledGraph, Input};
+use crate::state::{NamedWrite, State, Update, Write};
+use crate::types::{Command, Context, NodeError, NodeErrorKind, Resume};
+
+pub(crate) struct SubgraphNode {
+    pub(crate) graph: CompiledGraph,
+}
+
+/// The values of `state` whose keys `target` declares as state channels, as writes.
+fn project(state: &State, target: &crate::schema::Schema) -> Update {
+    let mut u = Update::new();
+    for spec in target.specs().filter(|s| s.is_state()) {
+        if let Some(v) = state.values.get(spec.name()) {
+            u.writes.push(NamedWrite {
+                channel: spec.name_arc().clone(),
+                type_id: (**v).type_id(),
+                write: Write::Value(v.clone()),
+            });
+        }
+    }
+    u
+}
+
+#[async_trait]
+impl Node for SubgraphNode {
+    async fn run(&self, input: State, ctx: Context) -> Result<Command, NodeError> {
+        let info = &ctx.inner.run;
+        let mut cfg = info.cfg.clone();
+        cfg.checkpoint_ns = ctx.inner.ns.clone();
+        cfg.checkpoint_id = None;
+        let mut sub = self.graph.clone();
+        if let Some(cp) = &info.cp {
+            sub = sub.with_checkpointer(cp.clone());
+        }
+        let existing = match &info.cp {
+            Some(_) => sub.get_state(&cfg).await.map_err(NodeError::failed)?,
+            None => None,
+        };
+        let sub_input = match existing {
+            // The subgraph stopped mid-run (interrupt or error): continue it, answering its interrupts.
+            Some(snap) if !snap.tasks.is_empty() => {
+                let pending = snap.interrupts();
+                let shared = &ctx.inner.shared;
+                let mapped: std::collections::HashMap<_, _> = pending
+                    .iter()
+                    .filter_map(|i| shared.map.get(&i.id).map(|v| (i.id.clone(), v.clone())))
+                    .collect();
+                let null = if mapped.is_empty() && !pending.is_empty() {
+                    shared
+                        .null_value
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .take()
+                } else {
+                    None
+                };
+                match (null, mapped.is_empty()) {
+                    (Some(v), _) => Input::Command(Command {
+                        resume: Some(Resume::Value(v)),
+                        ..Command::default()
+                    }),
+                    (None, false) => Input::Command(Command::resume_map(mapped)),
+                    (None, true) => Input::Continue,
+                }
+            }
+            _ => Input::Values(project(&input, &self.graph.g.schema)),
+        };
+        let out = match sub.invoke(sub_input, &cfg).await {
+            Ok(out) => out,
+            // `Command::to_parent` inside the subgraph: the command becomes this task's result.
+            Err(crate::Error::ParentCommand(cmd)) => return Ok(*cmd),
+            Err(e) => return Err(NodeError::failed(e)),
+        };
+        if let Some(first) = out.interrupts.into_iter().next() {
+            return Err(NodeError(NodeErrorKind::Interrupt(first)));
+        }
+        Ok(Command::from(project(&out.values, &ctx_schema(&ctx))))
+    }
+}
+
+/// The parent's schema, captured when the subgraph node was added.
+fn ctx_schema(ctx: &Context) -> Arc<crate::schema::Schema> {
+    ctx.inner.parent_schema.clone()
+}

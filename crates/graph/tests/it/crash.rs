@@ -1,0 +1,216 @@
+//! Fault test: a child process running a graph on SQLite is SIGKILLed after its k-th store
+//! operation, for every k; reopening the database and resuming must give the same final state
+//! as an uninterrupted run.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::process::{Command as Proc, Stdio};
+use std::sync::Arc;
+
+use antler_graph::{
+    CheckpointId, CheckpointRecord, CheckpointTuple, Checkpointer, CompiledGraph, Durability,
+    Input, Result, RunConfig, SaverCheckpointer, State, TaskId, Update,
+};
+use serde_json::Value as Json;
+
+use crate::common::{LOG, N, graph, log};
+
+const CHILD_ENV: &str = "ANTLER_GRAPH_CRASH_CHILD";
+const CHILD_DURABILITY_ENV: &str = "ANTLER_GRAPH_CRASH_DURABILITY";
+
+fn build(cp: Arc<dyn Checkpointer>) -> CompiledGraph {
+    let mut g = graph();
+    for name in ["a", "b", "c", "d", "e"] {
+        g.add_node(name, move |_s: State, _c| async move {
+            Ok(Update::new().set(&LOG, log(&[name])).set(&N, 1))
+        });
+    }
+    // a and b run in parallel (a mid-step kill lands between their writes), join into c, then d, e.
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    g.add_join(["a", "b"], "c");
+    g.add_edge("c", "d")
+        .add_edge("d", "e")
+        .add_edge("e", "__end__");
+    g.compile().expect("valid graph").with_checkpointer(cp)
+}
+
+async fn sqlite(path: &str) -> Arc<dyn Checkpointer> {
+    let saver = antler_checkpoint::SqliteSaver::open(path, antler_checkpoint::StoreConfig::full())
+        .await
+        .expect("SQLite opens");
+    Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+}
+
+/// Announces every completed store operation on stdout and waits for the parent's go-ahead.
+struct Announcing(Arc<dyn Checkpointer>);
+
+impl Announcing {
+    fn announce(&self, what: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "OP {what}");
+        let _ = out.flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+    }
+}
+
+#[async_trait::async_trait]
+impl Checkpointer for Announcing {
+    async fn get_tuple(
+        &self,
+        thread: &antler_graph::Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.0.get_tuple(thread, id).await
+    }
+    async fn delta_history(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.0.delta_history(thread, checkpoint, channels).await
+    }
+    async fn list(&self, thread: &antler_graph::Scope) -> Result<Vec<CheckpointTuple>> {
+        self.0.list(thread).await
+    }
+    async fn put(&self, thread: &antler_graph::Scope, checkpoint: CheckpointRecord) -> Result<()> {
+        self.0.put(thread, checkpoint).await?;
+        self.announce("put");
+        Ok(())
+    }
+    async fn put_writes(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        self.0
+            .put_writes(thread, checkpoint, task_id, task_path, writes)
+            .await?;
+        self.announce("put_writes");
+        Ok(())
+    }
+}
+
+fn input() -> Update {
+    Update::new().set(&LOG, log(&["in"]))
+}
+
+/// Entry point of the child process (does nothing unless started by the parent test with `CHILD_ENV`).
+#[test]
+fn crash_child_entry() {
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let cp: Arc<dyn Checkpointer> = Arc::new(Announcing(sqlite(&path).await));
+        let graph = build(cp);
+        let durability = match std::env::var(CHILD_DURABILITY_ENV).as_deref() {
+            Ok("async") => Durability::Async,
+            _ => Durability::Sync,
+        };
+        let cfg = RunConfig::new("t").with_durability(durability);
+        graph.invoke(input(), &cfg).await.expect("child run");
+        println!("OP done");
+    });
+}
+
+#[test]
+fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = std::env::temp_dir().join(format!("antler-graph-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // Reference: the uninterrupted run.
+    let reference = rt.block_on(async {
+        let path = dir.join("reference.db");
+        let graph = build(sqlite(path.to_str().expect("utf-8 path")).await);
+        let out = graph
+            .invoke(input(), &RunConfig::new("t"))
+            .await
+            .expect("reference run");
+        (out.values.get(&LOG).cloned(), out.values.get(&N).copied())
+    });
+    assert_eq!(reference.0, Some(log(&["in", "a", "b", "c", "d", "e"])));
+    let exe = std::env::current_exe().expect("test binary");
+    for durability in ["sync", "async"] {
+        let mut kill_points = 0;
+        for k in 1.. {
+            let path = dir.join(format!("kill-{durability}-{k}.db"));
+            let path_s = path.to_str().expect("utf-8 path").to_owned();
+            let mut child = Proc::new(&exe)
+                .args([
+                    "--exact",
+                    "crash::crash_child_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, &path_s)
+                .env(CHILD_DURABILITY_ENV, durability)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("child starts");
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+            let mut ops = 0;
+            let mut finished = false;
+            for line in stdout.lines() {
+                let line = line.expect("child output");
+                // libtest may print its own prefix on the same line.
+                let Some(pos) = line.find("OP ") else {
+                    continue;
+                };
+                if &line[pos + 3..] == "done" {
+                    finished = true;
+                    break;
+                }
+                ops += 1;
+                if ops == k {
+                    break;
+                }
+                writeln!(stdin, "go").expect("child reads");
+            }
+            if finished {
+                let _ = child.wait();
+                break;
+            }
+            // SIGKILL on Unix: the child cannot clean up.
+            child.kill().expect("kill child");
+            let _ = child.wait();
+            kill_points += 1;
+            let resumed = rt.block_on(async {
+                let graph = build(sqlite(&path_s).await);
+                let cfg = RunConfig::new("t");
+                let out = match graph
+                    .get_state(&cfg)
+                    .await
+                    .expect("readable after the crash")
+                {
+                    Some(_) => graph.invoke(Input::Continue, &cfg).await,
+                    None => graph.invoke(input(), &cfg).await,
+                }
+                .expect("resume finishes");
+                (out.values.get(&LOG).cloned(), out.values.get(&N).copied())
+            });
+            assert_eq!(
+                resumed, reference,
+                "{durability}: kill after store operation {k}"
+            );
+        }
+        assert!(
+            kill_points >= 8,
+            "{durability}: every store operation of the run was a kill point ({kill_points})"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,440 @@
+//! Delta channels in the runtime (runtime-spec §5.3–§5.4, §10 rules 5–7, 11).
+
+use std::sync::Arc;
+
+use antler_graph::{
+    ChannelSpec, Input, Key, MemoryCheckpointer, RunConfig, State, StateGraph, Update,
+};
+use antler_state_reducers::{Message, MessageType};
+
+use crate::common::Recording;
+
+const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+
+fn ai(id: Option<&str>, text: &str) -> Message {
+    let mut m = Message::new(MessageType::Ai, text);
+    m.id = id.map(str::to_owned);
+    m
+}
+
+fn chat(frequency: u32, with_ids: bool) -> StateGraph {
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(frequency))
+        .expect("declared once");
+    g.add_node("reply", move |s: State, _c| async move {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        let id = with_ids.then(|| format!("ai-{n}"));
+        Ok(Update::new().set(&MESSAGES, vec![ai(id.as_deref(), &format!("reply {n}"))]))
+    });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    g
+}
+
+fn human(i: usize) -> Update {
+    let mut m = Message::new(MessageType::Human, format!("hi {i}"));
+    m.id = Some(format!("h-{i}"));
+    Update::new().set(&MESSAGES, vec![m])
+}
+
+/// Rule 6: counters advance on every checkpoint (input included), updates only when the channel
+/// moved; they ride in metadata across invokes and reset on a snapshot, which lands every F updates.
+#[tokio::test]
+async fn rule_06_counters_in_metadata_and_snapshot_cadence() {
+    let store = Arc::new(Recording::default());
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(3))
+        .unwrap();
+    g.add_node("reply", |_s: State, _c| async {
+        Ok(Update::new().set(&MESSAGES, vec![ai(Some("x"), "r")]))
+    });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    const OTHER: Key<i64> = Key::from_static("other");
+    g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
+    let graph = g
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let cfg = RunConfig::new("t");
+    for i in 0..3 {
+        graph
+            .invoke(Update::new().set(&OTHER, i), &cfg)
+            .await
+            .unwrap();
+    }
+    let got: Vec<String> = store
+        .puts()
+        .iter()
+        .map(|r| {
+            let c = r
+                .counters
+                .get("messages")
+                .map_or("-".to_owned(), |(u, s)| format!("({u},{s})"));
+            let snap = if r.values.contains_key("messages") {
+                " snapshot"
+            } else {
+                ""
+            };
+            format!("{} {c}{snap}", r.source.as_str())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "input (0,1)",
+            "loop (0,2)",
+            "loop (1,3)",
+            "input (1,4)",
+            "loop (1,5)",
+            "loop (2,6)",
+            "input (2,7)",
+            "loop (2,8)",
+            "loop - snapshot"
+        ]
+    );
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(
+        snap.values.get(&MESSAGES).map(Vec::len),
+        Some(1),
+        "replace-by-id across the walk"
+    );
+}
+
+/// Rule 5 (delta part) and the walk: an Overwrite forces a snapshot, so replay never crosses it;
+/// cold reads (history walk) equal the live state after every turn.
+#[tokio::test]
+async fn rule_05_overwrite_forces_snapshot_and_cold_reads_equal_live_state() {
+    let store = Arc::new(Recording::default());
+    let graph = chat(4, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let mut live = Vec::new();
+    for i in 0..5 {
+        let out = graph.invoke(human(i), &cfg).await.unwrap();
+        live.push(out.values.get(&MESSAGES).cloned().unwrap_or_default());
+        let cold = chat(4, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cold_state = cold.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(
+            cold_state.values.get(&MESSAGES),
+            live.last(),
+            "turn {i}: walk == live"
+        );
+    }
+    assert_eq!(live[4].len(), 10);
+    graph
+        .update_state(
+            &cfg,
+            Update::new().overwrite(&MESSAGES, vec![ai(Some("o"), "only")]),
+            Some("reply".into()),
+        )
+        .await
+        .unwrap();
+    let last = store.puts().pop().unwrap();
+    assert!(
+        last.values.contains_key("messages"),
+        "an Overwrite (update_state) snapshots"
+    );
+    // The update checkpoint triggers `reply` (as_node's edge goes to __end__: nothing runs).
+    let cold = chat(4, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let state = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(
+        state.values.get(&MESSAGES).map(Vec::len),
+        Some(1),
+        "replay never crosses the Overwrite"
+    );
+    let out = graph.invoke(human(9), &cfg).await.unwrap();
+    assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(3));
+}
+
+/// Rule 7: a snapshot-only version bump is stored but neither re-triggers nor re-fires `interrupt_before`.
+#[tokio::test]
+async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
+    let store = Arc::new(Recording::default());
+    let mut g = chat(1, true);
+    g.add_node("after", |_s: State, _c| async { Ok(Update::new()) });
+    g.add_edge("reply", "after");
+    g.interrupt_before(["after"]);
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.next, vec!["after".into()]);
+    // Replaying the head forks; with F = 1 the fork checkpoint snapshots `messages` without a write.
+    graph
+        .invoke(
+            Input::Continue,
+            &cfg.clone().with_checkpoint(head.checkpoint_id.clone()),
+        )
+        .await
+        .unwrap();
+    let puts = store.puts();
+    let fork = puts
+        .iter()
+        .find(|r| r.source == antler_graph::Source::Fork)
+        .unwrap();
+    let bumps = fork
+        .versions_seen
+        .get("__snapshot_bumps__")
+        .expect("bump recorded");
+    assert_eq!(bumps.get("messages"), fork.versions.get("messages"));
+    assert!(
+        fork.values.contains_key("messages"),
+        "the snapshot is stored"
+    );
+    let after = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert!(
+        after.next.is_empty(),
+        "`after` ran; the bump did not re-fire interrupt_before"
+    );
+}
+
+/// Rule 11: message ids are assigned before delta writes are persisted, so a cold read rebuilds the same list.
+#[tokio::test]
+async fn rule_11_message_ids_assigned_before_persisting_delta_writes() {
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(100, false)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let out = graph.invoke(human(0), &cfg).await.unwrap();
+    let live = out.values.get(&MESSAGES).cloned().unwrap();
+    assert!(live.iter().all(|m| m.id.is_some()));
+    let cold = chat(100, false)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    let rebuilt = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(rebuilt.values.get(&MESSAGES), Some(&live));
+}
+
+/// The same graph in full and delta mode gives the same states, and delta stores no full list per step.
+#[tokio::test]
+async fn full_and_delta_modes_agree_and_delta_stores_less() {
+    let full_store = Arc::new(Recording::default());
+    let delta_store = Arc::new(Recording::default());
+    let mut full = StateGraph::new();
+    full.channel(&MESSAGES, ChannelSpec::messages()).unwrap();
+    full.add_node("reply", |s: State, _c| async move {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        Ok(Update::new().set(
+            &MESSAGES,
+            vec![ai(Some(&format!("ai-{n}")), &format!("reply {n}"))],
+        ))
+    });
+    full.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    let full = full
+        .compile()
+        .unwrap()
+        .with_checkpointer(full_store.clone());
+    let delta = chat(5, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(delta_store.clone());
+    let cfg = RunConfig::new("t");
+    for i in 0..12 {
+        let a = full.invoke(human(i), &cfg).await.unwrap();
+        let b = delta.invoke(human(i), &cfg).await.unwrap();
+        assert_eq!(a.values.get(&MESSAGES), b.values.get(&MESSAGES));
+    }
+    let stored = |r: &Recording| {
+        r.puts()
+            .iter()
+            .filter(|p| p.values.contains_key("messages"))
+            .count()
+    };
+    assert_eq!(
+        stored(&full_store),
+        24,
+        "full mode stores the list at every checkpoint where it moved"
+    );
+    assert!(
+        stored(&delta_store) <= 5,
+        "delta mode stores a snapshot every 5 updates ({})",
+        stored(&delta_store)
+    );
+}
+
+/// Rule 12 (graph side): a forked branch never replays the writes of its sibling branch; cold reads
+/// (history walk) of both branch heads equal what the live runs produced.
+#[tokio::test]
+async fn rule_12_forked_branches_replay_only_their_own_writes() {
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let mut heads = Vec::new();
+    for i in 0..3 {
+        let out = graph.invoke(human(i), &cfg).await.unwrap();
+        heads.push((
+            out.checkpoint_id.clone().unwrap(),
+            out.values.get(&MESSAGES).cloned().unwrap(),
+        ));
+    }
+    // Fork from the head of turn 1 with new input, and replay the head of turn 0.
+    let fork = graph
+        .invoke(human(7), &cfg.clone().with_checkpoint(heads[0].0.clone()))
+        .await
+        .unwrap();
+    let fork_msgs = fork.values.get(&MESSAGES).cloned().unwrap();
+    assert_eq!(
+        fork_msgs.len(),
+        4,
+        "turn 0 (2 messages) + the forked turn (2)"
+    );
+    assert!(
+        fork_msgs.iter().all(|m| m.id.as_deref() != Some("h-1")),
+        "no message of the sibling branch"
+    );
+    let cold = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    let head = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.values.get(&MESSAGES), Some(&fork_msgs));
+    let old = cold
+        .get_state(&cfg.clone().with_checkpoint(heads[2].0.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        old.values.get(&MESSAGES),
+        Some(&heads[2].1),
+        "the original branch still rebuilds"
+    );
+}
+
+fn rec(
+    id: &str,
+    parent: Option<&str>,
+    version: u64,
+    value: Option<serde_json::Value>,
+) -> antler_graph::CheckpointRecord {
+    antler_graph::CheckpointRecord {
+        id: antler_graph::CheckpointId::new(id),
+        parent: parent.map(antler_graph::CheckpointId::new),
+        step: 0,
+        source: antler_graph::Source::Loop,
+        values: value.into_iter().map(|v| ("ch".to_owned(), v)).collect(),
+        versions: [("ch".to_owned(), version)].into(),
+        versions_seen: Default::default(),
+        updated_channels: None,
+        new_versions: ["ch".to_owned()].into(),
+        counters: Default::default(),
+    }
+}
+
+/// Rule 8 / rule 1 (walk contract of the in-process store): start at the target's parent (its own
+/// writes excluded), follow parent pointers (not id order), collect each ancestor's writes, stop at
+/// the first ancestor with a stored value (its own writes included), return writes oldest first.
+#[tokio::test]
+async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_writes() {
+    use antler_graph::{CheckpointId, Checkpointer, Scope, TaskId};
+    use serde_json::json;
+    let store = MemoryCheckpointer::new();
+    let scope = Scope::root("t");
+    // a (seed value) ← b ← c ← d (target); a sibling branch b ← x carries writes that must not appear.
+    store
+        .put(&scope, rec("a", None, 1, Some(json!(["seed"]))))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("b", Some("a"), 2, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("c", Some("b"), 3, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("x", Some("b"), 3, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("d", Some("c"), 4, None))
+        .await
+        .unwrap();
+    for (cp, v) in [
+        ("a", "w-a"),
+        ("b", "w-b"),
+        ("c", "w-c"),
+        ("x", "w-x"),
+        ("d", "w-d"),
+    ] {
+        store
+            .put_writes(
+                &scope,
+                &CheckpointId::new(cp),
+                &TaskId::new("task"),
+                "~p",
+                vec![("ch".to_owned(), json!(v))],
+            )
+            .await
+            .unwrap();
+    }
+    let h = store
+        .delta_history(&scope, &CheckpointId::new("d"), &["ch".to_owned()])
+        .await
+        .unwrap();
+    let h = &h["ch"];
+    assert_eq!(h.seed, Some(json!(["seed"])));
+    assert_eq!(h.writes, vec![json!("w-a"), json!("w-b"), json!("w-c")]);
+}
+
+/// Exit durability with a delta channel: only the final checkpoint is stored, and it snapshots the
+/// channel, so a cold read (no history to replay from the skipped steps) equals the live state.
+#[tokio::test]
+async fn exit_durability_snapshots_delta_channels_at_the_final_checkpoint() {
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
+    let mut live = None;
+    for i in 0..3 {
+        live = graph
+            .invoke(human(i), &cfg)
+            .await
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned();
+    }
+    assert_eq!(live.as_ref().map(Vec::len), Some(6));
+    let cold = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    assert_eq!(
+        cold.get_state(&cfg)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES),
+        live.as_ref()
+    );
+    assert_eq!(
+        cold.get_state_history(&cfg).await.unwrap().len(),
+        3,
+        "one checkpoint per invoke"
+    );
+}
