@@ -191,6 +191,10 @@ struct MsgIndex {
 
 type IndexSlot = Arc<tokio::sync::Mutex<Option<MsgIndex>>>;
 
+/// How many threads' message indexes a saver keeps before dropping the idle ones
+/// (each costs about 24 bytes per stored message; a dropped index reloads on the next write).
+const MAX_CACHED_INDEXES: usize = 256;
+
 /// The shared saver logic over a backend.
 pub(crate) struct Engine<B> {
     pub(crate) backend: B,
@@ -271,6 +275,10 @@ impl<B: Backend> Engine<B> {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
+        if map.len() >= MAX_CACHED_INDEXES && !map.contains_key(thread) {
+            // Drop indexes nobody is using; they reload from the store on demand.
+            map.retain(|_, slot| Arc::strong_count(slot) > 1);
+        }
         map.entry(thread.clone()).or_default().clone()
     }
 
