@@ -371,17 +371,9 @@ impl MemoryCheckpointer {
     }
 }
 
-/// New checkpoint ids: strictly increasing within the process, UUID-shaped.
+/// New checkpoint ids: strictly increasing within the process, UUID-shaped, in the checkpoint
+/// crate's layout (wall-clock microseconds in the high 64 bits), so a saver stores the
+/// checkpoint's timestamp as a one-byte offset from its id.
 pub(crate) fn new_checkpoint_id() -> CheckpointId {
-    static LAST: Mutex<u128> = Mutex::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let mut last = LAST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let v = if now > *last { now } else { *last + 1 };
-    *last = v;
-    CheckpointId::new(uuid::Uuid::from_u128(v).hyphenated().to_string())
+    CheckpointId::new(antler_checkpoint::CheckpointId::generate().to_string())
 }
