@@ -137,6 +137,16 @@ pub trait Checkpointer: Send + Sync {
         scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>>;
+    /// Like [`Checkpointer::get_tuple`], but the returned record's `values` may be empty: for a
+    /// caller that already holds the checkpoint's channels (the hot-state cache) and needs only
+    /// its id, metadata, versions and pending writes. The default reads everything.
+    async fn head(
+        &self,
+        scope: &Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.get_tuple(scope, id).await
+    }
     /// All checkpoints of the thread, newest first.
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
     /// Stores a checkpoint.

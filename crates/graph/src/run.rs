@@ -890,8 +890,9 @@ async fn run_inner(
 ) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
     let scope = &cfg.scope();
+    // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
-        Some(cp) => cp.get_tuple(scope, cfg.checkpoint_id.as_ref()).await?,
+        Some(cp) => cp.head(scope, cfg.checkpoint_id.as_ref()).await?,
         None => None,
     };
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
@@ -910,7 +911,15 @@ async fn run_inner(
             {
                 Some(live) => live,
                 None => {
-                    Live::load(g, cp.ok_or(Error::NoCheckpointer)?, scope, &t.checkpoint).await?
+                    let cp = cp.ok_or(Error::NoCheckpointer)?;
+                    let full = cp
+                        .get_tuple(scope, Some(&t.checkpoint.id))
+                        .await?
+                        .ok_or_else(|| Error::CheckpointNotFound {
+                            thread: thread.to_string(),
+                            checkpoint: t.checkpoint.id.to_string(),
+                        })?;
+                    Live::load(g, cp, scope, &full.checkpoint).await?
                 }
             },
             Some(t.checkpoint.id.clone()),
@@ -1021,7 +1030,7 @@ async fn run_inner(
         dirty = true;
         if replay {
             let newest = match cp {
-                Some(cp) => cp.get_tuple(scope, None).await?.map(|t| t.checkpoint.id),
+                Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id),
                 None => None,
             };
             let direct =

@@ -1,7 +1,7 @@
 //! [`SaverCheckpointer`]: the runtime's persistence seam implemented over `antler-checkpoint`'s [`Saver`].
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use antler_checkpoint as cp;
 use async_trait::async_trait;
@@ -13,16 +13,25 @@ use crate::checkpointer::{
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, TaskId};
 
+/// Full maps by (scope, checkpoint).
+type MapCache = HashMap<(Scope, cp::CheckpointId), Arc<Maps>>;
+
 /// Adapts any [`cp::Saver`] (memory, SQLite, PostgreSQL) to the runtime.
 #[derive(Clone)]
 pub struct SaverCheckpointer {
     saver: Arc<dyn cp::Saver>,
+    /// Full maps of checkpoints this adapter wrote or read (records are immutable, so entries
+    /// never go stale); a put whose parent is here is stored as a relative record.
+    maps: Arc<Mutex<MapCache>>,
 }
 
 impl SaverCheckpointer {
     /// Wraps a saver.
     pub fn new(saver: Arc<dyn cp::Saver>) -> Self {
-        Self { saver }
+        Self {
+            saver,
+            maps: Arc::default(),
+        }
     }
     /// The wrapped saver.
     pub fn saver(&self) -> &Arc<dyn cp::Saver> {
@@ -161,52 +170,148 @@ fn to_cp_source(s: Source) -> cp::CheckpointSource {
     }
 }
 
-fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
-    let c = t.checkpoint;
-    let mut values = BTreeMap::new();
-    for (ch, b) in &c.channel_values {
-        values.insert(load_name(ch.as_str()), decode(ch.as_str(), b)?);
+/// `Checkpoint::v` of a record whose channel versions and versions seen list only the entries
+/// that differ from its parent's (records the runtime can read back exactly; any other record
+/// is stored in full with the reference's `v`).
+pub const RELATIVE_RECORD_V: u32 = 0x41;
+
+/// A full record at least every `FULL_RECORD_EVERY` records along any parent path, so reading a
+/// checkpoint whose ancestors are not cached fetches at most this many records.
+const FULL_RECORD_EVERY: u32 = 8;
+
+/// Recently written or read checkpoints' full version maps kept per adapter (then cleared).
+const MAP_CACHE_MAX: usize = 16_384;
+
+/// A relative record whose parent chain does not reach a full record.
+#[derive(Debug, thiserror::Error)]
+#[error("checkpoint {checkpoint} of thread '{thread}': {why}")]
+pub struct RelativeRecordError {
+    /// The thread.
+    pub thread: String,
+    /// The checkpoint being read.
+    pub checkpoint: String,
+    /// What is wrong.
+    pub why: &'static str,
+}
+
+/// The full channel versions and versions seen of one checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+struct Maps {
+    versions: BTreeMap<String, u64>,
+    seen: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Relative records since the last full one on the parent path (0 for a full record).
+    depth: u32,
+}
+
+fn is_relative(c: &cp::Checkpoint) -> bool {
+    c.v == RELATIVE_RECORD_V
+}
+
+/// Folds a stored record's version entries onto `base` (a full record: onto nothing).
+fn fold(base: Option<&Maps>, c: &cp::Checkpoint) -> Maps {
+    let mut m = match base {
+        Some(b) if is_relative(c) => Maps {
+            depth: b.depth + 1,
+            ..b.clone()
+        },
+        _ => Maps {
+            versions: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            depth: 0,
+        },
+    };
+    for (ch, v) in &c.channel_versions {
+        m.versions.insert(load_name(ch.as_str()), v.get());
     }
-    let versions = c
-        .channel_versions
+    for (n, seen) in &c.versions_seen {
+        let e = m.seen.entry(n.to_string()).or_default();
+        for (ch, v) in seen {
+            e.insert(load_name(ch.as_str()), v.get());
+        }
+    }
+    m
+}
+
+/// The entries of `rec` that differ from `parent`, or `None` when a relative record cannot
+/// represent `rec` exactly (an entry or a node disappeared, or a node is new with no entries).
+#[expect(clippy::type_complexity, reason = "the two maps of a record")]
+fn relative_to(
+    rec: &CheckpointRecord,
+    parent: &Maps,
+) -> Option<(
+    BTreeMap<String, u64>,
+    BTreeMap<String, BTreeMap<String, u64>>,
+)> {
+    if parent
+        .versions
+        .keys()
+        .any(|c| !rec.versions.contains_key(c))
+    {
+        return None;
+    }
+    let versions = rec
+        .versions
         .iter()
-        .map(|(ch, v)| (load_name(ch.as_str()), v.get()))
+        .filter(|(c, v)| parent.versions.get(*c) != Some(*v) || rec.new_versions.contains(*c))
+        .map(|(c, v)| (c.clone(), *v))
         .collect();
-    let versions_seen = c
-        .versions_seen
-        .iter()
-        .map(|(n, m)| {
-            (
-                n.to_string(),
-                m.iter()
-                    .map(|(ch, v)| (load_name(ch.as_str()), v.get()))
-                    .collect(),
-            )
-        })
-        .collect();
+    let mut seen = BTreeMap::new();
+    for (n, pm) in &parent.seen {
+        let m = rec.versions_seen.get(n)?;
+        if pm.keys().any(|c| !m.contains_key(c)) {
+            return None;
+        }
+    }
+    for (n, m) in &rec.versions_seen {
+        let pm = parent.seen.get(n);
+        if pm.is_none() && m.is_empty() {
+            return None;
+        }
+        let diff: BTreeMap<String, u64> = m
+            .iter()
+            .filter(|(c, v)| pm.and_then(|pm| pm.get(*c)) != Some(*v))
+            .map(|(c, v)| (c.clone(), *v))
+            .collect();
+        if !diff.is_empty() {
+            seen.insert(n.clone(), diff);
+        }
+    }
+    Some((versions, seen))
+}
+
+fn parent_of(t: &cp::CheckpointTuple) -> Option<cp::CheckpointId> {
+    t.parent_config.as_ref().and_then(|p| p.checkpoint_id)
+}
+
+/// Builds the runtime's tuple from a stored one, its full maps and its resolved values.
+fn convert(
+    t: &cp::CheckpointTuple,
+    maps: &Maps,
+    values: BTreeMap<String, Json>,
+) -> Result<CheckpointTuple> {
     let mut pending_writes = Vec::with_capacity(t.pending_writes.len());
     for w in &t.pending_writes {
+        let channel = load_name(w.channel.as_str());
         pending_writes.push(PendingWrite {
             task_id: TaskId::new(w.task_id.as_str()),
             task_path: load_path(w.task_path.as_str()),
-            channel: load_name(w.channel.as_str()),
-            value: decode(w.channel.as_str(), &w.value)?,
+            value: decode(&channel, &w.value)?,
+            channel,
         });
     }
+    let c = &t.checkpoint;
     Ok(CheckpointTuple {
         checkpoint: CheckpointRecord {
             id: CheckpointId::new(c.id.to_string()),
-            parent: t
-                .parent_config
-                .and_then(|p| p.checkpoint_id)
-                .map(|id| CheckpointId::new(id.to_string())),
+            parent: parent_of(t).map(|id| CheckpointId::new(id.to_string())),
             step: t.metadata.step,
             source: source_of(t.metadata.source),
             values,
-            versions,
-            versions_seen,
+            versions: maps.versions.clone(),
+            versions_seen: maps.seen.clone(),
             updated_channels: c
                 .updated_channels
+                .as_ref()
                 .map(|u| u.iter().map(|c| load_name(c.as_str())).collect()),
             new_versions: Default::default(),
             counters: t
@@ -220,6 +325,147 @@ fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
     })
 }
 
+impl SaverCheckpointer {
+    fn cached(&self, scope: &Scope, id: &cp::CheckpointId) -> Option<Arc<Maps>> {
+        self.maps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(scope.clone(), *id))
+            .cloned()
+    }
+
+    fn remember(&self, scope: &Scope, id: cp::CheckpointId, maps: Arc<Maps>) {
+        let mut g = self
+            .maps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.len() >= MAP_CACHE_MAX {
+            g.clear();
+        }
+        g.insert((scope.clone(), id), maps);
+    }
+
+    async fn raw(
+        &self,
+        scope: &Scope,
+        id: Option<cp::CheckpointId>,
+    ) -> Result<Option<cp::CheckpointTuple>> {
+        let mut config =
+            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
+        if let Some(id) = id {
+            config = config.with_checkpoint_id(id);
+        }
+        self.saver.get_tuple(&config).await.map_err(storage)
+    }
+
+    fn broken(scope: &Scope, t: &cp::CheckpointTuple, why: &'static str) -> Error {
+        Error::Storage {
+            source: Box::new(RelativeRecordError {
+                thread: scope.thread.to_string(),
+                checkpoint: t.checkpoint.id.to_string(),
+                why,
+            }),
+        }
+    }
+
+    /// The parent of a relative record (which always has one).
+    fn parent_id(scope: &Scope, t: &cp::CheckpointTuple) -> Result<cp::CheckpointId> {
+        parent_of(t).ok_or_else(|| Self::broken(scope, t, "relative record without a parent"))
+    }
+
+    /// Full maps of `t` and, with `with_values`, its channel values: each channel's value is
+    /// the stored value of the nearest record on the parent path that lists the channel.
+    /// Fetches parents only when their maps are not cached or a value is still unresolved;
+    /// at most [`FULL_RECORD_EVERY`] records separate a relative record from a full one.
+    async fn load(
+        &self,
+        scope: &Scope,
+        t: cp::CheckpointTuple,
+        with_values: bool,
+    ) -> Result<CheckpointTuple> {
+        let guard = 4 * FULL_RECORD_EVERY as usize + 4;
+        // Nearest first: `t`, then as many ancestors as needed.
+        let mut path = vec![t];
+        let maps = match self.cached(scope, &path[0].checkpoint.id) {
+            Some(m) => m,
+            None => {
+                // Walk up until a full record or an ancestor with cached maps.
+                let mut base: Option<Arc<Maps>> = None;
+                while let Some(last) = path.last()
+                    && is_relative(&last.checkpoint)
+                {
+                    let pid = Self::parent_id(scope, last)?;
+                    if let Some(m) = self.cached(scope, &pid) {
+                        base = Some(m);
+                        break;
+                    }
+                    if path.len() > guard {
+                        return Err(Self::broken(scope, last, "no full record within the bound"));
+                    }
+                    let p = self.raw(scope, Some(pid)).await?.ok_or_else(|| {
+                        Self::broken(scope, last, "the parent of a relative record is missing")
+                    })?;
+                    path.push(p);
+                }
+                let mut cur = base;
+                for r in path.iter().rev() {
+                    let m = Arc::new(fold(cur.as_deref(), &r.checkpoint));
+                    self.remember(scope, r.checkpoint.id, m.clone());
+                    cur = Some(m);
+                }
+                cur.ok_or_else(|| Self::broken(scope, &path[0], "empty path"))?
+            }
+        };
+        let mut values = BTreeMap::new();
+        if with_values {
+            let mut need: std::collections::BTreeSet<&str> =
+                maps.versions.keys().map(String::as_str).collect();
+            let mut i = 0;
+            while !need.is_empty() {
+                if i == path.len() {
+                    let last = &path[i - 1];
+                    if !is_relative(&last.checkpoint) || path.len() > guard {
+                        break;
+                    }
+                    let pid = Self::parent_id(scope, last)?;
+                    let p = self.raw(scope, Some(pid)).await?.ok_or_else(|| {
+                        Self::broken(scope, last, "the parent of a relative record is missing")
+                    })?;
+                    path.push(p);
+                }
+                let c = &path[i].checkpoint;
+                for ch in c.channel_versions.keys() {
+                    let name = load_name(ch.as_str());
+                    if need.remove(name.as_str())
+                        && let Some(b) = c.channel_values.get(ch)
+                    {
+                        values.insert(name.clone(), decode(&name, b)?);
+                    }
+                }
+                if !is_relative(c) {
+                    break;
+                }
+                i += 1;
+            }
+        }
+        convert(&path[0], &maps, values)
+    }
+
+    /// The addressed checkpoint (or the latest) with full maps; values only `with_values`.
+    async fn read(
+        &self,
+        scope: &Scope,
+        id: Option<&CheckpointId>,
+        with_values: bool,
+    ) -> Result<Option<CheckpointTuple>> {
+        let id = id.map(parse_id).transpose()?;
+        match self.raw(scope, id).await? {
+            Some(t) => self.load(scope, t, with_values).await.map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
 #[async_trait]
 impl Checkpointer for SaverCheckpointer {
     async fn get_tuple(
@@ -227,17 +473,15 @@ impl Checkpointer for SaverCheckpointer {
         scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
-        let mut config =
-            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
-        if let Some(id) = id {
-            config = config.with_checkpoint_id(parse_id(id)?);
-        }
-        self.saver
-            .get_tuple(&config)
-            .await
-            .map_err(storage)?
-            .map(convert)
-            .transpose()
+        self.read(scope, id, true).await
+    }
+
+    async fn head(
+        &self,
+        scope: &Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.read(scope, id, false).await
     }
 
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
@@ -246,13 +490,74 @@ impl Checkpointer for SaverCheckpointer {
             checkpoint_ns: Some(cp::CheckpointNs::new(scope.ns.as_str())),
             ..cp::ListQuery::default()
         };
-        self.saver
-            .list(&query)
-            .await
-            .map_err(storage)?
-            .into_iter()
-            .map(convert)
-            .collect()
+        let raws = self.saver.list(&query).await.map_err(storage)?;
+        let at: HashMap<cp::CheckpointId, usize> = raws
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.checkpoint.id, i))
+            .collect();
+        // Maps: parents before children (a relative record's chain is at most a few long).
+        let mut maps: Vec<Option<Arc<Maps>>> = vec![None; raws.len()];
+        for start in 0..raws.len() {
+            let mut chain = Vec::new();
+            let mut i = start;
+            let base = loop {
+                if let Some(m) = &maps[i] {
+                    break Some(m.clone());
+                }
+                chain.push(i);
+                if !is_relative(&raws[i].checkpoint) {
+                    break None;
+                }
+                let parent = parent_of(&raws[i]).and_then(|p| at.get(&p).copied());
+                match parent {
+                    Some(p) if chain.len() <= raws.len() => i = p,
+                    _ => {
+                        return Err(Self::broken(
+                            scope,
+                            &raws[i],
+                            "the parent of a relative record is missing",
+                        ));
+                    }
+                }
+            };
+            let mut cur = base;
+            for &j in chain.iter().rev() {
+                let m = Arc::new(fold(cur.as_deref(), &raws[j].checkpoint));
+                maps[j] = Some(m.clone());
+                cur = Some(m);
+            }
+        }
+        let mut out = Vec::with_capacity(raws.len());
+        for (i, t) in raws.iter().enumerate() {
+            let Some(m) = &maps[i] else {
+                return Err(Self::broken(scope, t, "unresolved record"));
+            };
+            let mut values = BTreeMap::new();
+            let mut need: std::collections::BTreeSet<&str> =
+                m.versions.keys().map(String::as_str).collect();
+            let mut j = i;
+            loop {
+                let c = &raws[j].checkpoint;
+                for ch in c.channel_versions.keys() {
+                    let name = load_name(ch.as_str());
+                    if need.remove(name.as_str())
+                        && let Some(b) = c.channel_values.get(ch)
+                    {
+                        values.insert(name.clone(), decode(&name, b)?);
+                    }
+                }
+                if need.is_empty() || !is_relative(c) {
+                    break;
+                }
+                match parent_of(&raws[j]).and_then(|p| at.get(&p).copied()) {
+                    Some(p) => j = p,
+                    None => break,
+                }
+            }
+            out.push(convert(t, m, values)?);
+        }
+        Ok(out)
     }
 
     async fn put(&self, scope: &Scope, rec: CheckpointRecord) -> Result<()> {
@@ -270,18 +575,30 @@ impl Checkpointer for SaverCheckpointer {
             checkpoint.ts = cp::Timestamp::from_micros(id_micros);
         }
         for (ch, j) in &rec.values {
-            checkpoint.channel_values.insert(
-                chan(ch),
-                encode(ch, j, cp::MessagesKind::Snapshot)?,
-            );
+            checkpoint
+                .channel_values
+                .insert(chan(ch), encode(ch, j, cp::MessagesKind::Snapshot)?);
         }
-        checkpoint.channel_versions = rec
-            .versions
+        let parent_maps = match &rec.parent {
+            Some(p) => self.cached(scope, &parse_id(p)?),
+            None => None,
+        };
+        let relative = parent_maps
+            .as_deref()
+            .filter(|m| m.depth + 1 < FULL_RECORD_EVERY)
+            .and_then(|m| relative_to(&rec, m).map(|r| (r, m.depth + 1)));
+        let (versions, seen, depth) = match &relative {
+            Some(((v, s), depth)) => {
+                checkpoint.v = RELATIVE_RECORD_V;
+                (v, s, *depth)
+            }
+            None => (&rec.versions, &rec.versions_seen, 0),
+        };
+        checkpoint.channel_versions = versions
             .iter()
             .map(|(ch, v)| (chan(ch), cp::ChannelVersion::new(*v)))
             .collect();
-        checkpoint.versions_seen = rec
-            .versions_seen
+        checkpoint.versions_seen = seen
             .iter()
             .map(|(n, m)| {
                 (
@@ -321,10 +638,20 @@ impl Checkpointer for SaverCheckpointer {
         }
         // The mode marker (kernel-spec R32) follows the store's configured mode.
         cp::mode::inject_mode_marker(&mut metadata, self.saver.store_config().mode);
+        let id = checkpoint.id;
         self.saver
             .put(&config, checkpoint, metadata, &new_versions)
             .await
             .map_err(storage)?;
+        self.remember(
+            scope,
+            id,
+            Arc::new(Maps {
+                versions: rec.versions,
+                seen: rec.versions_seen,
+                depth,
+            }),
+        );
         Ok(())
     }
 
@@ -341,10 +668,7 @@ impl Checkpointer for SaverCheckpointer {
             .with_checkpoint_id(parse_id(checkpoint)?);
         let mut blobs = Vec::with_capacity(writes.len());
         for (ch, j) in &writes {
-            blobs.push((
-                chan(ch),
-                encode(ch, j, cp::MessagesKind::Write)?,
-            ));
+            blobs.push((chan(ch), encode(ch, j, cp::MessagesKind::Write)?));
         }
         self.saver
             .put_writes(
@@ -366,10 +690,7 @@ impl Checkpointer for SaverCheckpointer {
         let config = cp::CheckpointConfig::latest(scope.thread.as_str())
             .with_ns(scope.ns.as_str())
             .with_checkpoint_id(parse_id(checkpoint)?);
-        let names: Vec<cp::ChannelName> = channels
-            .iter()
-            .map(|c| chan(c))
-            .collect();
+        let names: Vec<cp::ChannelName> = channels.iter().map(|c| chan(c)).collect();
         let found = self
             .saver
             .delta_channel_history(&config, &names)

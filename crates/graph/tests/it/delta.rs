@@ -438,3 +438,100 @@ async fn exit_durability_snapshots_delta_channels_at_the_final_checkpoint() {
         "one checkpoint per invoke"
     );
 }
+
+/// Records stored relative to their parent (the `SaverCheckpointer`'s compact form) read back
+/// exactly: a fresh adapter (no cached maps) returns the same tuples as the one that wrote them,
+/// for every checkpoint of a thread with forks and an `update_state`, and no relative record is
+/// more than 7 records away from a full one.
+#[tokio::test]
+async fn relative_records_read_back_identically_from_a_cold_adapter() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, RELATIVE_RECORD_V, SaverCheckpointer, Scope};
+
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    let warm = Arc::new(SaverCheckpointer::new(saver.clone()));
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(warm.clone());
+    let cfg = RunConfig::new("t");
+    let mut heads = Vec::new();
+    for i in 0..12 {
+        let out = graph.invoke(human(i), &cfg).await.unwrap();
+        heads.push(out.checkpoint_id.unwrap());
+    }
+    graph
+        .invoke(human(50), &cfg.clone().with_checkpoint(heads[4].clone()))
+        .await
+        .unwrap();
+    graph.update_state(&cfg, human(60), None).await.unwrap();
+    graph.invoke(human(61), &cfg).await.unwrap();
+
+    let scope = Scope::root("t");
+    let want = warm.list(&scope).await.unwrap();
+    let cold = SaverCheckpointer::new(saver.clone());
+    assert_eq!(cold.list(&scope).await.unwrap(), want);
+    for t in &want {
+        let id = Some(&t.checkpoint.id);
+        let fresh = SaverCheckpointer::new(saver.clone());
+        assert_eq!(fresh.get_tuple(&scope, id).await.unwrap().as_ref(), Some(t));
+        assert_eq!(warm.get_tuple(&scope, id).await.unwrap().as_ref(), Some(t));
+        let head = fresh.head(&scope, id).await.unwrap().unwrap();
+        assert_eq!(head.checkpoint.versions, t.checkpoint.versions);
+        assert_eq!(head.checkpoint.versions_seen, t.checkpoint.versions_seen);
+        assert_eq!(head.pending_writes, t.pending_writes);
+    }
+    // The stored form: relative records, each within 7 records of a full one on its parent path.
+    let raws = saver
+        .list(&cp::ListQuery {
+            thread_id: Some(cp::ThreadId::new("t")),
+            ..cp::ListQuery::default()
+        })
+        .await
+        .unwrap();
+    let by_id: std::collections::HashMap<_, _> =
+        raws.iter().map(|t| (t.checkpoint.id, t)).collect();
+    let relative = raws
+        .iter()
+        .filter(|t| t.checkpoint.v == RELATIVE_RECORD_V)
+        .count();
+    assert!(relative * 2 > raws.len(), "{relative} of {}", raws.len());
+    for t in &raws {
+        let mut cur = t;
+        let mut run = 0;
+        while cur.checkpoint.v == RELATIVE_RECORD_V {
+            run += 1;
+            let parent = cur
+                .parent_config
+                .as_ref()
+                .and_then(|p| p.checkpoint_id)
+                .unwrap();
+            cur = by_id[&parent];
+        }
+        assert!(run <= 7, "{run} relative records in a row");
+    }
+    // A cold graph rebuilds the same state as the warm one.
+    let cold_graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+        .with_hot_cache(false);
+    assert_eq!(
+        cold_graph
+            .get_state(&cfg)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES),
+        graph
+            .get_state(&cfg)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+    );
+}
