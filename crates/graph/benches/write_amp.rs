@@ -2,8 +2,11 @@
 //! START → `turn` → END, two 400-character messages per turn, on the memory and SQLite savers,
 //! `messages` in full mode and in delta mode. Prints one JSON object per configuration.
 //!
+//! Each invoke's input updates no field (`{}`, as the workload says); `WRITE_AMP_INPUT=tick`
+//! instead writes a counter channel nobody reads (the variant measured before empty inputs ran).
 //! `WRITE_AMP_TURNS` (default 200) sets T, `WRITE_AMP_ONLY=memory-delta,sqlite-full` picks configurations;
-//! `cargo bench -p antler-graph --bench write_amp`.
+//! `cargo bench -p antler-graph --bench write_amp`. `breakdown_per_turn` divides each stored
+//! category by T.
 #![expect(clippy::print_stdout, reason = "a benchmark report")]
 
 use std::sync::Arc;
@@ -83,6 +86,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("antler-write-amp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let only = std::env::var("WRITE_AMP_ONLY").unwrap_or_default();
+    let tick_input = std::env::var("WRITE_AMP_INPUT").is_ok_and(|v| v == "tick");
     for saver_kind in ["memory", "sqlite"] {
         for delta in [None, Some(10u32)] {
             let name = format!(
@@ -125,17 +129,33 @@ fn main() {
                 let cfg = RunConfig::new("bench");
                 let mut lat = Vec::with_capacity(turns);
                 let mut new_data = 0usize;
+                let thread = antler_checkpoint::ThreadId::new("bench");
+                let mut growth = Vec::new();
+                let mut last_total = None;
                 for t in 0..turns {
+                    if t + 11 > turns {
+                        let total = match (&stats_mem, &stats_sql) {
+                            (Some(m), _) => m.storage_stats(&thread).await.expect("stats"),
+                            (_, Some(s)) => s.storage_stats(&thread).await.expect("stats"),
+                            _ => unreachable!("one saver"),
+                        }
+                        .total();
+                        if let Some(prev) = last_total {
+                            growth.push((total - prev) as f64);
+                        }
+                        last_total = Some(total);
+                    }
                     new_data += serde_json::to_vec(&message(t, "human")).map_or(0, |v| v.len());
                     new_data += serde_json::to_vec(&message(t, "ai")).map_or(0, |v| v.len());
                     let start = Instant::now();
-                    graph
-                        .invoke(Update::new().set(&TICK, t as i64), &cfg)
-                        .await
-                        .expect("turn runs");
+                    let input = if tick_input {
+                        Update::new().set(&TICK, t as i64)
+                    } else {
+                        Update::new()
+                    };
+                    graph.invoke(input, &cfg).await.expect("turn runs");
                     lat.push(start.elapsed().as_secs_f64() * 1e3);
                 }
-                let thread = antler_checkpoint::ThreadId::new("bench");
                 let stats = match (&stats_mem, &stats_sql) {
                     (Some(m), _) => m.storage_stats(&thread).await.expect("stats"),
                     (_, Some(s)) => s.storage_stats(&thread).await.expect("stats"),
@@ -155,6 +175,12 @@ fn main() {
                     g2.get_state(&cfg).await.expect("state");
                     start.elapsed().as_secs_f64() * 1e3
                 };
+                if let Some(prev) = last_total {
+                    growth.push((stats.total() - prev) as f64);
+                }
+                let mut growth_sorted = growth.clone();
+                growth_sorted.sort_by(f64::total_cmp);
+                let per_turn = |b: u64| b as f64 / turns as f64;
                 let mut sorted = lat.clone();
                 sorted.sort_by(f64::total_cmp);
                 let last10 = mean(&lat[lat.len().saturating_sub(10)..]);
@@ -167,7 +193,13 @@ fn main() {
                         "persisted_bytes": stats.total(), "new_data_bytes": new_data,
                         "breakdown": {"checkpoint": stats.checkpoint_bytes, "metadata": stats.metadata_bytes,
                                       "blobs": stats.blob_bytes, "writes": stats.write_bytes, "messages": stats.message_bytes},
+                        "breakdown_per_turn": {"checkpoint": per_turn(stats.checkpoint_bytes), "metadata": per_turn(stats.metadata_bytes),
+                                      "blobs": per_turn(stats.blob_bytes), "writes": per_turn(stats.write_bytes), "messages": per_turn(stats.message_bytes)},
                         "amplification": stats.total() as f64 / new_data as f64,
+                        "input": if tick_input { "tick" } else { "{}" },
+                        "bytes_per_turn_mean": mean(&growth),
+                        "bytes_per_turn_median": growth_sorted.get(growth_sorted.len() / 2).copied().unwrap_or(0.0),
+                        "invoke_ms_p99": sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)],
                         "invoke_ms_mean": mean(&lat), "invoke_ms_p50": sorted[sorted.len() / 2],
                         "invoke_ms_first10_mean": first10, "invoke_ms_last10_mean": last10,
                         "get_state_ms_warm": warm, "get_state_ms_cold": cold,

@@ -1053,9 +1053,9 @@ async fn run_inner(
                 step += 1;
             }
         }
-    } else if let Input::Values(u) = &input
-        && !u.is_empty()
-    {
+    } else if let Input::Values(u) = &input {
+        // Any value input maps to a write of `__start__`, an empty one too (the reference's
+        // `map_input` yields `("__start__", {})` for `{}`; only `None` is "no input").
         let state = live.state_view(g);
         let ck = ckpt_id.as_ref().map_or("", CheckpointId::as_str).to_owned();
         let discard = prepare_tasks(g, &live, &ck, step, &state)?;
