@@ -12,7 +12,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use antler_checkpoint::{MemorySaver, SnapshotFrequency, SqliteSaver, StoreConfig};
+use antler_checkpoint::{
+    MemorySaver, PostgresOptions, PostgresSaver, Saver, SnapshotFrequency, SqliteSaver,
+    StorageStats, StoreConfig, ThreadId,
+};
 use antler_graph::{ChannelSpec, Key, RunConfig, SaverCheckpointer, State, StateGraph, Update};
 use antler_state_reducers::{Message, MessageType};
 
@@ -66,6 +69,46 @@ fn graph(delta: Option<u32>) -> StateGraph {
     g
 }
 
+/// The saver under test, kept typed for its storage statistics.
+#[derive(Clone)]
+enum Store {
+    Memory(Arc<MemorySaver>),
+    Sqlite(Arc<SqliteSaver>, std::path::PathBuf),
+    Postgres(Arc<PostgresSaver>, PostgresOptions),
+}
+
+impl Store {
+    fn saver(&self) -> Arc<dyn Saver> {
+        match self {
+            Self::Memory(s) => s.clone(),
+            Self::Sqlite(s, _) => s.clone(),
+            Self::Postgres(s, _) => s.clone(),
+        }
+    }
+    async fn stats(&self, thread: &ThreadId) -> StorageStats {
+        match self {
+            Self::Memory(s) => s.storage_stats(thread).await,
+            Self::Sqlite(s, _) => s.storage_stats(thread).await,
+            Self::Postgres(s, _) => s.storage_stats(thread).await,
+        }
+        .expect("stats")
+    }
+    /// A second saver on the same store, opened from scratch (the memory saver is shared).
+    async fn reopen(&self, config: StoreConfig) -> Arc<dyn Saver> {
+        match self {
+            Self::Memory(s) => s.clone(),
+            Self::Sqlite(_, path) => {
+                Arc::new(SqliteSaver::open(path, config).await.expect("reopens"))
+            }
+            Self::Postgres(_, o) => Arc::new(
+                PostgresSaver::connect(o.clone(), config)
+                    .await
+                    .expect("reconnects"),
+            ),
+        }
+    }
+}
+
 fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
         0.0
@@ -87,7 +130,12 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let only = std::env::var("WRITE_AMP_ONLY").unwrap_or_default();
     let tick_input = std::env::var("WRITE_AMP_INPUT").is_ok_and(|v| v == "tick");
-    for saver_kind in ["memory", "sqlite"] {
+    // PostgreSQL runs when `WRITE_AMP_PG_URL` is set (each configuration in a fresh schema).
+    let pg_url = std::env::var("WRITE_AMP_PG_URL").ok();
+    for saver_kind in ["memory", "sqlite", "postgres"] {
+        if saver_kind == "postgres" && pg_url.is_none() {
+            continue;
+        }
         for delta in [None, Some(10u32)] {
             let name = format!(
                 "{saver_kind}-{}",
@@ -105,23 +153,23 @@ fn main() {
                     "{saver_kind}-{}.db",
                     delta.map_or("full".to_owned(), |f| format!("delta{f}"))
                 ));
-                let (stats_mem, stats_sql): (Option<Arc<MemorySaver>>, Option<Arc<SqliteSaver>>) =
-                    match saver_kind {
-                        "memory" => (Some(Arc::new(MemorySaver::new(config))), None),
-                        _ => (
-                            None,
-                            Some(Arc::new(
-                                SqliteSaver::open(&path, config)
-                                    .await
-                                    .expect("SQLite opens"),
-                            )),
-                        ),
-                    };
-                let saver: Arc<dyn antler_checkpoint::Saver> = match (&stats_mem, &stats_sql) {
-                    (Some(m), _) => m.clone(),
-                    (_, Some(s)) => s.clone(),
-                    _ => unreachable!("one saver"),
+                let store = match saver_kind {
+                    "memory" => Store::Memory(Arc::new(MemorySaver::new(config))),
+                    "sqlite" => Store::Sqlite(
+                        Arc::new(SqliteSaver::open(&path, config).await.expect("SQLite opens")),
+                        path.clone(),
+                    ),
+                    _ => {
+                        let o = PostgresOptions::new(pg_url.clone().unwrap_or_default()).with_schema(
+                            format!("antler_graph_bench_{}", std::process::id()) + &name.replace('-', "_"),
+                        );
+                        Store::Postgres(
+                            Arc::new(PostgresSaver::connect(o.clone(), config).await.expect("PostgreSQL connects")),
+                            o,
+                        )
+                    }
                 };
+                let saver = store.saver();
                 let graph = graph(delta)
                     .compile()
                     .expect("valid")
@@ -129,17 +177,12 @@ fn main() {
                 let cfg = RunConfig::new("bench");
                 let mut lat = Vec::with_capacity(turns);
                 let mut new_data = 0usize;
-                let thread = antler_checkpoint::ThreadId::new("bench");
+                let thread = ThreadId::new("bench");
                 let mut growth = Vec::new();
                 let mut last_total = None;
                 for t in 0..turns {
                     if t + 11 > turns {
-                        let total = match (&stats_mem, &stats_sql) {
-                            (Some(m), _) => m.storage_stats(&thread).await.expect("stats"),
-                            (_, Some(s)) => s.storage_stats(&thread).await.expect("stats"),
-                            _ => unreachable!("one saver"),
-                        }
-                        .total();
+                        let total = store.stats(&thread).await.total();
                         if let Some(prev) = last_total {
                             growth.push((total - prev) as f64);
                         }
@@ -156,21 +199,19 @@ fn main() {
                     graph.invoke(input, &cfg).await.expect("turn runs");
                     lat.push(start.elapsed().as_secs_f64() * 1e3);
                 }
-                let stats = match (&stats_mem, &stats_sql) {
-                    (Some(m), _) => m.storage_stats(&thread).await.expect("stats"),
-                    (_, Some(s)) => s.storage_stats(&thread).await.expect("stats"),
-                    _ => unreachable!("one saver"),
-                };
+                let stats = store.stats(&thread).await;
                 let warm = {
                     let start = Instant::now();
                     graph.get_state(&cfg).await.expect("state");
                     start.elapsed().as_secs_f64() * 1e3
                 };
                 let cold = {
+                    // A freshly opened saver (SQLite, PostgreSQL) and a fresh adapter: nothing cached.
+                    let fresh = store.reopen(config).await;
                     let g2 = self::graph(delta)
                         .compile()
                         .expect("valid")
-                        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+                        .with_checkpointer(Arc::new(SaverCheckpointer::new(fresh)));
                     let start = Instant::now();
                     g2.get_state(&cfg).await.expect("state");
                     start.elapsed().as_secs_f64() * 1e3
