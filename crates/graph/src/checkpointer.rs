@@ -62,6 +62,11 @@ pub struct CheckpointRecord {
     pub new_versions: std::collections::BTreeSet<String>,
     /// Delta channels' `(updates, supersteps)` since their last snapshot; zero pairs omitted (spec §5.3).
     pub counters: BTreeMap<String, (u32, u32)>,
+    /// On `put`, for a store that [accepts them](Checkpointer::accepts_encoded_lists): snapshot
+    /// values of message-list channels as their items' serialised JSON, in list order, instead of
+    /// an entry in `values` (the runtime keeps these bytes from earlier snapshots, so a snapshot
+    /// does not re-serialise the whole list). Empty on read.
+    pub encoded_lists: BTreeMap<String, Vec<std::sync::Arc<[u8]>>>,
 }
 
 /// What the history walk found for one delta channel (runtime-spec §5.5).
@@ -146,6 +151,11 @@ pub trait Checkpointer: Send + Sync {
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
         self.get_tuple(scope, id).await
+    }
+    /// Whether `put` takes message-list snapshots as [`CheckpointRecord::encoded_lists`]
+    /// (default no: every value arrives as JSON in `values`).
+    fn accepts_encoded_lists(&self) -> bool {
+        false
     }
     /// All checkpoints of the thread, newest first.
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
@@ -266,6 +276,17 @@ impl Checkpointer for MemoryCheckpointer {
         let mut g = self.lock();
         let t = g.entry(scope.clone()).or_default();
         let mut checkpoint = checkpoint;
+        for (ch, items) in std::mem::take(&mut checkpoint.encoded_lists) {
+            let list = items
+                .iter()
+                .map(|b| serde_json::from_slice(b))
+                .collect::<std::result::Result<Vec<Json>, _>>()
+                .map_err(|source| crate::error::Error::Serialization {
+                    channel: ch.clone(),
+                    source,
+                })?;
+            checkpoint.values.insert(ch, Json::Array(list));
+        }
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
             t.stored_by.insert((ch.clone(), v), checkpoint.id.clone());

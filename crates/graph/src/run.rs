@@ -139,6 +139,10 @@ impl Live {
         })
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the record's fields plus two snapshot switches"
+    )]
     fn checkpoint_record(
         &mut self,
         g: &Graph,
@@ -147,6 +151,7 @@ impl Live {
         step: i64,
         source: Source,
         snapshot_all: bool,
+        encode_lists: bool,
     ) -> Result<CheckpointRecord> {
         // Delta cadence (runtime-spec §5.3–§5.4): counters advance on every saved checkpoint; a
         // snapshot stores the whole value, and bumps the version if it did not move, without
@@ -186,6 +191,7 @@ impl Live {
             }
         }
         let mut values = BTreeMap::new();
+        let mut encoded_lists = BTreeMap::new();
         let mut versions = BTreeMap::new();
         let mut new_versions = BTreeSet::new();
         for (i, def) in g.chans.iter().enumerate() {
@@ -198,6 +204,15 @@ impl Live {
             }
             new_versions.insert(def.name.to_string());
             if snapshots.contains(&i) {
+                if encode_lists {
+                    let ser = |v: &Val| g.value_to_json(i, v);
+                    if let Some(d) = self.chans[i].delta()
+                        && let Some(items) = d.encoded_snapshot(&ser)?
+                    {
+                        encoded_lists.insert(def.name.to_string(), items);
+                        continue;
+                    }
+                }
                 if let Some(v) = self.chans[i].get() {
                     values.insert(def.name.to_string(), g.value_to_json(i, v)?);
                 }
@@ -235,6 +250,7 @@ impl Live {
             updated_channels,
             new_versions,
             counters,
+            encoded_lists,
         })
     }
 
@@ -1044,6 +1060,7 @@ async fn run_inner(
                     step,
                     Source::Fork,
                     persist.durability == Durability::Exit,
+                    persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
                 )?;
                 persist.put(rec).await?;
                 live.mark_stored(persist.durability);
@@ -1083,6 +1100,7 @@ async fn run_inner(
             step,
             Source::Input,
             persist.durability == Durability::Exit,
+            persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
         )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
@@ -1205,6 +1223,7 @@ async fn run_inner(
             step,
             Source::Loop,
             persist.durability == Durability::Exit,
+            persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
         )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
@@ -1701,7 +1720,15 @@ pub(crate) async fn update_state(
     )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
-    let rec = live.checkpoint_record(g, id.clone(), parent, step, Source::Update, false)?;
+    let rec = live.checkpoint_record(
+        g,
+        id.clone(),
+        parent,
+        step,
+        Source::Update,
+        false,
+        cp.accepts_encoded_lists(),
+    )?;
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }

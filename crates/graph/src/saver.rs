@@ -314,6 +314,7 @@ fn convert(
                 .as_ref()
                 .map(|u| u.iter().map(|c| load_name(c.as_str())).collect()),
             new_versions: Default::default(),
+            encoded_lists: BTreeMap::new(),
             counters: t
                 .metadata
                 .counters_since_delta_snapshot
@@ -484,6 +485,10 @@ impl Checkpointer for SaverCheckpointer {
         self.read(scope, id, false).await
     }
 
+    fn accepts_encoded_lists(&self) -> bool {
+        true
+    }
+
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
         let query = cp::ListQuery {
             thread_id: Some(cp::ThreadId::new(scope.thread.as_str())),
@@ -578,6 +583,17 @@ impl Checkpointer for SaverCheckpointer {
             checkpoint
                 .channel_values
                 .insert(chan(ch), encode(ch, j, cp::MessagesKind::Snapshot)?);
+        }
+        for (ch, items) in &rec.encoded_lists {
+            let blob = if items.is_empty() {
+                encode(ch, &Json::Array(Vec::new()), cp::MessagesKind::Snapshot)?
+            } else {
+                cp::Blob::Messages(cp::MessagesBlob {
+                    kind: cp::MessagesKind::Snapshot,
+                    items: items.clone(),
+                })
+            };
+            checkpoint.channel_values.insert(chan(ch), blob);
         }
         let parent_maps = match &rec.parent {
             Some(p) => self.cached(scope, &parse_id(p)?),

@@ -471,6 +471,7 @@ impl ErasedSpec {
                 frequency: *frequency,
                 max_supersteps: DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
                 forced: false,
+                encoded: Arc::default(),
             }),
         })
     }

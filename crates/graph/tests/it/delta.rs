@@ -337,6 +337,7 @@ fn rec(
         updated_channels: None,
         new_versions: ["ch".to_owned()].into(),
         counters: Default::default(),
+        encoded_lists: Default::default(),
     }
 }
 
@@ -533,5 +534,118 @@ async fn relative_records_read_back_identically_from_a_cold_adapter() {
             .unwrap()
             .values
             .get(&MESSAGES)
+    );
+}
+
+/// Forwards to a `SaverCheckpointer` but takes every snapshot as JSON (the default capability).
+struct JsonOnly(antler_graph::SaverCheckpointer);
+
+#[async_trait::async_trait]
+impl antler_graph::Checkpointer for JsonOnly {
+    async fn get_tuple(
+        &self,
+        s: &antler_graph::Scope,
+        id: Option<&antler_graph::CheckpointId>,
+    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
+        self.0.get_tuple(s, id).await
+    }
+    async fn list(
+        &self,
+        s: &antler_graph::Scope,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        self.0.list(s).await
+    }
+    async fn put(
+        &self,
+        s: &antler_graph::Scope,
+        c: antler_graph::CheckpointRecord,
+    ) -> antler_graph::Result<()> {
+        assert!(c.encoded_lists.is_empty(), "not accepted, not sent");
+        self.0.put(s, c).await
+    }
+    async fn put_writes(
+        &self,
+        s: &antler_graph::Scope,
+        c: &antler_graph::CheckpointId,
+        t: &antler_graph::TaskId,
+        p: &str,
+        w: Vec<(String, serde_json::Value)>,
+    ) -> antler_graph::Result<()> {
+        self.0.put_writes(s, c, t, p, w).await
+    }
+    async fn delta_history(
+        &self,
+        s: &antler_graph::Scope,
+        c: &antler_graph::CheckpointId,
+        ch: &[String],
+    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.0.delta_history(s, c, ch).await
+    }
+}
+
+/// Snapshots from the incrementally kept encoded messages store exactly the bytes of a full
+/// serialisation, also after a replace (same id, new content) empties the encoded prefix.
+#[tokio::test]
+async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+
+    let mut totals = Vec::new();
+    let mut finals = Vec::new();
+    for encoded in [true, false] {
+        let saver = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+            cp::SnapshotFrequency::new(2).unwrap(),
+        )));
+        let adapter = SaverCheckpointer::new(saver.clone());
+        let store: Arc<dyn antler_graph::Checkpointer> = if encoded {
+            Arc::new(adapter)
+        } else {
+            Arc::new(JsonOnly(adapter))
+        };
+        let graph = chat(2, true).compile().unwrap().with_checkpointer(store);
+        let cfg = RunConfig::new("t");
+        for i in 0..5 {
+            graph.invoke(human(i), &cfg).await.unwrap();
+        }
+        // Replace h-1 in place (same id, new text): not a pure append.
+        let mut m = Message::new(MessageType::Human, "edited");
+        m.id = Some("h-1".to_owned());
+        graph
+            .update_state(&cfg, Update::new().set(&MESSAGES, vec![m]), None)
+            .await
+            .unwrap();
+        for i in 5..9 {
+            graph.invoke(human(i), &cfg).await.unwrap();
+        }
+        totals.push(
+            saver
+                .storage_stats(&cp::ThreadId::new("t"))
+                .await
+                .unwrap()
+                .total(),
+        );
+        let cold = chat(2, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+            .with_hot_cache(false);
+        finals.push(
+            cold.get_state(&cfg)
+                .await
+                .unwrap()
+                .unwrap()
+                .values
+                .get(&MESSAGES)
+                .cloned()
+                .unwrap(),
+        );
+    }
+    assert_eq!(totals[0], totals[1], "identical stored bytes");
+    assert_eq!(finals[0], finals[1]);
+    assert_eq!(finals[0].len(), 18);
+    assert!(
+        finals[0]
+            .iter()
+            .any(|m| m.id.as_deref() == Some("h-1") && m.content.text() == "edited")
     );
 }
