@@ -448,6 +448,24 @@ impl Channel for Delta {
             // Replay must never have to reproduce "drop the step's other writes" (spec §10 rule 5).
             self.forced = true;
         }
+        self.apply_tracked(writes)
+    }
+    fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
+        // The runtime, not the channel, decides when a snapshot is stored.
+        Ok(None)
+    }
+    fn box_clone(&self) -> Box<dyn Channel> {
+        Box::new(self.clone())
+    }
+    fn delta(&mut self) -> Option<&mut Delta> {
+        Some(self)
+    }
+}
+
+impl Delta {
+    /// Applies writes to the inner reducer (a step's batch or a replay), keeping the encoded
+    /// prefix only when the writes were a pure append.
+    pub(crate) fn apply_tracked(&mut self, writes: &[&Write]) -> Result<bool> {
         let before = messages_len(&self.inner.value);
         let appended: Option<usize> = writes
             .iter()
@@ -465,16 +483,6 @@ impl Channel for Delta {
             self.encoded = Arc::default();
         }
         Ok(updated)
-    }
-    fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
-        // The runtime, not the channel, decides when a snapshot is stored.
-        Ok(None)
-    }
-    fn box_clone(&self) -> Box<dyn Channel> {
-        Box::new(self.clone())
-    }
-    fn delta(&mut self) -> Option<&mut Delta> {
-        Some(self)
     }
 }
 

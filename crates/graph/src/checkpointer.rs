@@ -74,6 +74,9 @@ pub struct CheckpointRecord {
 pub struct DeltaHistory {
     /// The nearest stored value on the path, if any.
     pub seed: Option<Json>,
+    /// The same seed as its list items' serialised JSON, when the store keeps it as a message
+    /// list (then `seed` is `None`): the runtime parses the items directly.
+    pub seed_items: Option<Vec<std::sync::Arc<[u8]>>>,
     /// Writes to replay on top of the seed, oldest first.
     pub writes: Vec<Json>,
 }
@@ -396,7 +399,14 @@ impl MemoryCheckpointer {
                 cur = c.parent.clone();
             }
             let writes = chunks.into_iter().rev().flatten().collect();
-            out.insert(ch.clone(), DeltaHistory { seed, writes });
+            out.insert(
+                ch.clone(),
+                DeltaHistory {
+                    seed,
+                    seed_items: None,
+                    writes,
+                },
+            );
         }
         Ok(out)
     }

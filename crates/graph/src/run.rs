@@ -106,7 +106,9 @@ impl Live {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
             let stored = rec.values.get(&*def.name).cloned();
             let mut ch = match (histories.remove(&*def.name), g.schema.get(&def.name)) {
-                (Some(h), Some(spec)) if stored.is_none() => spec.replay(h.seed, h.writes)?,
+                (Some(h), Some(spec)) if stored.is_none() => {
+                    spec.replay(h.seed, h.seed_items, h.writes)?
+                }
                 _ => g.channel(i, stored)?,
             };
             if let (Some(d), Some((u, s))) = (ch.delta(), rec.counters.get(&*def.name)) {

@@ -714,17 +714,29 @@ impl Checkpointer for SaverCheckpointer {
             .map_err(storage)?;
         let mut out = BTreeMap::new();
         for (ch, h) in found {
-            let seed = h
-                .seed
-                .as_ref()
-                .map(|b| decode(ch.as_str(), b))
-                .transpose()?;
+            // A message-list seed is handed over as its items, parsed by the channel itself.
+            let (seed, seed_items) = match &h.seed {
+                Some(cp::Blob::Messages(m)) if m.kind == cp::MessagesKind::Snapshot => {
+                    (None, Some(m.items.clone()))
+                }
+                other => (
+                    other.as_ref().map(|b| decode(ch.as_str(), b)).transpose()?,
+                    None,
+                ),
+            };
             let writes = h
                 .writes
                 .iter()
                 .map(|w| decode(ch.as_str(), &w.value))
                 .collect::<Result<Vec<_>>>()?;
-            out.insert(load_name(ch.as_str()), DeltaHistory { seed, writes });
+            out.insert(
+                load_name(ch.as_str()),
+                DeltaHistory {
+                    seed,
+                    seed_items,
+                    writes,
+                },
+            );
         }
         Ok(out)
     }

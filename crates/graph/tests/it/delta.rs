@@ -584,7 +584,9 @@ impl antler_graph::Checkpointer for JsonOnly {
 }
 
 /// Snapshots from the incrementally kept encoded messages store exactly the bytes of a full
-/// serialisation, also after a replace (same id, new content) empties the encoded prefix.
+/// serialisation, also after a replace (same id, new content) empties the encoded prefix, in a
+/// step (`update_state`) and inside a replayed history walk (F = 7 puts the replace between a
+/// seed and the next snapshot; a cache kept across that replay stores different bytes).
 #[tokio::test]
 async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
     use antler_checkpoint as cp;
@@ -594,7 +596,7 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
     let mut finals = Vec::new();
     for encoded in [true, false] {
         let saver = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
-            cp::SnapshotFrequency::new(2).unwrap(),
+            cp::SnapshotFrequency::new(7).unwrap(),
         )));
         let adapter = SaverCheckpointer::new(saver.clone());
         let store: Arc<dyn antler_graph::Checkpointer> = if encoded {
@@ -602,7 +604,7 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
         } else {
             Arc::new(JsonOnly(adapter))
         };
-        let graph = chat(2, true).compile().unwrap().with_checkpointer(store);
+        let graph = chat(7, true).compile().unwrap().with_checkpointer(store);
         let cfg = RunConfig::new("t");
         for i in 0..5 {
             graph.invoke(human(i), &cfg).await.unwrap();
@@ -617,6 +619,28 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
         for i in 5..9 {
             graph.invoke(human(i), &cfg).await.unwrap();
         }
+        // Replace h-7 through an input write, then run on a graph that rebuilds state from
+        // the history walk every time (seed + replayed writes, the replace among them).
+        let mut m = Message::new(MessageType::Human, "edited again");
+        m.id = Some("h-7".to_owned());
+        graph
+            .invoke(Update::new().set(&MESSAGES, vec![m]), &cfg)
+            .await
+            .unwrap();
+        let cold_adapter = SaverCheckpointer::new(saver.clone());
+        let cold_store: Arc<dyn antler_graph::Checkpointer> = if encoded {
+            Arc::new(cold_adapter)
+        } else {
+            Arc::new(JsonOnly(cold_adapter))
+        };
+        let walking = chat(7, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(cold_store)
+            .with_hot_cache(false);
+        for i in 9..13 {
+            walking.invoke(human(i), &cfg).await.unwrap();
+        }
         totals.push(
             saver
                 .storage_stats(&cp::ThreadId::new("t"))
@@ -624,7 +648,7 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
                 .unwrap()
                 .total(),
         );
-        let cold = chat(2, true)
+        let cold = chat(7, true)
             .compile()
             .unwrap()
             .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
@@ -642,10 +666,16 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
     }
     assert_eq!(totals[0], totals[1], "identical stored bytes");
     assert_eq!(finals[0], finals[1]);
-    assert_eq!(finals[0].len(), 18);
-    assert!(
-        finals[0]
-            .iter()
-            .any(|m| m.id.as_deref() == Some("h-1") && m.content.text() == "edited")
+    assert_eq!(
+        finals[0].len(),
+        27,
+        "13 turns of two messages, plus a reply to the replace"
     );
+    for (id, text) in [("h-1", "edited"), ("h-7", "edited again")] {
+        assert!(
+            finals[0]
+                .iter()
+                .any(|m| m.id.as_deref() == Some(id) && m.content.text() == text)
+        );
+    }
 }
