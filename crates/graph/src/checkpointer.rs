@@ -65,7 +65,9 @@ pub struct CheckpointRecord {
     /// On `put`, for a store that [accepts them](Checkpointer::accepts_encoded_lists): snapshot
     /// values of message-list channels as their items' serialised JSON, in list order, instead of
     /// an entry in `values` (the runtime keeps these bytes from earlier snapshots, so a snapshot
-    /// does not re-serialise the whole list). Empty on read.
+    /// does not re-serialise the whole list). On read, a store may return such values here
+    /// instead of in `values` (the `SaverCheckpointer` does for stored message lists): a channel
+    /// has a stored value when it is in either map.
     pub encoded_lists: BTreeMap<String, Vec<std::sync::Arc<[u8]>>>,
 }
 

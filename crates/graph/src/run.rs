@@ -74,6 +74,7 @@ impl Live {
                 s.is_delta()
                     && rec.versions.contains_key(s.name())
                     && !rec.values.contains_key(s.name())
+                    && !rec.encoded_lists.contains_key(s.name())
             })
             .map(|s| s.name().to_owned())
             .collect()
@@ -105,9 +106,13 @@ impl Live {
         for (i, def) in g.chans.iter().enumerate() {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
             let stored = rec.values.get(&*def.name).cloned();
+            let items = rec.encoded_lists.get(&*def.name).cloned();
             let mut ch = match (histories.remove(&*def.name), g.schema.get(&def.name)) {
-                (Some(h), Some(spec)) if stored.is_none() => {
+                (Some(h), Some(spec)) if stored.is_none() && items.is_none() => {
                     spec.replay(h.seed, h.seed_items, h.writes)?
+                }
+                (_, Some(spec)) if stored.is_none() && items.is_some() => {
+                    spec.replay(None, items, Vec::new())?
                 }
                 _ => g.channel(i, stored)?,
             };

@@ -284,11 +284,29 @@ fn parent_of(t: &cp::CheckpointTuple) -> Option<cp::CheckpointId> {
 }
 
 /// Builds the runtime's tuple from a stored one, its full maps and its resolved values.
-fn convert(
-    t: &cp::CheckpointTuple,
-    maps: &Maps,
-    values: BTreeMap<String, Json>,
-) -> Result<CheckpointTuple> {
+/// Stored values as the runtime reads them: message-list snapshots as their items.
+#[derive(Default)]
+struct Values {
+    json: BTreeMap<String, Json>,
+    lists: BTreeMap<String, Vec<Arc<[u8]>>>,
+}
+
+impl Values {
+    fn add(&mut self, name: String, b: &cp::Blob) -> Result<()> {
+        match b {
+            cp::Blob::Messages(m) if m.kind == cp::MessagesKind::Snapshot => {
+                self.lists.insert(name, m.items.clone());
+            }
+            other => {
+                let j = decode(&name, other)?;
+                self.json.insert(name, j);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<CheckpointTuple> {
     let mut pending_writes = Vec::with_capacity(t.pending_writes.len());
     for w in &t.pending_writes {
         let channel = load_name(w.channel.as_str());
@@ -306,7 +324,7 @@ fn convert(
             parent: parent_of(t).map(|id| CheckpointId::new(id.to_string())),
             step: t.metadata.step,
             source: source_of(t.metadata.source),
-            values,
+            values: values.json,
             versions: maps.versions.clone(),
             versions_seen: maps.seen.clone(),
             updated_channels: c
@@ -314,7 +332,7 @@ fn convert(
                 .as_ref()
                 .map(|u| u.iter().map(|c| load_name(c.as_str())).collect()),
             new_versions: Default::default(),
-            encoded_lists: BTreeMap::new(),
+            encoded_lists: values.lists,
             counters: t
                 .metadata
                 .counters_since_delta_snapshot
@@ -417,7 +435,7 @@ impl SaverCheckpointer {
                 cur.ok_or_else(|| Self::broken(scope, &path[0], "empty path"))?
             }
         };
-        let mut values = BTreeMap::new();
+        let mut values = Values::default();
         if with_values {
             let mut need: std::collections::BTreeSet<&str> =
                 maps.versions.keys().map(String::as_str).collect();
@@ -440,7 +458,7 @@ impl SaverCheckpointer {
                     if need.remove(name.as_str())
                         && let Some(b) = c.channel_values.get(ch)
                     {
-                        values.insert(name.clone(), decode(&name, b)?);
+                        values.add(name.clone(), b)?;
                     }
                 }
                 if !is_relative(c) {
@@ -538,7 +556,7 @@ impl Checkpointer for SaverCheckpointer {
             let Some(m) = &maps[i] else {
                 return Err(Self::broken(scope, t, "unresolved record"));
             };
-            let mut values = BTreeMap::new();
+            let mut values = Values::default();
             let mut need: std::collections::BTreeSet<&str> =
                 m.versions.keys().map(String::as_str).collect();
             let mut j = i;
@@ -549,7 +567,7 @@ impl Checkpointer for SaverCheckpointer {
                     if need.remove(name.as_str())
                         && let Some(b) = c.channel_values.get(ch)
                     {
-                        values.insert(name.clone(), decode(&name, b)?);
+                        values.add(name.clone(), b)?;
                     }
                 }
                 if need.is_empty() || !is_relative(c) {
