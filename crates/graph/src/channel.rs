@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
+use antler_state_reducers::Message;
+
 use crate::error::{BoxError, Error, Result};
 use crate::state::{Val, Write};
 
@@ -355,6 +357,10 @@ pub(crate) struct Delta {
     pub(crate) max_supersteps: u32,
     /// An Overwrite reached the channel (or pending writes will not be replayed): snapshot next.
     pub(crate) forced: bool,
+    /// For a message list: `(id, serialised JSON)` of a prefix of the current value, so a
+    /// snapshot serialises only the messages appended since the last one. Emptied by any update
+    /// that is not a pure append (replace, remove, overwrite); ids are re-checked before use.
+    pub(crate) encoded: Arc<Vec<(String, Arc<[u8]>)>>,
 }
 
 impl Delta {
@@ -381,6 +387,58 @@ impl Delta {
     }
 }
 
+fn messages_len(v: &Val) -> Option<usize> {
+    v.downcast_ref::<Vec<Message>>().map(Vec::len)
+}
+
+impl Delta {
+    /// The current value as individually serialised messages (the snapshot form savers store as
+    /// message references), or `None` when the value is not a list of messages that all have ids.
+    /// Serialises only messages past the still-valid encoded prefix, with `ser` (the channel's own
+    /// value serialiser applied to the new messages), so the bytes equal a full serialisation.
+    pub(crate) fn encoded_snapshot(
+        &mut self,
+        ser: &dyn Fn(&Val) -> Result<Json>,
+    ) -> Result<Option<Vec<Arc<[u8]>>>> {
+        let Some(list) = self.inner.value.downcast_ref::<Vec<Message>>() else {
+            return Ok(None);
+        };
+        if list.iter().any(|m| m.id.is_none()) {
+            return Ok(None);
+        }
+        let prefix_ok = self.encoded.len() <= list.len()
+            && self
+                .encoded
+                .iter()
+                .zip(list)
+                .all(|((id, _), m)| m.id.as_deref() == Some(id.as_str()));
+        let cache = Arc::make_mut(&mut self.encoded);
+        if !prefix_ok {
+            cache.clear();
+        }
+        let tail: Vec<Message> = list[cache.len()..].to_vec();
+        if !tail.is_empty() {
+            let ids: Vec<String> = tail.iter().filter_map(|m| m.id.clone()).collect();
+            let Json::Array(items) = ser(&(Arc::new(tail) as Val))? else {
+                cache.clear();
+                return Ok(None);
+            };
+            if items.len() != ids.len() {
+                cache.clear();
+                return Ok(None);
+            }
+            for (id, item) in ids.into_iter().zip(items) {
+                let bytes = serde_json::to_vec(&item).map_err(|source| Error::Serialization {
+                    channel: self.inner.name.to_string(),
+                    source,
+                })?;
+                cache.push((id, Arc::from(bytes)));
+            }
+        }
+        Ok(Some(cache.iter().map(|(_, b)| b.clone()).collect()))
+    }
+}
+
 impl Channel for Delta {
     fn get(&self) -> Option<&Val> {
         self.inner.get()
@@ -390,7 +448,7 @@ impl Channel for Delta {
             // Replay must never have to reproduce "drop the step's other writes" (spec §10 rule 5).
             self.forced = true;
         }
-        self.inner.update(writes)
+        self.apply_tracked(writes)
     }
     fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
         // The runtime, not the channel, decides when a snapshot is stored.
@@ -401,6 +459,30 @@ impl Channel for Delta {
     }
     fn delta(&mut self) -> Option<&mut Delta> {
         Some(self)
+    }
+}
+
+impl Delta {
+    /// Applies writes to the inner reducer (a step's batch or a replay), keeping the encoded
+    /// prefix only when the writes were a pure append.
+    pub(crate) fn apply_tracked(&mut self, writes: &[&Write]) -> Result<bool> {
+        let before = messages_len(&self.inner.value);
+        let appended: Option<usize> = writes
+            .iter()
+            .map(|w| match w {
+                Write::Value(v) => v.downcast_ref::<Vec<Message>>().map(Vec::len),
+                Write::Overwrite(_) => None,
+            })
+            .sum();
+        let updated = self.inner.update(writes)?;
+        let after = messages_len(&self.inner.value);
+        // A pure append grows the list by exactly the written messages (a replace, a remove or
+        // a duplicate id adds fewer), leaving the encoded prefix valid.
+        let pure = matches!((before, appended, after), (Some(b), Some(k), Some(a)) if a == b + k);
+        if !pure && !self.encoded.is_empty() {
+            self.encoded = Arc::default();
+        }
+        Ok(updated)
     }
 }
 

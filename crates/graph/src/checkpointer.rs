@@ -62,6 +62,13 @@ pub struct CheckpointRecord {
     pub new_versions: std::collections::BTreeSet<String>,
     /// Delta channels' `(updates, supersteps)` since their last snapshot; zero pairs omitted (spec §5.3).
     pub counters: BTreeMap<String, (u32, u32)>,
+    /// On `put`, for a store that [accepts them](Checkpointer::accepts_encoded_lists): snapshot
+    /// values of message-list channels as their items' serialised JSON, in list order, instead of
+    /// an entry in `values` (the runtime keeps these bytes from earlier snapshots, so a snapshot
+    /// does not re-serialise the whole list). On read, a store may return such values here
+    /// instead of in `values` (the `SaverCheckpointer` does for stored message lists): a channel
+    /// has a stored value when it is in either map.
+    pub encoded_lists: BTreeMap<String, Vec<std::sync::Arc<[u8]>>>,
 }
 
 /// What the history walk found for one delta channel (runtime-spec §5.5).
@@ -69,6 +76,9 @@ pub struct CheckpointRecord {
 pub struct DeltaHistory {
     /// The nearest stored value on the path, if any.
     pub seed: Option<Json>,
+    /// The same seed as its list items' serialised JSON, when the store keeps it as a message
+    /// list (then `seed` is `None`): the runtime parses the items directly.
+    pub seed_items: Option<Vec<std::sync::Arc<[u8]>>>,
     /// Writes to replay on top of the seed, oldest first.
     pub writes: Vec<Json>,
 }
@@ -137,6 +147,21 @@ pub trait Checkpointer: Send + Sync {
         scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>>;
+    /// Like [`Checkpointer::get_tuple`], but the returned record's `values` may be empty: for a
+    /// caller that already holds the checkpoint's channels (the hot-state cache) and needs only
+    /// its id, metadata, versions and pending writes. The default reads everything.
+    async fn head(
+        &self,
+        scope: &Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.get_tuple(scope, id).await
+    }
+    /// Whether `put` takes message-list snapshots as [`CheckpointRecord::encoded_lists`]
+    /// (default no: every value arrives as JSON in `values`).
+    fn accepts_encoded_lists(&self) -> bool {
+        false
+    }
     /// All checkpoints of the thread, newest first.
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
     /// Stores a checkpoint.
@@ -256,6 +281,17 @@ impl Checkpointer for MemoryCheckpointer {
         let mut g = self.lock();
         let t = g.entry(scope.clone()).or_default();
         let mut checkpoint = checkpoint;
+        for (ch, items) in std::mem::take(&mut checkpoint.encoded_lists) {
+            let list = items
+                .iter()
+                .map(|b| serde_json::from_slice(b))
+                .collect::<std::result::Result<Vec<Json>, _>>()
+                .map_err(|source| crate::error::Error::Serialization {
+                    channel: ch.clone(),
+                    source,
+                })?;
+            checkpoint.values.insert(ch, Json::Array(list));
+        }
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
             t.stored_by.insert((ch.clone(), v), checkpoint.id.clone());
@@ -365,23 +401,22 @@ impl MemoryCheckpointer {
                 cur = c.parent.clone();
             }
             let writes = chunks.into_iter().rev().flatten().collect();
-            out.insert(ch.clone(), DeltaHistory { seed, writes });
+            out.insert(
+                ch.clone(),
+                DeltaHistory {
+                    seed,
+                    seed_items: None,
+                    writes,
+                },
+            );
         }
         Ok(out)
     }
 }
 
-/// New checkpoint ids: strictly increasing within the process, UUID-shaped.
+/// New checkpoint ids: strictly increasing within the process, UUID-shaped, in the checkpoint
+/// crate's layout (wall-clock microseconds in the high 64 bits), so a saver stores the
+/// checkpoint's timestamp as a one-byte offset from its id.
 pub(crate) fn new_checkpoint_id() -> CheckpointId {
-    static LAST: Mutex<u128> = Mutex::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let mut last = LAST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let v = if now > *last { now } else { *last + 1 };
-    *last = v;
-    CheckpointId::new(uuid::Uuid::from_u128(v).hyphenated().to_string())
+    CheckpointId::new(antler_checkpoint::CheckpointId::generate().to_string())
 }

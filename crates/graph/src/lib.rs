@@ -70,7 +70,7 @@ pub use compiled::{
 };
 pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
 pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};
-pub use saver::SaverCheckpointer;
+pub use saver::{RELATIVE_RECORD_V, RelativeRecordError, SaverCheckpointer};
 pub use schema::{ChannelSpec, DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT};
 pub use state::{Key, State, Update};
 pub use types::{Command, Context, Goto, Interrupt, NodeError, Resume, Send};

@@ -74,6 +74,7 @@ impl Live {
                 s.is_delta()
                     && rec.versions.contains_key(s.name())
                     && !rec.values.contains_key(s.name())
+                    && !rec.encoded_lists.contains_key(s.name())
             })
             .map(|s| s.name().to_owned())
             .collect()
@@ -105,8 +106,14 @@ impl Live {
         for (i, def) in g.chans.iter().enumerate() {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
             let stored = rec.values.get(&*def.name).cloned();
+            let items = rec.encoded_lists.get(&*def.name).cloned();
             let mut ch = match (histories.remove(&*def.name), g.schema.get(&def.name)) {
-                (Some(h), Some(spec)) if stored.is_none() => spec.replay(h.seed, h.writes)?,
+                (Some(h), Some(spec)) if stored.is_none() && items.is_none() => {
+                    spec.replay(h.seed, h.seed_items, h.writes)?
+                }
+                (_, Some(spec)) if stored.is_none() && items.is_some() => {
+                    spec.replay(None, items, Vec::new())?
+                }
                 _ => g.channel(i, stored)?,
             };
             if let (Some(d), Some((u, s))) = (ch.delta(), rec.counters.get(&*def.name)) {
@@ -139,6 +146,10 @@ impl Live {
         })
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the record's fields plus two snapshot switches"
+    )]
     fn checkpoint_record(
         &mut self,
         g: &Graph,
@@ -147,6 +158,7 @@ impl Live {
         step: i64,
         source: Source,
         snapshot_all: bool,
+        encode_lists: bool,
     ) -> Result<CheckpointRecord> {
         // Delta cadence (runtime-spec §5.3–§5.4): counters advance on every saved checkpoint; a
         // snapshot stores the whole value, and bumps the version if it did not move, without
@@ -186,6 +198,7 @@ impl Live {
             }
         }
         let mut values = BTreeMap::new();
+        let mut encoded_lists = BTreeMap::new();
         let mut versions = BTreeMap::new();
         let mut new_versions = BTreeSet::new();
         for (i, def) in g.chans.iter().enumerate() {
@@ -198,6 +211,15 @@ impl Live {
             }
             new_versions.insert(def.name.to_string());
             if snapshots.contains(&i) {
+                if encode_lists {
+                    let ser = |v: &Val| g.value_to_json(i, v);
+                    if let Some(d) = self.chans[i].delta()
+                        && let Some(items) = d.encoded_snapshot(&ser)?
+                    {
+                        encoded_lists.insert(def.name.to_string(), items);
+                        continue;
+                    }
+                }
                 if let Some(v) = self.chans[i].get() {
                     values.insert(def.name.to_string(), g.value_to_json(i, v)?);
                 }
@@ -235,6 +257,7 @@ impl Live {
             updated_channels,
             new_versions,
             counters,
+            encoded_lists,
         })
     }
 
@@ -890,8 +913,9 @@ async fn run_inner(
 ) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
     let scope = &cfg.scope();
+    // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
-        Some(cp) => cp.get_tuple(scope, cfg.checkpoint_id.as_ref()).await?,
+        Some(cp) => cp.head(scope, cfg.checkpoint_id.as_ref()).await?,
         None => None,
     };
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
@@ -910,7 +934,15 @@ async fn run_inner(
             {
                 Some(live) => live,
                 None => {
-                    Live::load(g, cp.ok_or(Error::NoCheckpointer)?, scope, &t.checkpoint).await?
+                    let cp = cp.ok_or(Error::NoCheckpointer)?;
+                    let full = cp
+                        .get_tuple(scope, Some(&t.checkpoint.id))
+                        .await?
+                        .ok_or_else(|| Error::CheckpointNotFound {
+                            thread: thread.to_string(),
+                            checkpoint: t.checkpoint.id.to_string(),
+                        })?;
+                    Live::load(g, cp, scope, &full.checkpoint).await?
                 }
             },
             Some(t.checkpoint.id.clone()),
@@ -1021,7 +1053,7 @@ async fn run_inner(
         dirty = true;
         if replay {
             let newest = match cp {
-                Some(cp) => cp.get_tuple(scope, None).await?.map(|t| t.checkpoint.id),
+                Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id),
                 None => None,
             };
             let direct =
@@ -1035,6 +1067,7 @@ async fn run_inner(
                     step,
                     Source::Fork,
                     persist.durability == Durability::Exit,
+                    persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
                 )?;
                 persist.put(rec).await?;
                 live.mark_stored(persist.durability);
@@ -1044,9 +1077,9 @@ async fn run_inner(
                 step += 1;
             }
         }
-    } else if let Input::Values(u) = &input
-        && !u.is_empty()
-    {
+    } else if let Input::Values(u) = &input {
+        // Any value input maps to a write of `__start__`, an empty one too (the reference's
+        // `map_input` yields `("__start__", {})` for `{}`; only `None` is "no input").
         let state = live.state_view(g);
         let ck = ckpt_id.as_ref().map_or("", CheckpointId::as_str).to_owned();
         let discard = prepare_tasks(g, &live, &ck, step, &state)?;
@@ -1074,6 +1107,7 @@ async fn run_inner(
             step,
             Source::Input,
             persist.durability == Durability::Exit,
+            persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
         )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
@@ -1196,6 +1230,7 @@ async fn run_inner(
             step,
             Source::Loop,
             persist.durability == Durability::Exit,
+            persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
         )?;
         persist.put(rec).await?;
         live.mark_stored(persist.durability);
@@ -1692,7 +1727,15 @@ pub(crate) async fn update_state(
     )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
-    let rec = live.checkpoint_record(g, id.clone(), parent, step, Source::Update, false)?;
+    let rec = live.checkpoint_record(
+        g,
+        id.clone(),
+        parent,
+        step,
+        Source::Update,
+        false,
+        cp.accepts_encoded_lists(),
+    )?;
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }

@@ -1,7 +1,7 @@
 //! [`SaverCheckpointer`]: the runtime's persistence seam implemented over `antler-checkpoint`'s [`Saver`].
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use antler_checkpoint as cp;
 use async_trait::async_trait;
@@ -13,16 +13,25 @@ use crate::checkpointer::{
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, TaskId};
 
+/// Full maps by (scope, checkpoint).
+type MapCache = HashMap<(Scope, cp::CheckpointId), Arc<Maps>>;
+
 /// Adapts any [`cp::Saver`] (memory, SQLite, PostgreSQL) to the runtime.
 #[derive(Clone)]
 pub struct SaverCheckpointer {
     saver: Arc<dyn cp::Saver>,
+    /// Full maps of checkpoints this adapter wrote or read (records are immutable, so entries
+    /// never go stale); a put whose parent is here is stored as a relative record.
+    maps: Arc<Mutex<MapCache>>,
 }
 
 impl SaverCheckpointer {
     /// Wraps a saver.
     pub fn new(saver: Arc<dyn cp::Saver>) -> Self {
-        Self { saver }
+        Self {
+            saver,
+            maps: Arc::default(),
+        }
     }
     /// The wrapped saver.
     pub fn saver(&self) -> &Arc<dyn cp::Saver> {
@@ -42,6 +51,68 @@ fn parse_id(id: &CheckpointId) -> Result<cp::CheckpointId> {
         .map_err(|e: cp::ParseCheckpointIdError| Error::Storage {
             source: Box::new(e),
         })
+}
+
+/// Stored form of a channel name. The runtime's internal channels are stored compactly:
+/// `branch:to:<node>` as `\u{1}<node>` and `join:<rest>` as `\u{2}<rest>`; a name that starts
+/// with one of the marker bytes `\u{1}`..`\u{3}` gets a `\u{3}` escape in front, so the mapping is
+/// reversible for every name. Each such name occurs in the versions, the versions seen and the
+/// writes of most checkpoints, so this saves 9 bytes per occurrence of a branch channel.
+fn store_name(name: &str) -> String {
+    if let Some(node) = name.strip_prefix("branch:to:") {
+        format!("\u{1}{node}")
+    } else if let Some(rest) = name.strip_prefix("join:") {
+        format!("\u{2}{rest}")
+    } else if name.starts_with(['\u{1}', '\u{2}', '\u{3}']) {
+        format!("\u{3}{name}")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Inverse of [`store_name`].
+fn load_name(stored: &str) -> String {
+    if let Some(node) = stored.strip_prefix('\u{1}') {
+        format!("branch:to:{node}")
+    } else if let Some(rest) = stored.strip_prefix('\u{2}') {
+        format!("join:{rest}")
+    } else if let Some(name) = stored.strip_prefix('\u{3}') {
+        name.to_owned()
+    } else {
+        stored.to_owned()
+    }
+}
+
+/// Stored form of a task path: the runtime's `~__pregel_pull, <node>` and `~__pregel_push, <i>`
+/// become `\u{1}<node>` and `\u{2}<i>` (escaping as in [`store_name`]). Savers order writes by
+/// task path; the mapping keeps that order (`""` < pull paths by node < push paths by index).
+fn store_path(path: &str) -> String {
+    if let Some(node) = path.strip_prefix("~__pregel_pull, ") {
+        format!("\u{1}{node}")
+    } else if let Some(i) = path.strip_prefix("~__pregel_push, ") {
+        format!("\u{2}{i}")
+    } else if path.starts_with(['\u{1}', '\u{2}', '\u{3}']) {
+        format!("\u{3}{path}")
+    } else {
+        path.to_owned()
+    }
+}
+
+/// Inverse of [`store_path`].
+fn load_path(stored: &str) -> String {
+    if let Some(node) = stored.strip_prefix('\u{1}') {
+        format!("~__pregel_pull, {node}")
+    } else if let Some(i) = stored.strip_prefix('\u{2}') {
+        format!("~__pregel_push, {i}")
+    } else if let Some(path) = stored.strip_prefix('\u{3}') {
+        path.to_owned()
+    } else {
+        stored.to_owned()
+    }
+}
+
+fn chan(name: &str) -> cp::ChannelName {
+    cp::ChannelName::new(store_name(name))
 }
 
 fn decode(channel: &str, b: &cp::Blob) -> Result<Json> {
@@ -99,61 +170,319 @@ fn to_cp_source(s: Source) -> cp::CheckpointSource {
     }
 }
 
-fn convert(t: cp::CheckpointTuple) -> Result<CheckpointTuple> {
-    let c = t.checkpoint;
-    let mut values = BTreeMap::new();
-    for (ch, b) in &c.channel_values {
-        values.insert(ch.to_string(), decode(ch.as_str(), b)?);
+/// `Checkpoint::v` of a record whose channel versions and versions seen list only the entries
+/// that differ from its parent's (records the runtime can read back exactly; any other record
+/// is stored in full with the reference's `v`).
+pub const RELATIVE_RECORD_V: u32 = 0x41;
+
+/// A full record at least every `FULL_RECORD_EVERY` records along any parent path, so reading a
+/// checkpoint whose ancestors are not cached fetches at most this many records.
+const FULL_RECORD_EVERY: u32 = 8;
+
+/// Recently written or read checkpoints' full version maps kept per adapter (then cleared).
+const MAP_CACHE_MAX: usize = 16_384;
+
+/// A relative record whose parent chain does not reach a full record.
+#[derive(Debug, thiserror::Error)]
+#[error("checkpoint {checkpoint} of thread '{thread}': {why}")]
+pub struct RelativeRecordError {
+    /// The thread.
+    pub thread: String,
+    /// The checkpoint being read.
+    pub checkpoint: String,
+    /// What is wrong.
+    pub why: &'static str,
+}
+
+/// The full channel versions and versions seen of one checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+struct Maps {
+    versions: BTreeMap<String, u64>,
+    seen: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Relative records since the last full one on the parent path (0 for a full record).
+    depth: u32,
+}
+
+fn is_relative(c: &cp::Checkpoint) -> bool {
+    c.v == RELATIVE_RECORD_V
+}
+
+/// Folds a stored record's version entries onto `base` (a full record: onto nothing).
+fn fold(base: Option<&Maps>, c: &cp::Checkpoint) -> Maps {
+    let mut m = match base {
+        Some(b) if is_relative(c) => Maps {
+            depth: b.depth + 1,
+            ..b.clone()
+        },
+        _ => Maps {
+            versions: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            depth: 0,
+        },
+    };
+    for (ch, v) in &c.channel_versions {
+        m.versions.insert(load_name(ch.as_str()), v.get());
     }
-    let versions = c
-        .channel_versions
+    for (n, seen) in &c.versions_seen {
+        let e = m.seen.entry(n.to_string()).or_default();
+        for (ch, v) in seen {
+            e.insert(load_name(ch.as_str()), v.get());
+        }
+    }
+    m
+}
+
+/// The entries of `rec` that differ from `parent`, or `None` when a relative record cannot
+/// represent `rec` exactly (an entry or a node disappeared, or a node is new with no entries).
+#[expect(clippy::type_complexity, reason = "the two maps of a record")]
+fn relative_to(
+    rec: &CheckpointRecord,
+    parent: &Maps,
+) -> Option<(
+    BTreeMap<String, u64>,
+    BTreeMap<String, BTreeMap<String, u64>>,
+)> {
+    if parent
+        .versions
+        .keys()
+        .any(|c| !rec.versions.contains_key(c))
+    {
+        return None;
+    }
+    let versions = rec
+        .versions
         .iter()
-        .map(|(ch, v)| (ch.to_string(), v.get()))
+        .filter(|(c, v)| parent.versions.get(*c) != Some(*v) || rec.new_versions.contains(*c))
+        .map(|(c, v)| (c.clone(), *v))
         .collect();
-    let versions_seen = c
-        .versions_seen
-        .iter()
-        .map(|(n, m)| {
-            (
-                n.to_string(),
-                m.iter().map(|(ch, v)| (ch.to_string(), v.get())).collect(),
-            )
-        })
-        .collect();
+    let mut seen = BTreeMap::new();
+    for (n, pm) in &parent.seen {
+        let m = rec.versions_seen.get(n)?;
+        if pm.keys().any(|c| !m.contains_key(c)) {
+            return None;
+        }
+    }
+    for (n, m) in &rec.versions_seen {
+        let pm = parent.seen.get(n);
+        if pm.is_none() && m.is_empty() {
+            return None;
+        }
+        let diff: BTreeMap<String, u64> = m
+            .iter()
+            .filter(|(c, v)| pm.and_then(|pm| pm.get(*c)) != Some(*v))
+            .map(|(c, v)| (c.clone(), *v))
+            .collect();
+        if !diff.is_empty() {
+            seen.insert(n.clone(), diff);
+        }
+    }
+    Some((versions, seen))
+}
+
+fn parent_of(t: &cp::CheckpointTuple) -> Option<cp::CheckpointId> {
+    t.parent_config.as_ref().and_then(|p| p.checkpoint_id)
+}
+
+/// Builds the runtime's tuple from a stored one, its full maps and its resolved values.
+/// Stored values as the runtime reads them: message-list snapshots as their items.
+#[derive(Default)]
+struct Values {
+    json: BTreeMap<String, Json>,
+    lists: BTreeMap<String, Vec<Arc<[u8]>>>,
+}
+
+impl Values {
+    fn add(&mut self, name: String, b: &cp::Blob) -> Result<()> {
+        match b {
+            cp::Blob::Messages(m) if m.kind == cp::MessagesKind::Snapshot => {
+                self.lists.insert(name, m.items.clone());
+            }
+            other => {
+                let j = decode(&name, other)?;
+                self.json.insert(name, j);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<CheckpointTuple> {
     let mut pending_writes = Vec::with_capacity(t.pending_writes.len());
     for w in &t.pending_writes {
+        let channel = load_name(w.channel.as_str());
         pending_writes.push(PendingWrite {
             task_id: TaskId::new(w.task_id.as_str()),
-            task_path: w.task_path.to_string(),
-            channel: w.channel.to_string(),
-            value: decode(w.channel.as_str(), &w.value)?,
+            task_path: load_path(w.task_path.as_str()),
+            value: decode(&channel, &w.value)?,
+            channel,
         });
     }
+    let c = &t.checkpoint;
     Ok(CheckpointTuple {
         checkpoint: CheckpointRecord {
             id: CheckpointId::new(c.id.to_string()),
-            parent: t
-                .parent_config
-                .and_then(|p| p.checkpoint_id)
-                .map(|id| CheckpointId::new(id.to_string())),
+            parent: parent_of(t).map(|id| CheckpointId::new(id.to_string())),
             step: t.metadata.step,
             source: source_of(t.metadata.source),
-            values,
-            versions,
-            versions_seen,
+            values: values.json,
+            versions: maps.versions.clone(),
+            versions_seen: maps.seen.clone(),
             updated_channels: c
                 .updated_channels
-                .map(|u| u.iter().map(ToString::to_string).collect()),
+                .as_ref()
+                .map(|u| u.iter().map(|c| load_name(c.as_str())).collect()),
             new_versions: Default::default(),
+            encoded_lists: values.lists,
             counters: t
                 .metadata
                 .counters_since_delta_snapshot
                 .iter()
-                .map(|(c, n)| (c.to_string(), (n.updates, n.supersteps)))
+                .map(|(c, n)| (load_name(c.as_str()), (n.updates, n.supersteps)))
                 .collect(),
         },
         pending_writes,
     })
+}
+
+impl SaverCheckpointer {
+    fn cached(&self, scope: &Scope, id: &cp::CheckpointId) -> Option<Arc<Maps>> {
+        self.maps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(scope.clone(), *id))
+            .cloned()
+    }
+
+    fn remember(&self, scope: &Scope, id: cp::CheckpointId, maps: Arc<Maps>) {
+        let mut g = self
+            .maps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.len() >= MAP_CACHE_MAX {
+            g.clear();
+        }
+        g.insert((scope.clone(), id), maps);
+    }
+
+    async fn raw(
+        &self,
+        scope: &Scope,
+        id: Option<cp::CheckpointId>,
+    ) -> Result<Option<cp::CheckpointTuple>> {
+        let mut config =
+            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
+        if let Some(id) = id {
+            config = config.with_checkpoint_id(id);
+        }
+        self.saver.get_tuple(&config).await.map_err(storage)
+    }
+
+    fn broken(scope: &Scope, t: &cp::CheckpointTuple, why: &'static str) -> Error {
+        Error::Storage {
+            source: Box::new(RelativeRecordError {
+                thread: scope.thread.to_string(),
+                checkpoint: t.checkpoint.id.to_string(),
+                why,
+            }),
+        }
+    }
+
+    /// The parent of a relative record (which always has one).
+    fn parent_id(scope: &Scope, t: &cp::CheckpointTuple) -> Result<cp::CheckpointId> {
+        parent_of(t).ok_or_else(|| Self::broken(scope, t, "relative record without a parent"))
+    }
+
+    /// Full maps of `t` and, with `with_values`, its channel values: each channel's value is
+    /// the stored value of the nearest record on the parent path that lists the channel.
+    /// Fetches parents only when their maps are not cached or a value is still unresolved;
+    /// at most [`FULL_RECORD_EVERY`] records separate a relative record from a full one.
+    async fn load(
+        &self,
+        scope: &Scope,
+        t: cp::CheckpointTuple,
+        with_values: bool,
+    ) -> Result<CheckpointTuple> {
+        let guard = 4 * FULL_RECORD_EVERY as usize + 4;
+        // Nearest first: `t`, then as many ancestors as needed.
+        let mut path = vec![t];
+        let maps = match self.cached(scope, &path[0].checkpoint.id) {
+            Some(m) => m,
+            None => {
+                // Walk up until a full record or an ancestor with cached maps.
+                let mut base: Option<Arc<Maps>> = None;
+                while let Some(last) = path.last()
+                    && is_relative(&last.checkpoint)
+                {
+                    let pid = Self::parent_id(scope, last)?;
+                    if let Some(m) = self.cached(scope, &pid) {
+                        base = Some(m);
+                        break;
+                    }
+                    if path.len() > guard {
+                        return Err(Self::broken(scope, last, "no full record within the bound"));
+                    }
+                    let p = self.raw(scope, Some(pid)).await?.ok_or_else(|| {
+                        Self::broken(scope, last, "the parent of a relative record is missing")
+                    })?;
+                    path.push(p);
+                }
+                let mut cur = base;
+                for r in path.iter().rev() {
+                    let m = Arc::new(fold(cur.as_deref(), &r.checkpoint));
+                    self.remember(scope, r.checkpoint.id, m.clone());
+                    cur = Some(m);
+                }
+                cur.ok_or_else(|| Self::broken(scope, &path[0], "empty path"))?
+            }
+        };
+        let mut values = Values::default();
+        if with_values {
+            let mut need: std::collections::BTreeSet<&str> =
+                maps.versions.keys().map(String::as_str).collect();
+            let mut i = 0;
+            while !need.is_empty() {
+                if i == path.len() {
+                    let last = &path[i - 1];
+                    if !is_relative(&last.checkpoint) || path.len() > guard {
+                        break;
+                    }
+                    let pid = Self::parent_id(scope, last)?;
+                    let p = self.raw(scope, Some(pid)).await?.ok_or_else(|| {
+                        Self::broken(scope, last, "the parent of a relative record is missing")
+                    })?;
+                    path.push(p);
+                }
+                let c = &path[i].checkpoint;
+                for ch in c.channel_versions.keys() {
+                    let name = load_name(ch.as_str());
+                    if need.remove(name.as_str())
+                        && let Some(b) = c.channel_values.get(ch)
+                    {
+                        values.add(name.clone(), b)?;
+                    }
+                }
+                if !is_relative(c) {
+                    break;
+                }
+                i += 1;
+            }
+        }
+        convert(&path[0], &maps, values)
+    }
+
+    /// The addressed checkpoint (or the latest) with full maps; values only `with_values`.
+    async fn read(
+        &self,
+        scope: &Scope,
+        id: Option<&CheckpointId>,
+        with_values: bool,
+    ) -> Result<Option<CheckpointTuple>> {
+        let id = id.map(parse_id).transpose()?;
+        match self.raw(scope, id).await? {
+            Some(t) => self.load(scope, t, with_values).await.map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
 #[async_trait]
@@ -163,17 +492,19 @@ impl Checkpointer for SaverCheckpointer {
         scope: &Scope,
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
-        let mut config =
-            cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
-        if let Some(id) = id {
-            config = config.with_checkpoint_id(parse_id(id)?);
-        }
-        self.saver
-            .get_tuple(&config)
-            .await
-            .map_err(storage)?
-            .map(convert)
-            .transpose()
+        self.read(scope, id, true).await
+    }
+
+    async fn head(
+        &self,
+        scope: &Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.read(scope, id, false).await
+    }
+
+    fn accepts_encoded_lists(&self) -> bool {
+        true
     }
 
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
@@ -182,13 +513,74 @@ impl Checkpointer for SaverCheckpointer {
             checkpoint_ns: Some(cp::CheckpointNs::new(scope.ns.as_str())),
             ..cp::ListQuery::default()
         };
-        self.saver
-            .list(&query)
-            .await
-            .map_err(storage)?
-            .into_iter()
-            .map(convert)
-            .collect()
+        let raws = self.saver.list(&query).await.map_err(storage)?;
+        let at: HashMap<cp::CheckpointId, usize> = raws
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.checkpoint.id, i))
+            .collect();
+        // Maps: parents before children (a relative record's chain is at most a few long).
+        let mut maps: Vec<Option<Arc<Maps>>> = vec![None; raws.len()];
+        for start in 0..raws.len() {
+            let mut chain = Vec::new();
+            let mut i = start;
+            let base = loop {
+                if let Some(m) = &maps[i] {
+                    break Some(m.clone());
+                }
+                chain.push(i);
+                if !is_relative(&raws[i].checkpoint) {
+                    break None;
+                }
+                let parent = parent_of(&raws[i]).and_then(|p| at.get(&p).copied());
+                match parent {
+                    Some(p) if chain.len() <= raws.len() => i = p,
+                    _ => {
+                        return Err(Self::broken(
+                            scope,
+                            &raws[i],
+                            "the parent of a relative record is missing",
+                        ));
+                    }
+                }
+            };
+            let mut cur = base;
+            for &j in chain.iter().rev() {
+                let m = Arc::new(fold(cur.as_deref(), &raws[j].checkpoint));
+                maps[j] = Some(m.clone());
+                cur = Some(m);
+            }
+        }
+        let mut out = Vec::with_capacity(raws.len());
+        for (i, t) in raws.iter().enumerate() {
+            let Some(m) = &maps[i] else {
+                return Err(Self::broken(scope, t, "unresolved record"));
+            };
+            let mut values = Values::default();
+            let mut need: std::collections::BTreeSet<&str> =
+                m.versions.keys().map(String::as_str).collect();
+            let mut j = i;
+            loop {
+                let c = &raws[j].checkpoint;
+                for ch in c.channel_versions.keys() {
+                    let name = load_name(ch.as_str());
+                    if need.remove(name.as_str())
+                        && let Some(b) = c.channel_values.get(ch)
+                    {
+                        values.add(name.clone(), b)?;
+                    }
+                }
+                if need.is_empty() || !is_relative(c) {
+                    break;
+                }
+                match parent_of(&raws[j]).and_then(|p| at.get(&p).copied()) {
+                    Some(p) => j = p,
+                    None => break,
+                }
+            }
+            out.push(convert(t, m, values)?);
+        }
+        Ok(out)
     }
 
     async fn put(&self, scope: &Scope, rec: CheckpointRecord) -> Result<()> {
@@ -199,35 +591,54 @@ impl Checkpointer for SaverCheckpointer {
         }
         let mut checkpoint = cp::Checkpoint::empty();
         checkpoint.id = parse_id(&rec.id)?;
-        for (ch, j) in &rec.values {
-            checkpoint.channel_values.insert(
-                cp::ChannelName::new(ch.as_str()),
-                encode(ch, j, cp::MessagesKind::Snapshot)?,
-            );
+        // The id carries its creation time (see `new_checkpoint_id`): the stored timestamp is
+        // an offset of zero from it. Ids made elsewhere keep the time of the put.
+        let id_micros = i64::try_from(checkpoint.id.as_u128() >> 64).unwrap_or(0);
+        if (checkpoint.ts.as_micros() - id_micros).abs() < 60_000_000 {
+            checkpoint.ts = cp::Timestamp::from_micros(id_micros);
         }
-        checkpoint.channel_versions = rec
-            .versions
+        for (ch, j) in &rec.values {
+            checkpoint
+                .channel_values
+                .insert(chan(ch), encode(ch, j, cp::MessagesKind::Snapshot)?);
+        }
+        for (ch, items) in &rec.encoded_lists {
+            let blob = if items.is_empty() {
+                encode(ch, &Json::Array(Vec::new()), cp::MessagesKind::Snapshot)?
+            } else {
+                cp::Blob::Messages(cp::MessagesBlob {
+                    kind: cp::MessagesKind::Snapshot,
+                    items: items.clone(),
+                })
+            };
+            checkpoint.channel_values.insert(chan(ch), blob);
+        }
+        let parent_maps = match &rec.parent {
+            Some(p) => self.cached(scope, &parse_id(p)?),
+            None => None,
+        };
+        let relative = parent_maps
+            .as_deref()
+            .filter(|m| m.depth + 1 < FULL_RECORD_EVERY)
+            .and_then(|m| relative_to(&rec, m).map(|r| (r, m.depth + 1)));
+        let (versions, seen, depth) = match &relative {
+            Some(((v, s), depth)) => {
+                checkpoint.v = RELATIVE_RECORD_V;
+                (v, s, *depth)
+            }
+            None => (&rec.versions, &rec.versions_seen, 0),
+        };
+        checkpoint.channel_versions = versions
             .iter()
-            .map(|(ch, v)| {
-                (
-                    cp::ChannelName::new(ch.as_str()),
-                    cp::ChannelVersion::new(*v),
-                )
-            })
+            .map(|(ch, v)| (chan(ch), cp::ChannelVersion::new(*v)))
             .collect();
-        checkpoint.versions_seen = rec
-            .versions_seen
+        checkpoint.versions_seen = seen
             .iter()
             .map(|(n, m)| {
                 (
                     cp::NodeName::new(n.as_str()),
                     m.iter()
-                        .map(|(ch, v)| {
-                            (
-                                cp::ChannelName::new(ch.as_str()),
-                                cp::ChannelVersion::new(*v),
-                            )
-                        })
+                        .map(|(ch, v)| (chan(ch), cp::ChannelVersion::new(*v)))
                         .collect(),
                 )
             })
@@ -235,17 +646,14 @@ impl Checkpointer for SaverCheckpointer {
         checkpoint.updated_channels = rec
             .updated_channels
             .as_ref()
-            .map(|u| u.iter().map(|c| cp::ChannelName::new(c.as_str())).collect());
+            .map(|u| u.iter().map(|c| chan(c)).collect());
         let new_versions: cp::ChannelVersions = rec
             .new_versions
             .iter()
             .filter_map(|ch| {
-                rec.versions.get(ch).map(|v| {
-                    (
-                        cp::ChannelName::new(ch.as_str()),
-                        cp::ChannelVersion::new(*v),
-                    )
-                })
+                rec.versions
+                    .get(ch)
+                    .map(|v| (chan(ch), cp::ChannelVersion::new(*v)))
             })
             .collect();
         let mut metadata = cp::CheckpointMetadata {
@@ -255,7 +663,7 @@ impl Checkpointer for SaverCheckpointer {
         };
         for (ch, (updates, supersteps)) in &rec.counters {
             metadata.counters_since_delta_snapshot.insert(
-                cp::ChannelName::new(ch.as_str()),
+                chan(ch),
                 cp::DeltaCounters {
                     updates: *updates,
                     supersteps: *supersteps,
@@ -264,10 +672,20 @@ impl Checkpointer for SaverCheckpointer {
         }
         // The mode marker (kernel-spec R32) follows the store's configured mode.
         cp::mode::inject_mode_marker(&mut metadata, self.saver.store_config().mode);
+        let id = checkpoint.id;
         self.saver
             .put(&config, checkpoint, metadata, &new_versions)
             .await
             .map_err(storage)?;
+        self.remember(
+            scope,
+            id,
+            Arc::new(Maps {
+                versions: rec.versions,
+                seen: rec.versions_seen,
+                depth,
+            }),
+        );
         Ok(())
     }
 
@@ -284,17 +702,14 @@ impl Checkpointer for SaverCheckpointer {
             .with_checkpoint_id(parse_id(checkpoint)?);
         let mut blobs = Vec::with_capacity(writes.len());
         for (ch, j) in &writes {
-            blobs.push((
-                cp::ChannelName::new(ch.as_str()),
-                encode(ch, j, cp::MessagesKind::Write)?,
-            ));
+            blobs.push((chan(ch), encode(ch, j, cp::MessagesKind::Write)?));
         }
         self.saver
             .put_writes(
                 &config,
                 blobs,
                 &cp::TaskId::new(task_id.as_str()),
-                &cp::TaskPath::new(task_path),
+                &cp::TaskPath::new(store_path(task_path)),
             )
             .await
             .map_err(storage)
@@ -309,10 +724,7 @@ impl Checkpointer for SaverCheckpointer {
         let config = cp::CheckpointConfig::latest(scope.thread.as_str())
             .with_ns(scope.ns.as_str())
             .with_checkpoint_id(parse_id(checkpoint)?);
-        let names: Vec<cp::ChannelName> = channels
-            .iter()
-            .map(|c| cp::ChannelName::new(c.as_str()))
-            .collect();
+        let names: Vec<cp::ChannelName> = channels.iter().map(|c| chan(c)).collect();
         let found = self
             .saver
             .delta_channel_history(&config, &names)
@@ -320,18 +732,69 @@ impl Checkpointer for SaverCheckpointer {
             .map_err(storage)?;
         let mut out = BTreeMap::new();
         for (ch, h) in found {
-            let seed = h
-                .seed
-                .as_ref()
-                .map(|b| decode(ch.as_str(), b))
-                .transpose()?;
+            // A message-list seed is handed over as its items, parsed by the channel itself.
+            let (seed, seed_items) = match &h.seed {
+                Some(cp::Blob::Messages(m)) if m.kind == cp::MessagesKind::Snapshot => {
+                    (None, Some(m.items.clone()))
+                }
+                other => (
+                    other.as_ref().map(|b| decode(ch.as_str(), b)).transpose()?,
+                    None,
+                ),
+            };
             let writes = h
                 .writes
                 .iter()
                 .map(|w| decode(ch.as_str(), &w.value))
                 .collect::<Result<Vec<_>>>()?;
-            out.insert(ch.to_string(), DeltaHistory { seed, writes });
+            out.insert(
+                load_name(ch.as_str()),
+                DeltaHistory {
+                    seed,
+                    seed_items,
+                    writes,
+                },
+            );
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{load_name, load_path, store_name, store_path};
+
+    #[test]
+    fn stored_names_round_trip_and_are_shorter() {
+        for n in [
+            "messages",
+            "branch:to:turn",
+            "join:a+b:c",
+            "\u{1}odd",
+            "\u{3}x",
+            "",
+            "branch:to:",
+        ] {
+            assert_eq!(load_name(&store_name(n)), n, "{n:?}");
+        }
+        assert_eq!(store_name("branch:to:turn"), "\u{1}turn");
+    }
+
+    #[test]
+    fn stored_paths_round_trip_and_keep_the_order() {
+        let paths = [
+            "",
+            "~__pregel_pull, __start__",
+            "~__pregel_pull, a",
+            "~__pregel_pull, b",
+            "~__pregel_push, 0000000000",
+            "~__pregel_push, 0000000011",
+        ];
+        for p in paths {
+            assert_eq!(load_path(&store_path(p)), p);
+        }
+        let stored: Vec<String> = paths.iter().map(|p| store_path(p)).collect();
+        assert!(stored.windows(2).all(|w| w[0] < w[1]), "{stored:?}");
+        assert_eq!(load_path(&store_path("\u{2}x")), "\u{2}x");
     }
 }

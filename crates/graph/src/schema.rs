@@ -433,6 +433,43 @@ impl ErasedSpec {
     /// A fresh channel, optionally restored from its stored form.
     pub(crate) fn channel(&self, stored: Option<Json>) -> Result<Box<dyn Channel>> {
         let value = stored.map(|j| self.value_from_json(j)).transpose()?;
+        self.channel_with(value)
+    }
+
+    /// The stored seed of a message-list channel given as its items' serialised JSON: for a
+    /// `Vec<Message>` channel each item is parsed straight into a message (the same
+    /// deserialiser as the JSON path, without an intermediate `Value`), and a delta channel
+    /// keeps the bytes as its encoded prefix; any other channel parses the list as JSON.
+    fn seed_from_items(&self, items: Vec<Arc<[u8]>>) -> Result<Box<dyn Channel>> {
+        let fail = |source| Error::Serialization {
+            channel: self.name.to_string(),
+            source,
+        };
+        if self.value_type != TypeId::of::<Vec<antler_state_reducers::Message>>() {
+            let list = items
+                .iter()
+                .map(|b| serde_json::from_slice::<Json>(b))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(fail)?;
+            return self.channel(Some(Json::Array(list)));
+        }
+        let mut list = Vec::with_capacity(items.len());
+        for b in &items {
+            list.push(serde_json::from_slice::<antler_state_reducers::Message>(b).map_err(fail)?);
+        }
+        let encoded: Option<Vec<(String, Arc<[u8]>)>> = list
+            .iter()
+            .zip(items)
+            .map(|(m, b)| m.id.clone().map(|id| (id, b)))
+            .collect();
+        let mut ch = self.channel_with(Some(Arc::new(list) as Val))?;
+        if let (Some(d), Some(e)) = (ch.delta(), encoded) {
+            d.encoded = Arc::new(e);
+        }
+        Ok(ch)
+    }
+
+    fn channel_with(&self, value: Option<Val>) -> Result<Box<dyn Channel>> {
         Ok(match &self.kind {
             Kind::LastValue | Kind::PacketOnly => Box::new(LastValue {
                 name: self.name.clone(),
@@ -471,6 +508,7 @@ impl ErasedSpec {
                 frequency: *frequency,
                 max_supersteps: DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
                 forced: false,
+                encoded: Arc::default(),
             }),
         })
     }
@@ -496,8 +534,16 @@ impl ErasedSpec {
 
     /// Rebuilds a delta channel from a history walk: the seed (or the initial value) plus the writes,
     /// where the last Overwrite becomes the base (runtime-spec §5.1 `replay_writes`).
-    pub(crate) fn replay(&self, seed: Option<Json>, writes: Vec<Json>) -> Result<Box<dyn Channel>> {
-        let mut ch = self.channel(seed)?;
+    pub(crate) fn replay(
+        &self,
+        seed: Option<Json>,
+        seed_items: Option<Vec<Arc<[u8]>>>,
+        writes: Vec<Json>,
+    ) -> Result<Box<dyn Channel>> {
+        let mut ch = match seed_items {
+            Some(items) => self.seed_from_items(items)?,
+            None => self.channel(seed)?,
+        };
         let mut batch = Vec::with_capacity(writes.len());
         for j in writes {
             match self.write_from_json(j)? {
@@ -517,7 +563,10 @@ impl ErasedSpec {
                 }
                 _ => batch.iter().collect(),
             };
-            d.inner.update(&rest)?;
+            if matches!(batch.first(), Some(Write::Overwrite(_))) {
+                d.encoded = Arc::default();
+            }
+            d.apply_tracked(&rest)?;
         }
         Ok(ch)
     }

@@ -934,3 +934,39 @@ async fn owned_reducer_updates_in_place_without_cloning_the_value() {
         "no clone of the accumulated value"
     );
 }
+
+/// §2.2: an empty value input is an input (the reference's `map_input` writes `{}` to
+/// `__start__`): it saves an input checkpoint and runs the graph; only "no input"
+/// (`Input::Continue`) on a thread with nothing to resume is `EmptyInput`.
+#[tokio::test]
+async fn empty_value_input_runs_the_graph_and_no_input_is_an_error() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    assert!(matches!(
+        graph.invoke(Input::Continue, &cfg).await,
+        Err(Error::EmptyInput { .. })
+    ));
+    for round in 1..=2 {
+        let out = graph.invoke(Update::new(), &cfg).await.unwrap();
+        assert_eq!(out.values.get(&LOG).map(Vec::len), Some(round));
+    }
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    let shape: Vec<(i64, &str)> = history
+        .iter()
+        .map(|s| (s.step, s.source.as_str()))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (4, "loop"),
+            (3, "loop"),
+            (2, "input"),
+            (1, "loop"),
+            (0, "loop"),
+            (-1, "input")
+        ]
+    );
+}
