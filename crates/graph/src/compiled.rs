@@ -718,6 +718,25 @@ impl HotCache {
         }
         hit
     }
+    /// A copy of the cached channels of `id` (left in the cache), for reads.
+    pub(crate) fn peek(
+        &self,
+        thread: &crate::checkpointer::Scope,
+        id: &CheckpointId,
+    ) -> Option<crate::run::Live> {
+        if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let g = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Not counted in `hits`, which counts runs started from the cache.
+        match g.get(thread) {
+            Some((cid, live)) if cid == id => Some(live.clone()),
+            _ => None,
+        }
+    }
     pub(crate) fn put(
         &self,
         thread: &crate::checkpointer::Scope,
@@ -807,6 +826,7 @@ impl CompiledGraph {
         crate::run::get_state(
             &self.g,
             self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            &self.cache,
             config,
         )
         .await

@@ -1532,7 +1532,12 @@ pub(crate) async fn snapshot_of(
     scope: &Scope,
     t: &CheckpointTuple,
 ) -> Result<StateSnapshot> {
-    let mut live = Live::load(g, cp, scope, &t.checkpoint).await?;
+    let live = Live::load(g, cp, scope, &t.checkpoint).await?;
+    snapshot_from(g, t, live)
+}
+
+/// The snapshot of `t` from its live channels (loaded or from the hot cache).
+fn snapshot_from(g: &Graph, t: &CheckpointTuple, mut live: Live) -> Result<StateSnapshot> {
     let mut null_ch = Vec::new();
     for w in t
         .pending_writes
@@ -1616,13 +1621,21 @@ pub(crate) async fn snapshot_of(
 pub(crate) async fn get_state(
     g: &Graph,
     cp: &dyn Checkpointer,
+    cache: &crate::compiled::HotCache,
     cfg: &RunConfig,
 ) -> Result<Option<StateSnapshot>> {
-    match cp
-        .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
-        .await?
-    {
-        Some(t) => snapshot_of(g, cp, &cfg.scope(), &t).await.map(Some),
+    let scope = cfg.scope();
+    if cfg.checkpoint_id.is_none() {
+        // The head: from the hot-state cache when it holds exactly that checkpoint.
+        let Some(head) = cp.head(&scope, None).await? else {
+            return Ok(None);
+        };
+        if let Some(live) = cache.peek(&scope, &head.checkpoint.id) {
+            return snapshot_from(g, &head, live).map(Some);
+        }
+    }
+    match cp.get_tuple(&scope, cfg.checkpoint_id.as_ref()).await? {
+        Some(t) => snapshot_of(g, cp, &scope, &t).await.map(Some),
         None => Ok(None),
     }
 }
