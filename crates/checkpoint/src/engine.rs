@@ -951,7 +951,31 @@ impl<B: Backend> Engine<B> {
 
     /// The ancestors a checkpoint needs to stay readable: those the walk visits
     /// for every channel that has a version but no stored value.
-    async fn needed_ancestors(&self, d: &Decoded) -> Result<Vec<CheckpointId>> {
+    /// Every ancestor `d` needs to be read back: the delta-history ancestors
+    /// of its own channels and, for a relative record, its parent chain up to
+    /// the first full record together with what each of those needs.
+    async fn needed_ancestors(&self, d: &Decoded, all: &[Decoded]) -> Result<Vec<CheckpointId>> {
+        let mut out = self.delta_ancestors(d).await?;
+        let mut cur = d;
+        while cur.checkpoint.v == crate::model::RELATIVE_RECORD_V {
+            let Some(parent) = cur.row.parent else {
+                break;
+            };
+            out.push(parent);
+            let Some(p) = all
+                .iter()
+                .find(|x| x.row.ns == cur.row.ns && x.row.id == parent)
+            else {
+                // A missing parent is reported by the read path as corruption.
+                break;
+            };
+            out.extend(self.delta_ancestors(p).await?);
+            cur = p;
+        }
+        Ok(out)
+    }
+
+    async fn delta_ancestors(&self, d: &Decoded) -> Result<Vec<CheckpointId>> {
         let keys: Vec<(ChannelName, ChannelVersion)> = d
             .checkpoint
             .channel_versions
@@ -1013,7 +1037,7 @@ impl<B: Backend> Engine<B> {
             .iter()
             .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
         {
-            for needed in self.needed_ancestors(d).await? {
+            for needed in self.needed_ancestors(d, &all).await? {
                 if doomed.contains(&(d.row.ns.clone(), needed)) {
                     return Err(Error::WouldBreakDeltaHistory {
                         thread_id: thread.clone(),
@@ -1146,11 +1170,25 @@ impl<B: Backend> Engine<B> {
                             *e = i;
                         }
                     }
-                    for &i in latest.values() {
+                    // Keep the latest checkpoints and, transitively, everything
+                    // they need: a kept ancestor may itself be a relative record
+                    // or need delta history of its own.
+                    let mut work: Vec<usize> = latest.values().copied().collect();
+                    while let Some(i) = work.pop() {
                         let d = &all[i];
-                        keep.insert((d.row.ns.clone(), d.row.id));
-                        for id in self.needed_ancestors(d).await? {
-                            keep.insert((d.row.ns.clone(), id));
+                        if !keep.insert((d.row.ns.clone(), d.row.id)) {
+                            continue;
+                        }
+                        for id in self.needed_ancestors(d, &all).await? {
+                            match all
+                                .iter()
+                                .position(|x| x.row.ns == d.row.ns && x.row.id == id)
+                            {
+                                Some(j) => work.push(j),
+                                None => {
+                                    keep.insert((d.row.ns.clone(), id));
+                                }
+                            }
                         }
                     }
                     let doomed: HashSet<_> = all

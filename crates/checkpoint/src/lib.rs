@@ -96,6 +96,7 @@ pub use mode::{ChannelMode, DeltaCounters, SnapshotFrequency, StoreConfig};
 pub use model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource,
     CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
+    RELATIVE_RECORD_V,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresSaver};

@@ -14,6 +14,13 @@ use crate::mode::{ChannelMode, DeltaCounters};
 /// The checkpoint format version the runtime writes (runtime-spec §4.1: `v = 4`).
 pub const CHECKPOINT_FORMAT_VERSION: u32 = 4;
 
+/// [`Checkpoint::v`] of a *relative* record: its `channel_versions` and
+/// `versions_seen` list only the entries that differ from its parent's, so it
+/// depends on every ancestor up to the nearest record with another `v`.
+/// Savers keep that chain whenever they keep the record (prune,
+/// delete_for_runs), exactly as they keep delta-history ancestors.
+pub const RELATIVE_RECORD_V: u32 = 0x41;
+
 /// Reserved channel names (runtime-spec §1).
 pub mod channels {
     /// Graph input.

@@ -172,8 +172,9 @@ fn to_cp_source(s: Source) -> cp::CheckpointSource {
 
 /// `Checkpoint::v` of a record whose channel versions and versions seen list only the entries
 /// that differ from its parent's (records the runtime can read back exactly; any other record
-/// is stored in full with the reference's `v`).
-pub const RELATIVE_RECORD_V: u32 = 0x41;
+/// is stored in full with the reference's `v`). The saver keeps a relative record's ancestors
+/// on prune and delete_for_runs.
+pub use antler_checkpoint::RELATIVE_RECORD_V;
 
 /// A full record at least every `FULL_RECORD_EVERY` records along any parent path, so reading a
 /// checkpoint whose ancestors are not cached fetches at most this many records.

@@ -679,3 +679,69 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
         );
     }
 }
+
+/// `prune(KeepLatest)` on a thread written through the `SaverCheckpointer` keeps the head
+/// readable: a relative head needs its parent chain up to a full record, and the saver keeps it
+/// (before, pruning kept only the head and its delta ancestors, and a cold read failed).
+#[tokio::test]
+async fn prune_keep_latest_keeps_a_relative_head_readable() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, RELATIVE_RECORD_V, SaverCheckpointer, Scope};
+
+    for sqlite in [false, true] {
+        // F = 1: every step snapshots, so delta history alone keeps no ancestor.
+        let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(1).unwrap());
+        let saver: Arc<dyn cp::Saver> = if sqlite {
+            Arc::new(cp::SqliteSaver::open_in_memory(mode).await.unwrap())
+        } else {
+            Arc::new(cp::MemorySaver::new(mode))
+        };
+        let graph = chat(1, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+        let cfg = RunConfig::new("t");
+        for i in 0..10 {
+            graph.invoke(human(i), &cfg).await.unwrap();
+        }
+        let scope = Scope::root("t");
+        let before = SaverCheckpointer::new(saver.clone())
+            .get_tuple(&scope, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let raw_head = saver
+            .list(&cp::ListQuery {
+                thread_id: Some(cp::ThreadId::new("t")),
+                limit: Some(1),
+                ..cp::ListQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            raw_head[0].checkpoint.v, RELATIVE_RECORD_V,
+            "the head is a relative record"
+        );
+        saver
+            .prune(&[cp::ThreadId::new("t")], cp::PruneStrategy::KeepLatest)
+            .await
+            .unwrap();
+        let after = SaverCheckpointer::new(saver.clone())
+            .get_tuple(&scope, None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(after.checkpoint, before.checkpoint, "sqlite: {sqlite}");
+        let kept = saver
+            .list(&cp::ListQuery {
+                thread_id: Some(cp::ThreadId::new("t")),
+                ..cp::ListQuery::default()
+            })
+            .await
+            .unwrap()
+            .len();
+        assert!(kept > 1, "the parent chain was kept ({kept} checkpoints)");
+        // The graph continues the thread after pruning.
+        graph.invoke(human(99), &cfg).await.unwrap();
+    }
+}
