@@ -560,37 +560,7 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
     if cmd.to_parent {
         return Err(Error::NoParentGraph);
     }
-    let mut writes = Vec::new();
-    for w in &cmd.update.writes {
-        let pos = g
-            .schema
-            .position(&w.channel)
-            .ok_or_else(|| Error::UnknownChannel {
-                channel: w.channel.to_string(),
-            })?;
-        let spec = g
-            .schema
-            .get(&w.channel)
-            .ok_or_else(|| Error::UnknownChannel {
-                channel: w.channel.to_string(),
-            })?;
-        if !spec.is_state() {
-            return Err(Error::UnknownChannel {
-                channel: w.channel.to_string(),
-            });
-        }
-        if !spec.accepts_write(w.type_id, &w.write) {
-            return Err(Error::WriteType {
-                channel: w.channel.to_string(),
-            });
-        }
-        // Delta messages get their ids before the write is persisted (spec §10 rule 11).
-        writes.push((
-            pos,
-            spec.prepare_write(&w.write)
-                .unwrap_or_else(|| w.write.clone()),
-        ));
-    }
+    let mut writes = update_writes(g, &cmd.update)?;
     let user_writes = writes.len();
     for goto in &cmd.goto {
         goto_write(g, goto, &mut writes)?;
@@ -1296,21 +1266,28 @@ fn resolve_input_command(g: &Graph, cmd: &Command) -> Result<Vec<(usize, Write)>
     if cmd.to_parent {
         return Err(Error::NoParentGraph);
     }
-    let mut writes = Vec::new();
-    for w in &cmd.update.writes {
-        let pos = g
-            .schema
-            .position(&w.channel)
-            .ok_or_else(|| Error::UnknownChannel {
-                channel: w.channel.to_string(),
-            })?;
-        let spec = g
-            .schema
-            .get(&w.channel)
-            .ok_or_else(|| Error::UnknownChannel {
-                channel: w.channel.to_string(),
-            })?;
-        if !spec.is_state() || !spec.accepts_write(w.type_id, &w.write) {
+    let mut writes = update_writes(g, &cmd.update)?;
+    for goto in &cmd.goto {
+        goto_write(g, goto, &mut writes)?;
+    }
+    Ok(writes)
+}
+
+/// Resolves an update's writes to channel positions, for a node's result and a
+/// graph input alike: unknown or non-state channels and mistyped values are errors,
+/// and delta messages get their ids before the write is persisted (spec §10 rule 11).
+fn update_writes(g: &Graph, update: &Update) -> Result<Vec<(usize, Write)>> {
+    let mut writes = Vec::with_capacity(update.writes.len());
+    for w in &update.writes {
+        let unknown = || Error::UnknownChannel {
+            channel: w.channel.to_string(),
+        };
+        let pos = g.schema.position(&w.channel).ok_or_else(unknown)?;
+        let spec = g.schema.get(&w.channel).ok_or_else(unknown)?;
+        if !spec.is_state() {
+            return Err(unknown());
+        }
+        if !spec.accepts_write(w.type_id, &w.write) {
             return Err(Error::WriteType {
                 channel: w.channel.to_string(),
             });
@@ -1320,9 +1297,6 @@ fn resolve_input_command(g: &Graph, cmd: &Command) -> Result<Vec<(usize, Write)>
             spec.prepare_write(&w.write)
                 .unwrap_or_else(|| w.write.clone()),
         ));
-    }
-    for goto in &cmd.goto {
-        goto_write(g, goto, &mut writes)?;
     }
     Ok(writes)
 }
