@@ -1029,20 +1029,17 @@ async fn run_inner(
             let direct =
                 newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
             if !direct {
-                let id = new_checkpoint_id();
-                let rec = live.checkpoint_record(
+                let id = save_checkpoint(
                     g,
-                    id.clone(),
+                    &mut live,
+                    persist,
+                    em,
                     ckpt_id.clone(),
                     step,
                     Source::Fork,
-                    persist.durability == Durability::Exit,
-                    persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
-                )?;
-                persist.put(rec).await?;
-                live.mark_stored(persist.durability);
+                )
+                .await?;
                 dirty = false;
-                emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Fork);
                 ckpt_id = Some(id);
                 step += 1;
             }
@@ -1069,20 +1066,17 @@ async fn run_inner(
             });
         }
         live.updated = Some(apply_writes(g, &mut live, &batch)?);
-        let id = new_checkpoint_id();
-        let rec = live.checkpoint_record(
+        let id = save_checkpoint(
             g,
-            id.clone(),
+            &mut live,
+            persist,
+            em,
             ckpt_id.clone(),
             step,
             Source::Input,
-            persist.durability == Durability::Exit,
-            persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
-        )?;
-        persist.put(rec).await?;
-        live.mark_stored(persist.durability);
+        )
+        .await?;
         dirty = false;
-        emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Input);
         ckpt_id = Some(id);
         step += 1;
         pending.clear();
@@ -1192,20 +1186,17 @@ async fn run_inner(
                 }
             }
         }
-        let id = new_checkpoint_id();
-        let rec = live.checkpoint_record(
+        let id = save_checkpoint(
             g,
-            id.clone(),
+            &mut live,
+            persist,
+            em,
             ckpt_id.clone(),
             step,
             Source::Loop,
-            persist.durability == Durability::Exit,
-            persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
-        )?;
-        persist.put(rec).await?;
-        live.mark_stored(persist.durability);
+        )
+        .await?;
         dirty = false;
-        emit_checkpoint(em, &id, ckpt_id.as_ref(), step, Source::Loop);
         if em.modes.values {
             em.send(StreamEvent::Values(live.state_view(g)));
         }
@@ -1243,6 +1234,33 @@ fn finish(
         ckpt_id.map(|id| (id, live))
     };
     (outcome, head)
+}
+
+/// Creates and stores a run's next checkpoint under the run's durability: the record (with
+/// the delta cadence), the put, the stored marks and the debug event. Returns its id.
+async fn save_checkpoint(
+    g: &Graph,
+    live: &mut Live,
+    persist: &mut Persist<'_>,
+    em: &Emitter<'_>,
+    parent: Option<CheckpointId>,
+    step: i64,
+    source: Source,
+) -> Result<CheckpointId> {
+    let id = new_checkpoint_id();
+    let rec = live.checkpoint_record(
+        g,
+        id.clone(),
+        parent.clone(),
+        step,
+        source,
+        persist.durability == Durability::Exit,
+        persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
+    )?;
+    persist.put(rec).await?;
+    live.mark_stored(persist.durability);
+    emit_checkpoint(em, &id, parent.as_ref(), step, source);
+    Ok(id)
 }
 
 fn emit_checkpoint(
