@@ -1376,3 +1376,35 @@ macro_rules! impl_saver {
     };
 }
 pub(crate) use impl_saver;
+
+/// Helpers of the database backends for converting column values; errors say which
+/// backend, thread and column.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers read columns")
+)]
+pub(crate) mod columns {
+    use crate::error::{Error, Result};
+    use crate::ids::CheckpointId;
+
+    /// A checkpoint id stored as 16 bytes.
+    pub(crate) fn checkpoint_id(backend: &str, thread: &str, bytes: &[u8]) -> Result<CheckpointId> {
+        let arr: [u8; 16] = bytes.try_into().map_err(|_| Error::Backend {
+            context: format!("{backend}: thread {thread}: checkpoint id column"),
+            source: format!("expected 16 bytes, found {}", bytes.len()).into(),
+        })?;
+        Ok(CheckpointId::from_bytes(arr))
+    }
+
+    /// An unsigned value the store keeps in a signed 64-bit column.
+    pub(crate) fn i64_of(v: u64, what: &str) -> Result<i64> {
+        i64::try_from(v)
+            .map_err(|_| Error::InvalidArgument(format!("{what} {v} does not fit the store")))
+    }
+
+    /// A signed 64-bit column read back as the unsigned value it stores.
+    pub(crate) fn u64_of(v: i64, what: &str) -> Result<u64> {
+        u64::try_from(v)
+            .map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
+    }
+}

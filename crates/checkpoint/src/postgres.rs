@@ -90,21 +90,10 @@ fn pool_err(context: impl Into<String>) -> impl FnOnce(deadpool_postgres::PoolEr
 }
 
 fn id_from(thread: &str, bytes: &[u8]) -> Result<CheckpointId> {
-    let arr: [u8; 16] = bytes.try_into().map_err(|_| Error::Backend {
-        context: format!("postgres: thread {thread}: checkpoint id column"),
-        source: format!("expected 16 bytes, found {}", bytes.len()).into(),
-    })?;
-    Ok(CheckpointId::from_bytes(arr))
+    crate::engine::columns::checkpoint_id("postgres", thread, bytes)
 }
 
-fn i64_of(v: u64, what: &str) -> Result<i64> {
-    i64::try_from(v)
-        .map_err(|_| Error::InvalidArgument(format!("{what} {v} does not fit the store")))
-}
-
-fn u64_of(v: i64, what: &str) -> Result<u64> {
-    u64::try_from(v).map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
-}
+use crate::engine::columns::{i64_of, u64_of};
 
 fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))

@@ -53,21 +53,10 @@ fn id_bytes(id: CheckpointId) -> [u8; 16] {
 }
 
 fn id_from(thread: &str, bytes: Vec<u8>) -> Result<CheckpointId> {
-    let arr: [u8; 16] = bytes.try_into().map_err(|b: Vec<u8>| Error::Backend {
-        context: format!("sqlite: thread {thread}: checkpoint id column"),
-        source: format!("expected 16 bytes, found {}", b.len()).into(),
-    })?;
-    Ok(CheckpointId::from_bytes(arr))
+    crate::engine::columns::checkpoint_id("sqlite", thread, &bytes)
 }
 
-fn i64_of(v: u64, what: &str) -> Result<i64> {
-    i64::try_from(v)
-        .map_err(|_| Error::InvalidArgument(format!("{what} {v} does not fit the store")))
-}
-
-fn u64_of(v: i64, what: &str) -> Result<u64> {
-    u64::try_from(v).map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
-}
+use crate::engine::columns::{i64_of, u64_of};
 
 /// Applies pending migrations; refuses a newer schema.
 fn migrate(conn: &mut Connection) -> Result<()> {
