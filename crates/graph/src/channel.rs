@@ -14,9 +14,14 @@ use antler_state_reducers::Message;
 use crate::error::{BoxError, Error, Result};
 use crate::state::{Val, Write};
 
+/// What a reducer keeps beside the value between steps (the message reducer's id index), so
+/// that a step costs time in its writes, not in the value. `None` after the value was replaced
+/// any other way; reducers must then rebuild it from the value.
+pub(crate) type Aux = Option<Arc<dyn Any + Send + Sync>>;
+
 /// The erased reducer of a reducer channel: folds a batch of writes into the value.
 pub(crate) type ReduceFn =
-    Arc<dyn Fn(Val, &[Val]) -> std::result::Result<Val, BoxError> + Send + Sync>;
+    Arc<dyn Fn(Val, &[Val], &mut Aux) -> std::result::Result<Val, BoxError> + Send + Sync>;
 
 /// One channel of a running graph.
 pub(crate) trait Channel: Send + Sync {
@@ -89,6 +94,16 @@ pub(crate) struct Reducer {
     pub(crate) name: Arc<str>,
     pub(crate) value: Val,
     pub(crate) reduce: ReduceFn,
+    /// Kept by `reduce` beside `value`; dropped whenever `value` is replaced otherwise.
+    pub(crate) aux: Aux,
+}
+
+impl Reducer {
+    /// Replaces the value outside the reducer (an Overwrite, a replayed Overwrite).
+    pub(crate) fn set_value(&mut self, value: Val) {
+        self.value = value;
+        self.aux = None;
+    }
 }
 
 impl Channel for Reducer {
@@ -112,17 +127,18 @@ impl Channel for Reducer {
         }
         if let Some(v) = overwrite {
             // Invariant: an Overwrite replaces the value and drops the step's other writes (spec §3, R42).
-            self.value = v;
+            self.set_value(v);
             return Ok(true);
         }
         let batch: Vec<Val> = writes.iter().map(|w| payload(w).clone()).collect();
         // The reducer receives the value by value: when this channel holds the only reference the
         // value is reused in place instead of cloned. On error the channel is discarded with the run.
         let current = std::mem::replace(&mut self.value, Arc::new(()) as Val);
-        self.value = (self.reduce)(current, &batch).map_err(|source| Error::Reducer {
-            channel: self.name.to_string(),
-            source,
-        })?;
+        self.value =
+            (self.reduce)(current, &batch, &mut self.aux).map_err(|source| Error::Reducer {
+                channel: self.name.to_string(),
+                source,
+            })?;
         Ok(true)
     }
     fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
@@ -406,12 +422,13 @@ impl Delta {
         if list.iter().any(|m| m.id.is_none()) {
             return Ok(None);
         }
-        let prefix_ok = self.encoded.len() <= list.len()
-            && self
-                .encoded
-                .iter()
-                .zip(list)
-                .all(|((id, _), m)| m.id.as_deref() == Some(id.as_str()));
+        // `apply_tracked` drops the prefix on every update that is not a pure append, so the
+        // prefix is the list's head; checking the boundary id (not all of them) keeps a
+        // snapshot from costing time in the whole list while still catching a missed reset.
+        let n = self.encoded.len();
+        let prefix_ok = n <= list.len()
+            && (n == 0
+                || self.encoded[n - 1].0.as_str() == list[n - 1].id.as_deref().unwrap_or(""));
         let cache = Arc::make_mut(&mut self.encoded);
         if !prefix_ok {
             cache.clear();

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 
-use crate::channel::{Channel, Delta, Ephemeral, LastValue, ReduceFn, Reducer};
+use crate::channel::{Aux, Channel, Delta, Ephemeral, LastValue, ReduceFn, Reducer};
 use crate::error::{BoxError, BuildError, Error, Result};
 use crate::state::{Key, Val, Write};
 
@@ -107,7 +107,7 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
         I: Fn() -> V + Send + Sync + 'static,
         R: Fn(&V, &[W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
     {
-        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val]| {
+        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val], _aux: &mut Aux| {
             let acc = acc
                 .downcast_ref::<V>()
                 .ok_or("reducer state has the wrong type")?;
@@ -140,7 +140,7 @@ impl<V: Clone + Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, 
         I: Fn() -> V + Send + Sync + 'static,
         R: Fn(V, &[&W]) -> std::result::Result<V, BoxError> + Send + Sync + 'static,
     {
-        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val]| {
+        let reduce: ReduceFn = Arc::new(move |acc: Val, batch: &[Val], _aux: &mut Aux| {
             let acc: Arc<V> = acc
                 .downcast::<V>()
                 .map_err(|_| "reducer state has the wrong type")?;
@@ -229,15 +229,42 @@ impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers:
     /// The `messages` channel in full mode: `add_messages` semantics (replace by id, append, remove),
     /// each write a list of messages.
     pub fn messages() -> Self {
-        use antler_state_reducers::{Message, MessageWrite, merge_message_writes_owned};
-        Self::reducer_owned(
-            "add_messages",
-            Vec::new,
-            |acc: Vec<Message>, writes: &[&Vec<Message>]| {
-                let writes = writes.iter().map(|w| MessageWrite::Messages((*w).clone()));
-                merge_message_writes_owned(acc, writes).map_err(|e| Box::new(e) as BoxError)
+        use antler_state_reducers::{
+            Message, MessageIndex, MessageWrite, UuidV4, merge_message_writes_indexed,
+        };
+        // Written by hand rather than through `reducer_owned`: the channel keeps the list's id
+        // index between steps, so appending to a long conversation does not re-index it.
+        let reduce: ReduceFn = Arc::new(|acc: Val, batch: &[Val], aux: &mut Aux| {
+            let acc: Arc<Vec<Message>> = acc
+                .downcast::<Vec<Message>>()
+                .map_err(|_| "reducer state has the wrong type")?;
+            let mut writes = Vec::with_capacity(batch.len());
+            for w in batch {
+                let w = w
+                    .downcast_ref::<Vec<Message>>()
+                    .ok_or("reducer write has the wrong type")?;
+                writes.push(MessageWrite::Messages(w.clone()));
+            }
+            // A shared index (the channel was copied) is rebuilt rather than cloned.
+            let mut index = aux
+                .take()
+                .and_then(|a| a.downcast::<MessageIndex>().ok())
+                .and_then(|a| Arc::try_unwrap(a).ok())
+                .unwrap_or_default();
+            let owned = Arc::try_unwrap(acc).unwrap_or_else(|shared| (*shared).clone());
+            let merged = merge_message_writes_indexed(owned, &mut index, writes, &mut UuidV4)
+                .map_err(|e| Box::new(e) as BoxError)?;
+            *aux = Some(Arc::new(index));
+            Ok(Arc::new(merged) as Val)
+        });
+        Self {
+            kind: Kind::Reducer {
+                id: Arc::from("add_messages"),
+                init: Arc::new(|| Arc::new(Vec::<Message>::new()) as Val),
+                reduce,
             },
-        )
+            _t: std::marker::PhantomData,
+        }
     }
 }
 
@@ -479,6 +506,7 @@ impl ErasedSpec {
                 name: self.name.clone(),
                 value: value.unwrap_or_else(|| init()),
                 reduce: reduce.clone(),
+                aux: None,
             }),
             Kind::Ephemeral => Box::new(Ephemeral {
                 name: self.name.clone(),
@@ -502,6 +530,7 @@ impl ErasedSpec {
                     name: self.name.clone(),
                     value: value.unwrap_or_else(|| init()),
                     reduce: reduce.clone(),
+                    aux: None,
                 },
                 updates: 0,
                 supersteps: 0,
@@ -558,7 +587,7 @@ impl ErasedSpec {
             // Replay is not a step: apply to the inner reducer, so no snapshot is forced.
             let rest: Vec<&Write> = match batch.first() {
                 Some(Write::Overwrite(v)) => {
-                    d.inner.value = v.clone();
+                    d.inner.set_value(v.clone());
                     batch[1..].iter().collect()
                 }
                 _ => batch.iter().collect(),

@@ -130,6 +130,87 @@ pub fn merge_message_writes_with(
     writes: impl IntoIterator<Item = MessageWrite>,
     ids: &mut dyn IdSource,
 ) -> Result<Vec<Message>> {
+    merge_message_writes_indexed(state, &mut MessageIndex::default(), writes, ids)
+}
+
+/// The id index of a message list, kept between merges so that a long list
+/// is not re-indexed for every small batch.
+///
+/// A merge through [`merge_message_writes_indexed`] normally costs time
+/// linear in the list plus the writes, because the list's ids are hashed
+/// first. A caller that merges many batches into one growing list (a
+/// conversation appending two messages per turn) keeps a `MessageIndex`
+/// beside the list and passes both to every merge: the index is then
+/// updated in place and a merge costs time linear in the writes only.
+///
+/// The index describes the list returned by the merge that produced it.
+/// A merge checks the index against the list it is given (its length, and
+/// that the last message's id is indexed at the last position) and rebuilds
+/// it from the list when they disagree, so a stale index costs time, never
+/// correctness for those changes. A caller that edits the list in place
+/// without changing its length or its last id must [`clear`](Self::clear)
+/// the index. A fresh (default) index is always valid.
+#[derive(Clone, Default)]
+pub struct MessageIndex {
+    /// id → latest live position, compared through the list. Each entry
+    /// keeps its hash so that growing the table never touches the messages.
+    table: HashTable<(u64, usize)>,
+    /// Previous position carrying the same id (`NONE` if none): lets a
+    /// removal reach every duplicate of an id without scanning the list.
+    prev_same: Vec<usize>,
+    hasher: DefaultHashBuilder,
+    /// The length of the list the index describes; `NONE` when it describes none.
+    len: usize,
+}
+
+impl MessageIndex {
+    /// Forgets the indexed list; the next merge rebuilds the index.
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.prev_same.clear();
+        self.len = NONE;
+    }
+
+    /// Whether the index describes `list` as far as a cheap check can tell:
+    /// same length and the last id indexed at the last position.
+    fn describes(&self, list: &[Message]) -> bool {
+        if self.len != list.len() || self.prev_same.len() != list.len() {
+            return false;
+        }
+        let Some(last) = list.last() else {
+            return self.table.is_empty();
+        };
+        let Some(id) = last.id.as_deref() else {
+            return false;
+        };
+        let hash = self.hasher.hash_one(id);
+        let pos = list.len() - 1;
+        self.table
+            .find(hash, |&(_, p)| p == pos)
+            .is_some_and(|&(h, _)| h == hash)
+    }
+}
+
+impl std::fmt::Debug for MessageIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageIndex")
+            .field("ids", &self.table.len())
+            .field("len", &(self.len != NONE).then_some(self.len))
+            .finish()
+    }
+}
+
+/// [`merge_message_writes_with`] reusing `index`, the id index of `state`
+/// (see [`MessageIndex`]); on return `index` describes the returned list.
+///
+/// Results and errors are exactly those of [`merge_message_writes_with`].
+/// On error `index` is cleared (the state is consumed).
+pub fn merge_message_writes_indexed(
+    state: Vec<Message>,
+    index: &mut MessageIndex,
+    writes: impl IntoIterator<Item = MessageWrite>,
+    ids: &mut dyn IdSource,
+) -> Result<Vec<Message>> {
     let writes: Vec<MessageWrite> = writes.into_iter().collect();
     // R19 exception: an empty batch is a plain copy, no ids assigned.
     if writes.is_empty() {
@@ -144,26 +225,27 @@ pub fn merge_message_writes_with(
             MessageWrite::Null => 0,
         })
         .sum();
-    let mut acc = Accumulator::new(state, incoming, ids);
+    let mut acc = Accumulator::new(state, std::mem::take(index), incoming, ids);
     for write in writes {
-        acc.apply(write, ids)?;
+        if let Err(e) = acc.apply(write, ids) {
+            index.clear();
+            return Err(e);
+        }
     }
-    Ok(acc.finish())
+    let (list, ix) = acc.finish();
+    *index = ix;
+    Ok(list)
 }
 
 /// The merged list under construction.
 struct Accumulator {
     /// Messages in order; tombstoned positions are skipped by `finish`.
     items: Vec<Message>,
-    /// `dead[i]`: position `i` was removed.
+    /// `dead[i]`: position `i` was removed. Empty until the first removal,
+    /// then as long as `items` (so an append-only merge never touches it).
     dead: Vec<bool>,
-    /// Previous position carrying the same id (`NONE` if none): lets a
-    /// removal reach every duplicate of an id without scanning the list.
-    prev_same: Vec<usize>,
-    /// id → latest live position, compared through `items`. Each entry keeps
-    /// its hash so that growing the table never touches the messages.
-    index: HashTable<(u64, usize)>,
-    hasher: DefaultHashBuilder,
+    /// The ids of `items` (its `len` is kept up to date by `finish`).
+    ix: MessageIndex,
     live: usize,
     any_dead: bool,
 }
@@ -171,57 +253,72 @@ struct Accumulator {
 const NONE: usize = usize::MAX;
 
 impl Accumulator {
-    fn new(mut state: Vec<Message>, incoming: usize, ids: &mut dyn IdSource) -> Self {
-        for m in &mut state {
-            if m.id.is_none() {
-                m.id = Some(ids.next_id());
+    fn new(
+        mut state: Vec<Message>,
+        ix: MessageIndex,
+        incoming: usize,
+        ids: &mut dyn IdSource,
+    ) -> Self {
+        let mut acc = if ix.describes(&state) {
+            // Every indexed message has an id: ids were assigned before it was indexed.
+            let live = state.len();
+            Accumulator {
+                items: state,
+                dead: Vec::new(),
+                ix,
+                live,
+                any_dead: false,
             }
-        }
-        let mut acc = Accumulator {
-            items: Vec::new(),
-            dead: Vec::new(),
-            prev_same: Vec::new(),
-            index: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
-            live: 0,
-            any_dead: false,
+        } else {
+            for m in &mut state {
+                if m.id.is_none() {
+                    m.id = Some(ids.next_id());
+                }
+            }
+            let mut acc = Accumulator {
+                items: Vec::new(),
+                dead: Vec::new(),
+                ix,
+                live: 0,
+                any_dead: false,
+            };
+            acc.reset(state);
+            acc
         };
-        acc.reset(state);
         acc.reserve(incoming);
         acc
     }
 
     fn reserve(&mut self, additional: usize) {
         self.items.reserve(additional);
-        self.dead.reserve(additional);
-        self.prev_same.reserve(additional);
-        self.index.reserve(additional, |&(h, _)| h);
+        self.ix.prev_same.reserve(additional);
+        self.ix.table.reserve(additional, |&(h, _)| h);
     }
 
     /// Replaces the whole list (state load, or the remove-all path).
     fn reset(&mut self, items: Vec<Message>) {
-        self.index.clear();
-        self.index.reserve(items.len(), |&(h, _)| h);
-        self.dead = vec![false; items.len()];
-        self.prev_same = Vec::with_capacity(items.len());
-        self.items = Vec::new();
-        self.live = 0;
+        self.ix.table.clear();
+        self.ix.table.reserve(items.len(), |&(h, _)| h);
+        self.ix.prev_same.clear();
+        self.ix.prev_same.reserve(items.len());
+        self.dead = Vec::new();
         self.any_dead = false;
         self.items = items;
         for pos in 0..self.items.len() {
             let prev = self.index_position(pos);
-            self.prev_same.push(prev);
+            self.ix.prev_same.push(prev);
         }
         self.live = self.items.len();
     }
 
     fn hash_id(&self, id: &str) -> u64 {
-        self.hasher.hash_one(id)
+        self.ix.hasher.hash_one(id)
     }
 
     fn find_hashed(&self, hash: u64, id: &str) -> Option<usize> {
         let items = &self.items;
-        self.index
+        self.ix
+            .table
             .find(hash, |&(_, p)| items[p].id.as_deref() == Some(id))
             .map(|&(_, p)| p)
     }
@@ -229,7 +326,7 @@ impl Accumulator {
     /// Makes `pos` the latest position of its id; returns the previous one.
     fn index_position(&mut self, pos: usize) -> usize {
         let id = self.items[pos].id.as_deref().unwrap_or_default();
-        let hash = self.hasher.hash_one(id);
+        let hash = self.ix.hasher.hash_one(id);
         self.index_position_hashed(hash, pos)
     }
 
@@ -237,7 +334,7 @@ impl Accumulator {
     fn index_position_hashed(&mut self, hash: u64, pos: usize) -> usize {
         let id = self.items[pos].id.as_deref().unwrap_or_default();
         let items = &self.items;
-        match self.index.entry(
+        match self.ix.table.entry(
             hash,
             |&(_, p)| items[p].id.as_deref() == Some(id),
             |&(h, _)| h,
@@ -296,9 +393,11 @@ impl Accumulator {
                     }
                     let pos = self.items.len();
                     self.items.push(m);
-                    self.dead.push(false);
+                    if !self.dead.is_empty() {
+                        self.dead.push(false);
+                    }
                     let prev = self.index_position_hashed(hash, pos);
-                    self.prev_same.push(prev);
+                    self.ix.prev_same.push(prev);
                     self.live += 1;
                 }
             }
@@ -315,26 +414,32 @@ impl Accumulator {
         let hash = self.hash_id(id);
         let items = &self.items;
         let Ok(entry) = self
-            .index
+            .ix
+            .table
             .find_entry(hash, |&(_, p)| items[p].id.as_deref() == Some(id))
         else {
             return;
         };
         let ((_, mut pos), _) = entry.remove();
+        if self.dead.is_empty() {
+            self.dead = vec![false; self.items.len()];
+        }
         while pos != NONE {
             // Invariant: a chain only links live positions of one id, because
             // a removal always takes the whole chain at once.
             self.dead[pos] = true;
             self.live -= 1;
-            pos = self.prev_same[pos];
+            pos = self.ix.prev_same[pos];
         }
         self.any_dead = true;
     }
 
-    fn finish(self) -> Vec<Message> {
+    /// The merged list and its index (rebuilt lazily when removals moved positions).
+    fn finish(self) -> (Vec<Message>, MessageIndex) {
         let Accumulator {
             mut items,
             dead,
+            mut ix,
             any_dead,
             ..
         } = self;
@@ -345,7 +450,83 @@ impl Accumulator {
                 i += 1;
                 keep
             });
+            // Compaction moved positions: the next merge re-indexes.
+            ix.clear();
+        } else {
+            ix.len = items.len();
         }
-        items
+        (items, ix)
+    }
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+
+    fn msg(id: &str) -> Message {
+        Message::human(format!("text of {id}")).with_id(id)
+    }
+
+    fn write(ids: &[&str]) -> MessageWrite {
+        MessageWrite::Messages(ids.iter().map(|i| msg(i)).collect())
+    }
+
+    #[test]
+    fn an_append_keeps_the_index_describing_the_list() {
+        let mut ix = MessageIndex::default();
+        let list =
+            merge_message_writes_indexed(Vec::new(), &mut ix, [write(&["a", "b"])], &mut UuidV4)
+                .unwrap();
+        assert!(ix.describes(&list));
+        let list =
+            merge_message_writes_indexed(list, &mut ix, [write(&["c"])], &mut UuidV4).unwrap();
+        assert!(ix.describes(&list), "{ix:?}");
+        // Replacing by id keeps positions, so the index stays valid too.
+        let list =
+            merge_message_writes_indexed(list, &mut ix, [write(&["a"])], &mut UuidV4).unwrap();
+        assert!(ix.describes(&list));
+        assert_eq!(list.len(), 3);
+    }
+
+    #[test]
+    fn a_removal_or_an_error_clears_the_index() {
+        let mut ix = MessageIndex::default();
+        let list = merge_message_writes_indexed(
+            Vec::new(),
+            &mut ix,
+            [write(&["a", "b", "c"])],
+            &mut UuidV4,
+        )
+        .unwrap();
+        let removal = MessageWrite::Messages(vec![Message::remove("b")]);
+        let list = merge_message_writes_indexed(list, &mut ix, [removal], &mut UuidV4).unwrap();
+        assert!(!ix.describes(&list));
+        // The next merge rebuilds it from the compacted list, and finds "c" at its new place.
+        let list =
+            merge_message_writes_indexed(list, &mut ix, [write(&["c"])], &mut UuidV4).unwrap();
+        assert_eq!(list.len(), 2);
+        assert!(ix.describes(&list));
+        let err =
+            merge_message_writes_indexed(list.clone(), &mut ix, [MessageWrite::Null], &mut UuidV4);
+        assert!(err.is_err());
+        assert!(!ix.describes(&list));
+    }
+
+    #[test]
+    fn an_index_of_another_list_is_rebuilt_not_trusted() {
+        let mut ix = MessageIndex::default();
+        let _ =
+            merge_message_writes_indexed(Vec::new(), &mut ix, [write(&["a", "b"])], &mut UuidV4)
+                .unwrap();
+        // Same length, different last id: the check sees it.
+        let other = vec![msg("x"), msg("y")];
+        assert!(!ix.describes(&other));
+        let out = merge_message_writes_indexed(other, &mut ix, [write(&["a", "y"])], &mut UuidV4)
+            .unwrap();
+        let ids: Vec<_> = out.iter().filter_map(|m| m.id.as_deref()).collect();
+        assert_eq!(ids, ["x", "y", "a"]);
+        // Different length.
+        let longer = vec![msg("p"), msg("q"), msg("r")];
+        assert!(!ix.describes(&longer));
     }
 }

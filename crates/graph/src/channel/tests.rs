@@ -46,7 +46,7 @@ fn ephemeral_is_cleared_by_empty_update_and_that_is_a_change() {
 
 #[test]
 fn reducer_overwrite_drops_other_writes_and_only_one_per_step() {
-    let reduce: ReduceFn = Arc::new(|acc: Val, batch: &[Val]| {
+    let reduce: ReduceFn = Arc::new(|acc: Val, batch: &[Val], _aux: &mut Aux| {
         let mut s = *acc.downcast_ref::<i64>().ok_or("type")?;
         for b in batch {
             s += *b.downcast_ref::<i64>().ok_or("type")?;
@@ -57,6 +57,7 @@ fn reducer_overwrite_drops_other_writes_and_only_one_per_step() {
         name: Arc::from("n"),
         value: Arc::new(0i64),
         reduce,
+        aux: None,
     };
     assert!(c.update(&[&v(1), &v(2)]).unwrap());
     assert_eq!(get(&c), Some(3));
@@ -120,4 +121,51 @@ fn topic_is_not_accumulating() {
     assert!(t.update(&[]).unwrap(), "clearing is a change");
     assert!(t.get().is_none());
     assert!(!t.update(&[]).unwrap());
+}
+
+fn msgs(ids: &[&str]) -> Write {
+    Write::Value(Arc::new(
+        ids.iter()
+            .map(|i| Message::human(format!("{i}?")).with_id(*i))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+fn ids_of(c: &dyn Channel) -> Vec<String> {
+    c.get()
+        .and_then(|v| v.downcast_ref::<Vec<Message>>())
+        .map(|l| l.iter().filter_map(|m| m.id.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// The messages channel keeps its id index between steps; an Overwrite must drop it, or a later
+/// replace-by-id would miss an id the overwrite moved and append a duplicate.
+#[test]
+fn messages_channel_index_is_dropped_by_an_overwrite() {
+    const M: crate::Key<Vec<Message>> = crate::Key::from_static("messages");
+    for delta in [false, true] {
+        let spec = if delta {
+            crate::ChannelSpec::messages_delta(10)
+        } else {
+            crate::ChannelSpec::messages()
+        };
+        let mut c = crate::schema::ErasedSpec::new(&M, spec)
+            .channel(None)
+            .unwrap();
+        c.update(&[&msgs(&["a", "b"])]).unwrap();
+        c.update(&[&msgs(&["c"])]).unwrap();
+        assert_eq!(ids_of(c.as_ref()), ["a", "b", "c"]);
+        let Write::Value(v) = msgs(&["b", "y", "c"]) else {
+            unreachable!()
+        };
+        c.update(&[&Write::Overwrite(v)]).unwrap();
+        c.update(&[&msgs(&["b"])]).unwrap();
+        assert_eq!(ids_of(c.as_ref()), ["b", "y", "c"], "delta: {delta}");
+        // And a copy of the channel (a fork) merges independently of the original.
+        let mut fork = c.box_clone();
+        fork.update(&[&msgs(&["z"])]).unwrap();
+        c.update(&[&msgs(&["y"])]).unwrap();
+        assert_eq!(ids_of(fork.as_ref()), ["b", "y", "c", "z"]);
+        assert_eq!(ids_of(c.as_ref()), ["b", "y", "c"]);
+    }
 }

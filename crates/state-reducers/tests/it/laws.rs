@@ -26,10 +26,10 @@
 //!   duplicate paths (a null write keeps them, a merge folds them).
 
 use antler_state_reducers::{
-    DelegationEntry, Error, IdSource, Message, MessageWrite, PromotedState, SandboxState,
-    SkillEntry, Todo, ViewedImage, ViewedImages, add_messages_with, merge_artifacts,
-    merge_delegations, merge_goal, merge_message_writes_with, merge_promoted, merge_sandbox,
-    merge_skill_context, merge_todos, merge_viewed_images,
+    DelegationEntry, Error, IdSource, Message, MessageIndex, MessageWrite, PromotedState,
+    SandboxState, SkillEntry, Todo, ViewedImage, ViewedImages, add_messages_with, merge_artifacts,
+    merge_delegations, merge_goal, merge_message_writes_indexed, merge_message_writes_with,
+    merge_promoted, merge_sandbox, merge_skill_context, merge_todos, merge_viewed_images,
 };
 use proptest::prelude::*;
 
@@ -111,6 +111,30 @@ proptest! {
             fold = fold.and_then(|acc| add_messages_with(acc, w, &mut ids));
         }
         prop_assert_eq!(whole, fold);
+    }
+
+    /// Merging a sequence of batches with one [`MessageIndex`] kept across them gives exactly
+    /// what merging each batch from scratch gives, errors included; after an error the caller
+    /// continues from its last good list (the index was cleared).
+    #[test]
+    fn a_kept_index_changes_no_result(
+        s in state(),
+        batches in prop::collection::vec(prop::collection::vec(any_write(), 0..4), 1..8),
+    ) {
+        let mut plain_ids = Counter(0);
+        let mut kept_ids = Counter(0);
+        let mut plain = s.clone();
+        let mut kept = s;
+        let mut index = MessageIndex::default();
+        for ws in batches {
+            let a = batch(&plain, &ws, &mut plain_ids);
+            let b = merge_message_writes_indexed(kept.clone(), &mut index, ws, &mut kept_ids);
+            prop_assert_eq!(&a, &b);
+            if let (Ok(a), Ok(b)) = (a, b) {
+                plain = a;
+                kept = b;
+            }
+        }
     }
 
     /// After any successful non-empty merge every message carries an id.
