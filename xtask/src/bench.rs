@@ -1,14 +1,17 @@
 //! `cargo xtask bench`: benchmark sweeps whose reports land in `target/bench/`.
 //!
-//! `cargo xtask bench write-amp [--quick] [--full-max-turns N]` builds the `antler` CLI
-//! in release mode once, runs `antler bench write-amp --json` for every configuration of
-//! `shared/bench/write-amp.md` (every saver available: PostgreSQL only when `DATABASE_URL`
-//! is set), and writes `target/bench/write-amp.jsonl` (one JSON object per configuration)
-//! and `target/bench/write-amp.md` (the table).
+//! `cargo xtask bench write-amp [--quick] [--driver graph|saver] [--full-max-turns N]` builds
+//! the `antler` CLI in release mode once, runs `antler bench write-amp --json` for every
+//! configuration of `shared/bench/write-amp.md` (every saver available: PostgreSQL only when
+//! `DATABASE_URL` is set), and writes `target/bench/write-amp.jsonl` (one JSON object per
+//! configuration) and `target/bench/write-amp.md` (the table).
 //!
-//! Full mode stores the whole message list at every checkpoint, so its storage grows
-//! with T²: at T = 2000 that is about 2 GB per saver. The sweep therefore runs full mode
-//! only up to `--full-max-turns` (default 1000) and says so in the table. The snapshot
+//! The default driver runs the workload's graph through the runtime; `--driver saver` feeds
+//! the saver the workload's checkpoint/write sequence directly (see the CLI's help).
+//! With the saver driver, full mode stores the whole message list as one JSON value at every
+//! checkpoint, so its storage grows with T²: at T = 2000 that is about 2 GB per saver, and
+//! that driver runs full mode only up to `--full-max-turns` (default 1000; 2000 for the
+//! graph driver, whose full-mode lists reference message bodies stored once). The snapshot
 //! frequency does not apply to full mode, which runs once per T. No plot is drawn: the
 //! table carries the same numbers, and a plotting dependency would cost more build time
 //! than it is worth here. A small dependency-free SVG (`write-amp.svg`: amplification against
@@ -28,7 +31,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("write-amp") => write_amp(root, &args[1..]),
         Some(name) => bail!("unknown benchmark `{name}`; available: write-amp"),
-        None => bail!("usage: cargo xtask bench write-amp [--quick] [--full-max-turns N]"),
+        None => bail!(
+            "usage: cargo xtask bench write-amp [--quick] [--driver graph|saver] [--full-max-turns N]"
+        ),
     }
 }
 
@@ -41,11 +46,19 @@ struct Config {
 
 fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    let driver = match args.iter().position(|a| a == "--driver") {
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some(d @ ("graph" | "saver")) => d,
+            other => bail!("--driver must be graph or saver, not {other:?}"),
+        },
+        None => "graph",
+    };
     let full_max_turns: u32 = match args.iter().position(|a| a == "--full-max-turns") {
         Some(i) => args
             .get(i + 1)
             .context("--full-max-turns needs a value")?
             .parse()?,
+        None if driver == "graph" => 2000,
         None => 1000,
     };
     let mut savers = vec!["memory", "sqlite"];
@@ -111,6 +124,8 @@ fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
             c.frequency.to_string(),
             "--turns".to_owned(),
             c.turns.to_string(),
+            "--driver".to_owned(),
+            driver.to_owned(),
             "--json".to_owned(),
         ];
         println!("==> antler {}", args.join(" "));
@@ -142,7 +157,7 @@ fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
 
     let jsonl: String = rows.iter().map(|r| format!("{r}\n")).collect();
     fs::write(out_dir.join("write-amp.jsonl"), jsonl)?;
-    let table = markdown(&rows, quick, full_max_turns, elapsed);
+    let table = markdown(&rows, quick, driver, full_max_turns, elapsed);
     fs::write(out_dir.join("write-amp.md"), &table)?;
     fs::write(out_dir.join("write-amp.svg"), plot_svg(&rows))?;
     println!("{table}");
@@ -158,18 +173,29 @@ fn num(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or(f64::NAN)
 }
 
-fn markdown(rows: &[Value], quick: bool, full_max_turns: u32, elapsed: f64) -> String {
+fn markdown(
+    rows: &[Value],
+    quick: bool,
+    driver: &str,
+    full_max_turns: u32,
+    elapsed: f64,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "# write-amp {}\n",
         if quick { "(quick)" } else { "sweep" }
     );
+    let driver_text = if driver == "graph" {
+        "the workload's graph run by the runtime (`--driver graph`)"
+    } else {
+        "the saver directly, with the workload's checkpoint/write sequence (`--driver saver`, no runtime)"
+    };
     let _ = writeln!(
         s,
-        "Driver: the saver directly, with the workload's checkpoint/write sequence (the graph runtime is not wired in yet).\n\
+        "Driver: {driver_text}.\n\
          Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes.\n\
-         Full mode runs up to T = {full_max_turns} (its storage grows with T²); F does not apply to it. Runs took {elapsed:.1} s.\n"
+         Full mode runs up to T = {full_max_turns}; F does not apply to it. Runs took {elapsed:.1} s.\n"
     );
     s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms | cold peak B | max replayed |\n");
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -1,15 +1,20 @@
 //! `antler bench write-amp`: the write-amplification workload of `shared/bench/write-amp.md`.
 //!
-//! Until the graph runtime lands, this drives the saver directly with the exact sequence of
-//! checkpoints and writes the runtime produces for the workload's graph (START → `turn` → END):
-//! per invoke, an `input` checkpoint (the input updates no field; `__start__` gets a version),
-//! the `turn` task's `put_writes` of its two messages against that checkpoint, the barrier
-//! (batch reducer, or the delta channel's update), and a `loop` checkpoint. Delta mode uses
-//! `antler::checkpoint::delta::DeltaMessages` for counters, snapshot decisions and replay.
+//! Two drivers run the same workload:
+//! - `graph` (the default): the workload's graph (START → `turn` → END) compiled by
+//!   `antler::graph` and run against the saver through `SaverCheckpointer`, one invoke per turn
+//!   with an input that updates no field. These are the figures the targets apply to.
+//! - `saver`: drives the saver directly with the sequence of checkpoints and writes the
+//!   workload implies (an `input` checkpoint, the `turn` task's `put_writes`, a `loop`
+//!   checkpoint per invoke), with `antler::checkpoint::delta::DeltaMessages` for counters,
+//!   snapshot decisions and replay. It isolates the saver from the runtime: the runtime stores
+//!   one checkpoint more per invoke (`__start__`'s step) and its own record layout.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
+
+use std::sync::Arc;
 
 use antler::checkpoint::delta::{self, DeltaMessages, DeltaWrite};
 use antler::checkpoint::{
@@ -18,6 +23,7 @@ use antler::checkpoint::{
     PostgresSaver, RunId, Saver, SnapshotFrequency, SqliteSaver, StorageStats, StoreConfig, TaskId,
     TaskPath, ThreadId,
 };
+use antler::graph::{ChannelSpec, Key, RunConfig, SaverCheckpointer, State, StateGraph, Update};
 use antler::state_reducers::{Message, MessageWrite, merge_message_writes_owned};
 use serde_json::json;
 
@@ -25,12 +31,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub(crate) const USAGE: &str =
     "usage: antler bench write-amp --saver memory|sqlite|postgres --mode full|delta \
-[--snapshot-frequency F] [--turns T] [--db PATH_OR_URL] [--json]
+[--snapshot-frequency F] [--turns T] [--db PATH_OR_URL] [--driver graph|saver] [--json]
 
 Runs the write-amplification workload (shared/bench/write-amp.md) against one saver.
-Drives the saver directly with the checkpoint/write sequence of the workload graph (the graph
-runtime is not wired in yet). --db: SQLite file (default: a temporary file, deleted afterwards)
-or PostgreSQL URL (default: $DATABASE_URL; a temporary schema is created and dropped).
+--driver graph (default) runs the workload's graph through the runtime; --driver saver drives
+the saver directly with the workload's checkpoint/write sequence (no runtime).
+--db: SQLite file (default: a temporary file, deleted afterwards) or PostgreSQL URL
+(default: $DATABASE_URL; a temporary schema is created and dropped).
 With --json the last stdout line is one JSON object with the metrics.";
 
 const WORDS: [&str; 26] = [
@@ -70,8 +77,27 @@ impl SaverKind {
     }
 }
 
+/// What runs the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Driver {
+    /// The graph runtime over the saver.
+    Graph,
+    /// The saver alone, fed the workload's checkpoint/write sequence.
+    Saver,
+}
+
+impl Driver {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Graph => "graph",
+            Self::Saver => "saver",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
+    driver: Driver,
     saver: SaverKind,
     mode: ChannelMode,
     frequency: SnapshotFrequency,
@@ -84,6 +110,7 @@ impl Options {
     /// Parses the arguments after `bench write-amp`; `Ok(None)` for `--help`.
     pub(crate) fn parse(args: &[&str]) -> Result<Option<Self>, String> {
         let mut o = Options {
+            driver: Driver::Graph,
             saver: SaverKind::Memory,
             mode: ChannelMode::Delta,
             frequency: SnapshotFrequency::DEFAULT,
@@ -124,6 +151,13 @@ impl Options {
                         .map_err(|_| "turns must be a positive integer")?
                 }
                 "--db" => o.db = Some(value()?.to_owned()),
+                "--driver" => {
+                    o.driver = match value()? {
+                        "graph" => Driver::Graph,
+                        "saver" => Driver::Saver,
+                        other => return Err(format!("unknown driver {other:?}")),
+                    }
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -146,15 +180,15 @@ impl Options {
 
 /// Where the store lives, so that a second ("cold") saver can open it again.
 enum Store {
-    Memory(MemorySaver),
-    Sqlite(SqliteSaver, PathBuf, bool),
-    Postgres(PostgresSaver, PostgresOptions),
+    Memory(Arc<MemorySaver>),
+    Sqlite(Arc<SqliteSaver>, PathBuf, bool),
+    Postgres(Arc<PostgresSaver>, PostgresOptions),
 }
 
 impl Store {
     async fn open(o: &Options) -> Result<Self, BoxError> {
         Ok(match o.saver {
-            SaverKind::Memory => Store::Memory(MemorySaver::new(o.store_config())),
+            SaverKind::Memory => Store::Memory(Arc::new(MemorySaver::new(o.store_config()))),
             SaverKind::Sqlite => {
                 let (path, temporary) = match &o.db {
                     Some(p) => (PathBuf::from(p), false),
@@ -167,7 +201,7 @@ impl Store {
                     ),
                 };
                 Store::Sqlite(
-                    SqliteSaver::open(&path, o.store_config()).await?,
+                    Arc::new(SqliteSaver::open(&path, o.store_config()).await?),
                     path,
                     temporary,
                 )
@@ -181,18 +215,18 @@ impl Store {
                 let options = PostgresOptions::new(url)
                     .with_schema(format!("antler_bench_{}", uuid::Uuid::new_v4().simple()));
                 Store::Postgres(
-                    PostgresSaver::connect(options.clone(), o.store_config()).await?,
+                    Arc::new(PostgresSaver::connect(options.clone(), o.store_config()).await?),
                     options,
                 )
             }
         })
     }
 
-    fn saver(&self) -> &dyn Saver {
+    fn saver(&self) -> Arc<dyn Saver> {
         match self {
-            Store::Memory(s) => s,
-            Store::Sqlite(s, ..) => s,
-            Store::Postgres(s, _) => s,
+            Store::Memory(s) => s.clone(),
+            Store::Sqlite(s, ..) => s.clone(),
+            Store::Postgres(s, _) => s.clone(),
         }
     }
 
@@ -204,14 +238,15 @@ impl Store {
         })
     }
 
-    /// A second saver on the same store, opened from scratch (`None` for memory).
-    async fn reopen(&self, config: StoreConfig) -> Result<Option<Box<dyn Saver>>, BoxError> {
+    /// A second saver on the same store, opened from scratch (memory: the same saver, since
+    /// its data lives only in it).
+    async fn reopen(&self, config: StoreConfig) -> Result<Arc<dyn Saver>, BoxError> {
         Ok(match self {
-            Store::Memory(_) => None,
-            Store::Sqlite(_, path, _) => Some(Box::new(SqliteSaver::open(path, config).await?)),
-            Store::Postgres(_, options) => Some(Box::new(
-                PostgresSaver::connect(options.clone(), config).await?,
-            )),
+            Store::Memory(s) => s.clone(),
+            Store::Sqlite(_, path, _) => Arc::new(SqliteSaver::open(path, config).await?),
+            Store::Postgres(_, options) => {
+                Arc::new(PostgresSaver::connect(options.clone(), config).await?)
+            }
         })
     }
 
@@ -227,6 +262,7 @@ impl Store {
                     "sqlite_file_bytes_after_vacuum".into(),
                     json!(s.vacuum().await?),
                 );
+                // Every other holder (the graph's checkpointer) is gone by now; close the file.
                 drop(s);
                 if temporary {
                     for suffix in ["", "-wal", "-shm"] {
@@ -241,7 +277,10 @@ impl Store {
                     "pg_column_size_bytes".into(),
                     json!(s.pg_column_bytes(thread).await?),
                 );
-                s.drop_schema().await?;
+                Arc::try_unwrap(s)
+                    .map_err(|_| "the PostgreSQL saver is still in use")?
+                    .drop_schema()
+                    .await?;
             }
         }
         Ok(())
@@ -361,14 +400,270 @@ pub(crate) fn run(o: &Options) -> Result<(), BoxError> {
     rt.block_on(run_async(o))
 }
 
+/// What one driver measured.
+struct Measured {
+    invoke_ms: Vec<f64>,
+    new_data_bytes: u64,
+    /// Growth of the stored bytes over each of the last 10 turns.
+    growth: Vec<f64>,
+    stats: StorageStats,
+    warm: Vec<f64>,
+    cold: Vec<f64>,
+    /// Saver driver only: the part of a cold read spent in the saver.
+    cold_storage: Option<Vec<f64>>,
+    peak_bytes: u64,
+    max_replayed: usize,
+    head_replayed: usize,
+    window: usize,
+    /// Saver driver only: how many snapshots were stored.
+    snapshots: Option<usize>,
+}
+
+/// Samples the stored bytes before each of the last 10 turns (and after the last one).
+struct Growth {
+    last_total: Option<u64>,
+    deltas: Vec<f64>,
+}
+
+impl Growth {
+    fn new() -> Self {
+        Self {
+            last_total: None,
+            deltas: Vec::new(),
+        }
+    }
+
+    async fn sample(&mut self, store: &Store, thread: &ThreadId) -> Result<(), BoxError> {
+        let total = store.stats(thread).await?.total();
+        if let Some(prev) = self.last_total {
+            self.deltas.push(total.saturating_sub(prev) as f64);
+        }
+        self.last_total = Some(total);
+        Ok(())
+    }
+}
+
+/// The window of newest checkpoints whose replay depth is measured: a full snapshot cycle
+/// (about 2F + 4 checkpoints) when F is small, else the 64 newest. The deepest replay of a
+/// cycle is just before its snapshot, so for T a multiple of F (or T < F, where the depth only
+/// grows) the window holds the maximum.
+fn replay_window(o: &Options) -> usize {
+    (3 * o.frequency.get() as usize + 4)
+        .min(3 * o.turns)
+        .min(64)
+}
+
+/// The workload's two messages of turn `t`.
+fn turn_messages(t: usize) -> Vec<Message> {
+    vec![
+        Message::human(text(t, "human")).with_id(format!("m{t}h")),
+        Message::ai(text(t, "ai")).with_id(format!("m{t}a")),
+    ]
+}
+
+async fn run_async(o: &Options) -> Result<(), BoxError> {
+    let store = Store::open(o).await?;
+    let thread = ThreadId::new("write-amp");
+    let m = match o.driver {
+        Driver::Graph => drive_graph(&store, &thread, o).await?,
+        Driver::Saver => drive_saver(&store, &thread, o).await?,
+    };
+    let mut sorted = m.invoke_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let last10: Vec<f64> = m.invoke_ms.iter().rev().take(10).copied().collect();
+    let persisted = m.stats.total();
+    let mut out = serde_json::Map::new();
+    out.insert("saver".into(), json!(o.saver.as_str()));
+    out.insert("mode".into(), json!(o.mode.as_str()));
+    out.insert("snapshot_frequency".into(), json!(o.frequency.get()));
+    out.insert("turns".into(), json!(o.turns));
+    out.insert("driver".into(), json!(o.driver.as_str()));
+    out.insert("persisted_bytes".into(), json!(persisted));
+    out.insert("new_data_bytes".into(), json!(m.new_data_bytes));
+    out.insert(
+        "amplification".into(),
+        json!(persisted as f64 / m.new_data_bytes.max(1) as f64),
+    );
+    out.insert("bytes_per_turn_mean".into(), json!(mean(&m.growth)));
+    out.insert("bytes_per_turn_median".into(), json!(median(&m.growth)));
+    out.insert("invoke_ms_mean".into(), json!(mean(&m.invoke_ms)));
+    out.insert("invoke_ms_p50".into(), json!(percentile(&sorted, 50.0)));
+    out.insert("invoke_ms_p99".into(), json!(percentile(&sorted, 99.0)));
+    out.insert("invoke_ms_last10_mean".into(), json!(mean(&last10)));
+    out.insert("get_state_ms_warm".into(), json!(median(&m.warm)));
+    out.insert("get_state_ms_cold".into(), json!(median(&m.cold)));
+    if let Some(cs) = &m.cold_storage {
+        out.insert("get_state_storage_ms_cold".into(), json!(median(cs)));
+    }
+    out.insert("get_state_peak_bytes".into(), json!(m.peak_bytes));
+    out.insert("max_replayed_writes".into(), json!(m.max_replayed));
+    out.insert("head_replayed_writes".into(), json!(m.head_replayed));
+    out.insert("max_replayed_window_checkpoints".into(), json!(m.window));
+    if let Some(n) = m.snapshots {
+        out.insert("snapshots".into(), json!(n));
+    }
+    out.insert(
+        "persisted_breakdown".into(),
+        json!({
+            "checkpoint_records": m.stats.checkpoint_bytes,
+            "metadata": m.stats.metadata_bytes,
+            "blobs": m.stats.blob_bytes,
+            "writes": m.stats.write_bytes,
+            "message_bodies": m.stats.message_bytes,
+            "rows": m.stats.rows,
+        }),
+    );
+    out.insert(
+        "compression".into(),
+        json!("none (payload bytes are uncompressed)"),
+    );
+    store.close(&mut out, &thread).await?;
+    let line = serde_json::Value::Object(out);
+    if o.json {
+        println!("{line}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&line)?);
+    }
+    Ok(())
+}
+
+const MESSAGES_KEY: Key<Vec<Message>> = Key::from_static(MESSAGES);
+
+/// The workload's graph: START → `turn` → END; `turn` appends the turn's two messages.
+fn workload_graph(
+    o: &Options,
+    saver: Arc<dyn Saver>,
+) -> Result<antler::graph::CompiledGraph, BoxError> {
+    let mut g = StateGraph::new();
+    let spec = match o.mode {
+        ChannelMode::Full => ChannelSpec::messages(),
+        ChannelMode::Delta => ChannelSpec::messages_delta(o.frequency.get()),
+    };
+    g.channel(&MESSAGES_KEY, spec)?;
+    g.add_node("turn", |s: State, _c| async move {
+        let t = s.get(&MESSAGES_KEY).map_or(0, Vec::len) / 2;
+        Ok(Update::new().set(&MESSAGES_KEY, turn_messages(t)))
+    });
+    g.add_edge(antler::graph::START, "turn")
+        .add_edge("turn", antler::graph::END);
+    Ok(g.compile()?
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver))))
+}
+
+/// One `get_state` through a graph, checked against the expected messages.
+async fn graph_state(
+    graph: &antler::graph::CompiledGraph,
+    cfg: &RunConfig,
+    expected: &[Message],
+    what: &str,
+) -> Result<f64, BoxError> {
+    let began = Instant::now();
+    let snapshot = graph.get_state(cfg).await?.ok_or("no state")?;
+    let ms = began.elapsed().as_secs_f64() * 1e3;
+    if snapshot.values.get(&MESSAGES_KEY).map(Vec::as_slice) != Some(expected) {
+        return Err(format!("{what} get_state differs from the expected messages").into());
+    }
+    Ok(ms)
+}
+
+async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Measured, BoxError> {
+    let saver = store.saver();
+    let graph = workload_graph(o, saver.clone())?;
+    let cfg = RunConfig::new(thread.as_str());
+    let mut invoke_ms = Vec::with_capacity(o.turns);
+    let mut new_data_bytes = 0u64;
+    let mut growth = Growth::new();
+    let mut expected = Vec::with_capacity(2 * o.turns);
+    for t in 0..o.turns {
+        if t + 11 > o.turns {
+            growth.sample(store, thread).await?;
+        }
+        let ms = turn_messages(t);
+        for m in &ms {
+            new_data_bytes += serde_json::to_vec(m)?.len() as u64;
+        }
+        expected.extend(ms);
+        let began = Instant::now();
+        graph.invoke(Update::new(), &cfg).await?;
+        invoke_ms.push(began.elapsed().as_secs_f64() * 1e3);
+    }
+    growth.sample(store, thread).await?;
+    let stats = store.stats(thread).await?;
+
+    let mut warm = Vec::new();
+    for _ in 0..20 {
+        warm.push(graph_state(&graph, &cfg, &expected, "warm").await?);
+    }
+    // Cold: a freshly opened saver, a fresh checkpointer and graph each time (nothing cached).
+    let mut cold = Vec::new();
+    let mut peak_bytes = 0u64;
+    for i in 0..20 {
+        let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
+        if i == 0 {
+            // Reset the resident-set high-water mark, so the peak below is this call's.
+            let _ = std::fs::write("/proc/self/clear_refs", "5");
+        }
+        let before = rss_kib("VmRSS:");
+        cold.push(graph_state(&fresh, &cfg, &expected, "cold").await?);
+        if i == 0
+            && let (Some(b), Some(p)) = (before, rss_kib("VmHWM:"))
+        {
+            peak_bytes = p.saturating_sub(b) * 1024;
+        }
+    }
+    // Replay depth of the newest checkpoints, from the saver's history walk (the one the
+    // runtime restores delta channels with).
+    let window = replay_window(o);
+    let (mut max_replayed, mut head_replayed) = (0, 0);
+    if o.mode == ChannelMode::Delta {
+        let recent = saver
+            .list(&ListQuery {
+                limit: Some(window),
+                ..ListQuery::thread(thread.clone())
+            })
+            .await?;
+        let channel = ChannelName::new(MESSAGES);
+        for (i, tuple) in recent.iter().enumerate() {
+            let replayed = if tuple.checkpoint.channel_values.contains_key(&channel) {
+                0
+            } else {
+                saver
+                    .delta_channel_history(&tuple.config, std::slice::from_ref(&channel))
+                    .await?
+                    .remove(&channel)
+                    .map_or(0, |h| h.writes.len())
+            };
+            max_replayed = max_replayed.max(replayed);
+            if i == 0 {
+                head_replayed = replayed;
+            }
+        }
+    }
+    drop(graph);
+    Ok(Measured {
+        invoke_ms,
+        new_data_bytes,
+        growth: growth.deltas,
+        stats,
+        warm,
+        cold,
+        cold_storage: None,
+        peak_bytes,
+        max_replayed,
+        head_replayed,
+        window,
+        snapshots: None,
+    })
+}
+
 #[expect(
     clippy::too_many_lines,
     reason = "one linear benchmark script reads best top to bottom"
 )]
-async fn run_async(o: &Options) -> Result<(), BoxError> {
-    let store = Store::open(o).await?;
-    let saver = store.saver();
-    let thread = ThreadId::new("write-amp");
+async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Measured, BoxError> {
+    let saver_arc = store.saver();
+    let saver: &dyn Saver = saver_arc.as_ref();
+    let thread = thread.clone();
     let messages = ChannelName::new(MESSAGES);
     let start = ChannelName::new(START);
     let mut live = match o.mode {
@@ -382,17 +677,12 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     let mut step: i64 = -1;
     let mut invoke_ms = Vec::with_capacity(o.turns);
     let mut new_data_bytes = 0u64;
-    let mut growth = Vec::new();
-    let mut last_total = None;
+    let mut growth = Growth::new();
     let mut snapshots = 0usize;
 
     for t in 0..o.turns {
         if t + 11 > o.turns {
-            let total = store.stats(&thread).await?.total();
-            if let Some(prev) = last_total {
-                growth.push((total - prev) as f64);
-            }
-            last_total = Some(total);
+            growth.sample(store, &thread).await?;
         }
         let began = Instant::now();
         let run_id = RunId::new(uuid::Uuid::new_v4().to_string());
@@ -440,10 +730,7 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         step += 1;
 
         // 2. The `turn` task appends two messages; its write is persisted as it finishes.
-        let turn_messages = vec![
-            Message::human(text(t, "human")).with_id(format!("m{t}h")),
-            Message::ai(text(t, "ai")).with_id(format!("m{t}a")),
-        ];
+        let turn_messages = turn_messages(t);
         for m in &turn_messages {
             new_data_bytes += serde_json::to_vec(m)?.len() as u64;
         }
@@ -510,10 +797,8 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         step += 1;
         invoke_ms.push(began.elapsed().as_secs_f64() * 1e3);
     }
+    growth.sample(store, &thread).await?;
     let stats = store.stats(&thread).await?;
-    if let Some(prev) = last_total {
-        growth.push((stats.total() - prev) as f64);
-    }
 
     // get_state, warm: the same saver, median of 20.
     let mut warm = Vec::new();
@@ -532,7 +817,7 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     let mut peak_bytes = 0u64;
     for i in 0..20 {
         let fresh = store.reopen(o.store_config()).await?;
-        let s: &dyn Saver = fresh.as_deref().unwrap_or(saver);
+        let s: &dyn Saver = fresh.as_ref();
         if i == 0 {
             // Reset the resident-set high-water mark, so the peak below is this call's.
             let _ = std::fs::write("/proc/self/clear_refs", "5");
@@ -552,13 +837,8 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
             return Err("cold get_state differs from the live state".into());
         }
     }
-    // Replay depth, measured by walking the history of each of the last checkpoints: a full
-    // snapshot cycle (2F + 4 checkpoints) when F is small, else the 64 newest. The deepest
-    // replay of a cycle is just before its snapshot, so for T a multiple of F (or T < F, where
-    // the depth only grows) the window holds the maximum.
-    let window = (2 * o.frequency.get() as usize + 4)
-        .min(2 * o.turns)
-        .min(64);
+    // Replay depth, measured by walking the history of each of the newest checkpoints.
+    let window = replay_window(o);
     let recent = saver
         .list(&ListQuery {
             limit: Some(window),
@@ -571,70 +851,81 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         max_replayed = max_replayed.max(read.replayed);
     }
 
-    let mut sorted = invoke_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    let last10: Vec<f64> = invoke_ms.iter().rev().take(10).copied().collect();
-    let persisted = stats.total();
-    let mut out = serde_json::Map::new();
-    out.insert("saver".into(), json!(o.saver.as_str()));
-    out.insert("mode".into(), json!(o.mode.as_str()));
-    out.insert("snapshot_frequency".into(), json!(o.frequency.get()));
-    out.insert("turns".into(), json!(o.turns));
-    out.insert("persisted_bytes".into(), json!(persisted));
-    out.insert("new_data_bytes".into(), json!(new_data_bytes));
-    out.insert(
-        "amplification".into(),
-        json!(persisted as f64 / new_data_bytes.max(1) as f64),
-    );
-    out.insert("bytes_per_turn_mean".into(), json!(mean(&growth)));
-    out.insert("bytes_per_turn_median".into(), json!(median(&growth)));
-    out.insert("invoke_ms_mean".into(), json!(mean(&invoke_ms)));
-    out.insert("invoke_ms_p50".into(), json!(percentile(&sorted, 50.0)));
-    out.insert("invoke_ms_p99".into(), json!(percentile(&sorted, 99.0)));
-    out.insert("invoke_ms_last10_mean".into(), json!(mean(&last10)));
-    out.insert("get_state_ms_warm".into(), json!(median(&warm)));
-    out.insert("get_state_ms_cold".into(), json!(median(&cold)));
-    out.insert(
-        "get_state_storage_ms_cold".into(),
-        json!(median(&cold_storage)),
-    );
-    out.insert("get_state_peak_bytes".into(), json!(peak_bytes));
-    out.insert("max_replayed_writes".into(), json!(max_replayed));
-    out.insert("head_replayed_writes".into(), json!(head_replayed));
-    out.insert("max_replayed_window_checkpoints".into(), json!(window));
-    out.insert("snapshots".into(), json!(snapshots));
-    out.insert(
-        "persisted_breakdown".into(),
-        json!({
-            "checkpoint_records": stats.checkpoint_bytes,
-            "metadata": stats.metadata_bytes,
-            "blobs": stats.blob_bytes,
-            "writes": stats.write_bytes,
-            "message_bodies": stats.message_bytes,
-            "rows": stats.rows,
-        }),
-    );
-    out.insert(
-        "compression".into(),
-        json!("none (payload bytes are uncompressed)"),
-    );
-    out.insert(
-        "driver".into(),
-        json!("saver-direct: the workload's checkpoint/write sequence, without the graph runtime"),
-    );
-    store.close(&mut out, &thread).await?;
-    let line = serde_json::Value::Object(out);
-    if o.json {
-        println!("{line}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&line)?);
-    }
-    Ok(())
+    Ok(Measured {
+        invoke_ms,
+        new_data_bytes,
+        growth: growth.deltas,
+        stats,
+        warm,
+        cold,
+        cold_storage: Some(cold_storage),
+        peak_bytes,
+        max_replayed,
+        head_replayed,
+        window,
+        snapshots: Some(snapshots),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both drivers run the workload on memory and SQLite, read back the exact state warm and
+    /// cold (a mismatch is an error inside the driver), count the same new data, and replay at
+    /// most F − 1 writes for any of the newest checkpoints in delta mode.
+    #[test]
+    fn both_drivers_run_the_workload_and_bound_replay() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for saver in ["memory", "sqlite"] {
+            let mut new_data = Vec::new();
+            for driver in ["graph", "saver"] {
+                for mode in ["delta", "full"] {
+                    let args = [
+                        "--driver",
+                        driver,
+                        "--saver",
+                        saver,
+                        "--mode",
+                        mode,
+                        "--turns",
+                        "23",
+                        "--snapshot-frequency",
+                        "4",
+                    ];
+                    let o = Options::parse(&args).unwrap().unwrap();
+                    let m = rt
+                        .block_on(async {
+                            let store = Store::open(&o).await?;
+                            let thread = ThreadId::new("t");
+                            let m = match o.driver {
+                                Driver::Graph => drive_graph(&store, &thread, &o).await?,
+                                Driver::Saver => drive_saver(&store, &thread, &o).await?,
+                            };
+                            store.close(&mut serde_json::Map::new(), &thread).await?;
+                            Ok::<_, BoxError>(m)
+                        })
+                        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+                    assert_eq!(m.invoke_ms.len(), 23);
+                    assert_eq!(m.growth.len(), 10, "{args:?}");
+                    new_data.push(m.new_data_bytes);
+                    if mode == "delta" {
+                        assert!(
+                            (1..4).contains(&m.max_replayed),
+                            "{args:?}: {}",
+                            m.max_replayed
+                        );
+                    } else {
+                        assert_eq!(m.max_replayed, 0);
+                    }
+                }
+            }
+            assert!(new_data.windows(2).all(|w| w[0] == w[1]), "{new_data:?}");
+        }
+    }
 
     #[test]
     fn text_is_400_ascii_chars_with_the_prefix() {
