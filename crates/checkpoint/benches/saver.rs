@@ -1,6 +1,6 @@
-//! criterion benchmarks of the hot saver paths — `put`, `put_writes`, `get_tuple` and the
-//! delta materialisation — on a delta thread of 100 and 2,000 turns, for the memory and
-//! SQLite (`:memory:`) savers. Run with `cargo bench -p antler-checkpoint --bench saver`.
+//! criterion benchmarks of the hot saver paths — `put`, `put_writes`, `get_tuple`,
+//! `get_tuple_without_values` and the delta materialisation — on a delta thread of 100 and
+//! 2,000 turns, for the memory and SQLite (`:memory:`) savers. Run with `cargo bench -p antler-checkpoint --bench saver`.
 #![expect(clippy::unwrap_used, reason = "benchmark setup")]
 #![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
 
@@ -158,6 +158,15 @@ fn bench(c: &mut Criterion) {
                 b.to_async(&rt)
                     .iter(|| async { black_box(saver.get_tuple(&th.head).await.unwrap()) });
             });
+            group.bench_with_input(
+                BenchmarkId::new("get_tuple_without_values", &id),
+                &thread,
+                |b, th| {
+                    b.to_async(&rt).iter(|| async {
+                        black_box(saver.get_tuple_without_values(&th.head).await.unwrap())
+                    });
+                },
+            );
             group.bench_with_input(
                 BenchmarkId::new("materialize_head", &id),
                 &thread,

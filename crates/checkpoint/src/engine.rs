@@ -182,6 +182,40 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()>;
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats>;
+    /// Overwrites one payload column of every row of a thread (the conformance suite's damage).
+    #[cfg(feature = "test-util")]
+    async fn tamper(&self, thread: &ThreadId, column: Column, bytes: Vec<u8>) -> Result<()>;
+}
+
+/// A payload column the conformance suite may overwrite.
+#[cfg(feature = "test-util")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Column {
+    /// `blobs.data`
+    BlobData,
+    /// `writes.value`
+    WriteValue,
+    /// `messages.body`
+    MessageBody,
+    /// `checkpoints.metadata`
+    Metadata,
+}
+
+#[cfg(feature = "test-util")]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers name tables")
+)]
+impl Column {
+    /// The table and the column in the database schemas.
+    pub(crate) fn table_and_column(self) -> (&'static str, &'static str) {
+        match self {
+            Self::BlobData => ("blobs", "data"),
+            Self::WriteValue => ("writes", "value"),
+            Self::MessageBody => ("messages", "body"),
+            Self::Metadata => ("checkpoints", "metadata"),
+        }
+    }
 }
 
 struct MsgIndex {
@@ -568,6 +602,23 @@ impl<B: Backend> Engine<B> {
         &self,
         config: &CheckpointConfig,
     ) -> Result<Option<CheckpointTuple>> {
+        self.read_tuple(config, true).await
+    }
+
+    /// [`Self::get_tuple`] without channel values: no blob and no body of the checkpoint's
+    /// channels is fetched, so a head read costs the same at 10 and at 4,000 messages.
+    pub(crate) async fn get_tuple_without_values(
+        &self,
+        config: &CheckpointConfig,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.read_tuple(config, false).await
+    }
+
+    async fn read_tuple(
+        &self,
+        config: &CheckpointConfig,
+        with_values: bool,
+    ) -> Result<Option<CheckpointTuple>> {
         let Some(row) = self
             .backend
             .checkpoint(
@@ -581,7 +632,7 @@ impl<B: Backend> Engine<B> {
         };
         let decoded = self.decode_row(row)?;
         self.gate(&config.thread_id, decoded.row.id, &decoded.metadata)?;
-        Ok(self.assemble(vec![decoded]).await?.pop())
+        Ok(self.assemble(vec![decoded], with_values).await?.pop())
     }
 
     pub(crate) async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>> {
@@ -608,11 +659,15 @@ impl<B: Backend> Engine<B> {
                 break;
             }
         }
-        self.assemble(selected).await
+        self.assemble(selected, true).await
     }
 
-    /// Loads blobs, message bodies and writes for decoded rows, keeping their order.
-    async fn assemble(&self, rows: Vec<Decoded>) -> Result<Vec<CheckpointTuple>> {
+    /// Loads blobs (only `with_values`), message bodies and writes for decoded rows, keeping their order.
+    async fn assemble(
+        &self,
+        rows: Vec<Decoded>,
+        with_values: bool,
+    ) -> Result<Vec<CheckpointTuple>> {
         // Group by (thread, namespace) so that each group costs one query per table.
         let mut groups: BTreeMap<(ThreadId, CheckpointNs), Vec<usize>> = BTreeMap::new();
         for (i, d) in rows.iter().enumerate() {
@@ -624,38 +679,12 @@ impl<B: Backend> Engine<B> {
         let mut values: Vec<BTreeMap<ChannelName, Blob>> = vec![BTreeMap::new(); rows.len()];
         let mut writes: Vec<Vec<PendingWrite>> = vec![Vec::new(); rows.len()];
         for ((thread, ns), members) in groups {
-            let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
-                .iter()
-                .flat_map(|&i| {
-                    rows[i]
-                        .checkpoint
-                        .channel_versions
-                        .iter()
-                        .map(|(c, v)| (c.clone(), *v))
-                })
-                .collect();
-            let keys: Vec<_> = keys.into_iter().collect();
-            let blob_rows = self.backend.blobs(&thread, &ns, &keys).await?;
             let first_cp = rows[members[0]].row.id;
             let mut by_key: HashMap<(ChannelName, ChannelVersion), Pending> = HashMap::new();
             let mut runs = Vec::new();
-            for b in blob_rows {
-                // Attribute a bad blob to a checkpoint of the group that references it.
-                let cp = members
-                    .iter()
-                    .map(|&i| &rows[i])
-                    .find(|d| d.checkpoint.channel_versions.get(&b.channel) == Some(&b.version))
-                    .map_or(first_cp, |d| d.row.id);
-                let pending = decode_pending(
-                    &thread,
-                    cp,
-                    &format!("blob of channel {} at version {}", b.channel, b.version),
-                    &b.data,
-                )?;
-                if let Pending::Refs(_, r) = &pending {
-                    runs.extend_from_slice(r);
-                }
-                by_key.insert((b.channel, b.version), pending);
+            if with_values {
+                self.fetch_values(&thread, &ns, &rows, &members, &mut by_key, &mut runs)
+                    .await?;
             }
             let ids: Vec<CheckpointId> = members.iter().map(|&i| rows[i].row.id).collect();
             let write_rows = self.backend.writes(&thread, &ns, &ids).await?;
@@ -722,6 +751,51 @@ impl<B: Backend> Engine<B> {
             });
         }
         Ok(out)
+    }
+
+    /// Fetches and decodes the value blobs of a group's checkpoints (one backend call), adding
+    /// the message runs they reference to `runs`.
+    async fn fetch_values(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        rows: &[Decoded],
+        members: &[usize],
+        by_key: &mut HashMap<(ChannelName, ChannelVersion), Pending>,
+        runs: &mut Vec<(u64, u64)>,
+    ) -> Result<()> {
+        let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
+            .iter()
+            .flat_map(|&i| {
+                rows[i]
+                    .checkpoint
+                    .channel_versions
+                    .iter()
+                    .map(|(c, v)| (c.clone(), *v))
+            })
+            .collect();
+        let keys: Vec<_> = keys.into_iter().collect();
+        let blob_rows = self.backend.blobs(thread, ns, &keys).await?;
+        let first_cp = rows[members[0]].row.id;
+        for b in blob_rows {
+            // Attribute a bad blob to a checkpoint of the group that references it.
+            let cp = members
+                .iter()
+                .map(|&i| &rows[i])
+                .find(|d| d.checkpoint.channel_versions.get(&b.channel) == Some(&b.version))
+                .map_or(first_cp, |d| d.row.id);
+            let pending = decode_pending(
+                thread,
+                cp,
+                &format!("blob of channel {} at version {}", b.channel, b.version),
+                &b.data,
+            )?;
+            if let Pending::Refs(_, r) = &pending {
+                runs.extend_from_slice(r);
+            }
+            by_key.insert((b.channel, b.version), pending);
+        }
+        Ok(())
     }
 
     async fn fetch_bodies(
@@ -1206,6 +1280,27 @@ impl<B: Backend> Engine<B> {
     pub(crate) async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
         self.backend.stats(thread).await
     }
+
+    #[cfg(feature = "test-util")]
+    pub(crate) async fn tamper(
+        &self,
+        thread: &ThreadId,
+        tamper: crate::testing::Tamper,
+    ) -> Result<()> {
+        use crate::testing::Tamper;
+        let (column, bytes) = match tamper {
+            Tamper::Blobs(b) => (Column::BlobData, b),
+            Tamper::Writes(b) => (Column::WriteValue, b),
+            Tamper::Messages(b) => (Column::MessageBody, b),
+            Tamper::Metadata(m) => (Column::Metadata, codec::encode_metadata(&m)),
+        };
+        // Damaged bodies must not survive in this process's message index.
+        let slot = self.slot(thread);
+        let mut guard = slot.lock().await;
+        let r = self.backend.tamper(thread, column, bytes).await;
+        *guard = None;
+        r
+    }
 }
 
 struct Walk {
@@ -1309,6 +1404,12 @@ macro_rules! impl_saver {
             ) -> $crate::Result<Option<$crate::model::CheckpointTuple>> {
                 self.engine.get_tuple(config).await
             }
+            async fn get_tuple_without_values(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+            ) -> $crate::Result<Option<$crate::model::CheckpointTuple>> {
+                self.engine.get_tuple_without_values(config).await
+            }
             async fn list(
                 &self,
                 query: &$crate::model::ListQuery,
@@ -1371,6 +1472,15 @@ macro_rules! impl_saver {
             }
             fn store_config(&self) -> $crate::mode::StoreConfig {
                 self.engine.store_config()
+            }
+            #[cfg(feature = "test-util")]
+            async fn tamper_for_conformance(
+                &self,
+                thread_id: &$crate::ids::ThreadId,
+                tamper: $crate::testing::Tamper,
+            ) -> $crate::Result<bool> {
+                self.engine.tamper(thread_id, tamper).await?;
+                Ok(true)
             }
         }
     };

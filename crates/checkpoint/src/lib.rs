@@ -27,6 +27,9 @@
 //!    rebuilt with [`delta::materialize`] (seed + at most `F` replayed writes).
 //!    In full mode, check the head with [`mode::check_mode`] before running
 //!    (the saver itself also refuses delta checkpoints when opened in full mode).
+//!    A runtime that already holds the thread's channel values (a hot cache)
+//!    reads the head with [`Saver::get_tuple_without_values`] instead: the same
+//!    tuple without `channel_values`, at a cost that does not grow with the thread.
 //! 2. **Tasks**: each finished task's writes go to `put_writes` against the
 //!    checkpoint the step *started from*, with its task id and task path.
 //!    Delta-channel writes are [`delta::DeltaWrite::to_blob`] after

@@ -420,6 +420,41 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
+    #[cfg(feature = "test-util")]
+    async fn tamper(
+        &self,
+        thread: &ThreadId,
+        column: crate::engine::Column,
+        bytes: Vec<u8>,
+    ) -> Result<()> {
+        use crate::engine::Column;
+        let mut t = self.lock();
+        let t = &mut *t;
+        match column {
+            Column::BlobData => t
+                .blobs
+                .iter_mut()
+                .filter(|(k, _)| &k.0 == thread)
+                .for_each(|(_, v)| v.clone_from(&bytes)),
+            Column::WriteValue => t
+                .writes
+                .iter_mut()
+                .filter(|(k, _)| &k.0 == thread)
+                .for_each(|(_, v)| v.2.clone_from(&bytes)),
+            Column::MessageBody => t
+                .messages
+                .iter_mut()
+                .filter(|(k, _)| &k.0 == thread)
+                .for_each(|(_, v)| v.clone_from(&bytes)),
+            Column::Metadata => t
+                .checkpoints
+                .iter_mut()
+                .filter(|(k, _)| &k.0 == thread)
+                .for_each(|(_, v)| v.2.clone_from(&bytes)),
+        }
+        Ok(())
+    }
+
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
         let t = self.lock();
         let mut s = StorageStats::default();

@@ -750,6 +750,27 @@ impl Backend for PgBackend {
         Ok(())
     }
 
+    #[cfg(feature = "test-util")]
+    async fn tamper(
+        &self,
+        thread: &ThreadId,
+        column: crate::engine::Column,
+        bytes: Vec<u8>,
+    ) -> Result<()> {
+        let (table, col) = column.table_and_column();
+        let ctx = format!("postgres: thread {thread}: tampering");
+        let c = self.client(&ctx).await?;
+        c.execute(
+            &self.sql(&format!(
+                "UPDATE {{s}}.{table} SET {col} = $2 WHERE thread_id = $1"
+            )),
+            &[&thread.as_str(), &bytes],
+        )
+        .await
+        .map_err(pg_err(ctx))?;
+        Ok(())
+    }
+
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
         let ctx = format!("postgres: thread {thread}: measuring");
         let c = self.client(&ctx).await?;

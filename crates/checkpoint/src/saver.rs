@@ -36,6 +36,11 @@ use crate::model::{
 ///   namespace when `checkpoint_id` is `None`; pending writes in
 ///   `(task_path, task_id, idx)` order. Absent → `Ok(None)`; unreadable → `Err`,
 ///   never an empty state.
+/// - **get_tuple_without_values** is `get_tuple` with `checkpoint.channel_values`
+///   left empty: same addressing, mode gate, pending writes (with their values)
+///   and typed errors, but no value blob and no message body of the checkpoint's
+///   channels is read, so a damaged value does not fail it (a damaged record,
+///   metadata or write still does).
 /// - **list** returns newest first (by checkpoint id), filtered, then limited.
 /// - **delete_for_runs**, **copy_thread** and **prune** keep every remaining
 ///   delta checkpoint readable (runtime-spec §5.8) or fail; they never
@@ -45,6 +50,24 @@ use crate::model::{
 pub trait Saver: Send + Sync {
     /// The addressed checkpoint (latest when no id), or `None` when it does not exist.
     async fn get_tuple(&self, config: &CheckpointConfig) -> Result<Option<CheckpointTuple>>;
+
+    /// The addressed checkpoint like [`get_tuple`](Saver::get_tuple), but with
+    /// `checkpoint.channel_values` empty; `None` when it does not exist.
+    ///
+    /// For a caller that already holds the checkpoint's channel values (the runtime's
+    /// hot-state cache) and only needs the id, versions, metadata, parent and pending
+    /// writes: its cost does not grow with the size of the stored values (a delta
+    /// snapshot of thousands of messages is neither fetched nor decoded).
+    /// Pending writes come back complete, message lists included.
+    ///
+    /// # Errors
+    /// The same as [`get_tuple`](Saver::get_tuple) (mode gate, corrupt record, metadata
+    /// or write), except that the value blobs and their message bodies are not read,
+    /// so their corruption is not detected here.
+    async fn get_tuple_without_values(
+        &self,
+        config: &CheckpointConfig,
+    ) -> Result<Option<CheckpointTuple>>;
 
     /// Checkpoints matching `query`, newest first.
     async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>>;
@@ -88,4 +111,19 @@ pub trait Saver: Send + Sync {
 
     /// The mode and snapshot frequency this saver was opened with (and the store records).
     fn store_config(&self) -> StoreConfig;
+
+    /// Test hook of the conformance suite, not an API: overwrites stored bytes of a
+    /// thread so that the suite can check what a read does and does not look at.
+    /// Returns `false` when the saver does not support it (the default); the cases
+    /// that need it then fail, since every saver of this crate supports it.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    async fn tamper_for_conformance(
+        &self,
+        thread_id: &ThreadId,
+        tamper: crate::testing::Tamper,
+    ) -> Result<bool> {
+        let _ = (thread_id, tamper);
+        Ok(false)
+    }
 }

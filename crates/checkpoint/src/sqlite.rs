@@ -644,6 +644,26 @@ impl Backend for SqliteBackend {
         .await
     }
 
+    #[cfg(feature = "test-util")]
+    async fn tamper(
+        &self,
+        thread: &ThreadId,
+        column: crate::engine::Column,
+        bytes: Vec<u8>,
+    ) -> Result<()> {
+        let (table, col) = column.table_and_column();
+        let thread = thread.to_string();
+        self.run(move |c| {
+            c.execute(
+                &format!("UPDATE {table} SET {col} = ?2 WHERE thread_id = ?1"),
+                params![thread, bytes],
+            )
+            .map(drop)
+            .map_err(sql_err(format!("sqlite: thread {thread}: tampering")))
+        })
+        .await
+    }
+
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
         let thread = thread.to_string();
         self.run(move |c| {

@@ -92,7 +92,12 @@ macro_rules! conformance_suite {
             antler_delete_for_runs_refuses_to_break_delta_history, antler_copy_thread_keeps_delta_history,
             antler_writes_sorted_by_task_path_then_task_id_then_idx,
             antler_put_writes_repeated_control_write_keeps_the_last,
-            antler_put_same_version_with_another_value_is_a_conflict
+            antler_put_same_version_with_another_value_is_a_conflict,
+            antler_get_tuple_without_values_is_get_tuple_minus_values,
+            antler_get_tuple_without_values_absent_is_none,
+            antler_get_tuple_without_values_is_mode_gated,
+            antler_get_tuple_without_values_reads_no_value,
+            antler_get_tuple_without_values_reads_every_write
         );
     };
 }
@@ -116,7 +121,22 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 102;
+pub const CASE_COUNT: usize = 107;
+
+/// Stored bytes the conformance suite overwrites on purpose, through
+/// [`Saver::tamper_for_conformance`]; not an API.
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub enum Tamper {
+    /// Every channel value blob of the thread becomes these bytes.
+    Blobs(Vec<u8>),
+    /// Every write value of the thread becomes these bytes.
+    Writes(Vec<u8>),
+    /// Every message body of the thread becomes these bytes.
+    Messages(Vec<u8>),
+    /// Every checkpoint of the thread gets this metadata.
+    Metadata(CheckpointMetadata),
+}
 
 // ---- fixtures -------------------------------------------------------------------------------
 
@@ -1922,4 +1942,219 @@ pub async fn antler_put_same_version_with_another_value_is_a_conflict(saver: &dy
         CheckpointMetadata::default(),
     )
     .await;
+}
+
+// ---- get_tuple_without_values ---------------------------------------------------------------
+
+/// Bytes that no stored payload can be: a known tag (JSON blob) with a wrong checksum.
+const DAMAGE: &[u8] = &[0x32, 0, 0, 0, 0, b'x'];
+
+async fn tamper(saver: &dyn Saver, t: &str, what: Tamper) {
+    assert!(
+        saver
+            .tamper_for_conformance(&thread(t), what)
+            .await
+            .unwrap(),
+        "the saver supports the conformance suite's tamper hook"
+    );
+}
+
+/// Two checkpoints on thread `t`, each with a JSON channel and a message-list snapshot,
+/// and pending writes of every kind: JSON, a message list (sharing a body with the
+/// snapshot), and a control write. Returns the configs, oldest first.
+async fn valued_thread(saver: &dyn Saver, t: &str) -> Vec<CheckpointConfig> {
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for i in 0..2u64 {
+        let items = vec![
+            json!({"type": "human", "content": format!("q{i}"), "id": format!("h{i}")}),
+            json!({"type": "ai", "content": format!("a{i}"), "id": format!("a{i}")}),
+        ];
+        let mut cp = checkpoint(&[("a", i + 1, json!({"step": i}))]);
+        cp.channel_versions
+            .insert("messages".into(), ChannelVersion::new(i + 1));
+        cp.channel_values.insert(
+            "messages".into(),
+            Blob::messages(MessagesKind::Snapshot, &items).unwrap(),
+        );
+        let parent = out.last().cloned().unwrap_or_else(|| cfg(t, "", None));
+        let c = put_all(
+            saver,
+            parent,
+            cp,
+            metadata(CheckpointSource::Loop, i as i64, None),
+        )
+        .await;
+        write(
+            saver,
+            &c,
+            "task-json",
+            "~1",
+            &[("a", json!(i)), ("b", json!("x"))],
+        )
+        .await;
+        let list = vec![
+            items[1].clone(),
+            json!({"type": "human", "content": format!("next{i}"), "id": format!("n{i}")}),
+        ];
+        saver
+            .put_writes(
+                &c,
+                vec![(
+                    "messages".into(),
+                    Blob::messages(MessagesKind::Write, &list).unwrap(),
+                )],
+                &TaskId::new("task-messages"),
+                &TaskPath::new("~0"),
+            )
+            .await
+            .unwrap();
+        write(
+            saver,
+            &c,
+            "task-error",
+            "~2",
+            &[("__error__", json!("boom"))],
+        )
+        .await;
+        out.push(c);
+    }
+    out
+}
+
+/// Asserts that the value-less read of `at` is `get_tuple` of `at` without its values.
+async fn assert_without_values_matches(saver: &dyn Saver, at: &CheckpointConfig) {
+    let mut full = get(saver, at).await;
+    let bare = saver
+        .get_tuple_without_values(at)
+        .await
+        .unwrap()
+        .expect("checkpoint exists");
+    assert!(bare.checkpoint.channel_values.is_empty());
+    assert!(!full.checkpoint.channel_values.is_empty());
+    full.checkpoint.channel_values.clear();
+    assert_eq!(bare, full);
+}
+
+/// `get_tuple_without_values` is `get_tuple` with no channel values: same checkpoint,
+/// metadata, parent and pending writes (message lists included, in the same order), by
+/// id and latest.
+pub async fn antler_get_tuple_without_values_is_get_tuple_minus_values(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t").await;
+    for at in [&cs[0], &cs[1], &cfg("t", "", None)] {
+        assert_without_values_matches(saver, at).await;
+    }
+    let bare = saver
+        .get_tuple_without_values(&cs[1])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bare.parent_config, Some(cs[0].clone()));
+    let channels: Vec<&str> = bare
+        .pending_writes
+        .iter()
+        .map(|w| w.channel.as_str())
+        .collect();
+    assert_eq!(channels, ["messages", "a", "b", "__error__"]);
+    assert_eq!(
+        bare.pending_writes[0].value,
+        Blob::messages(
+            MessagesKind::Write,
+            &[
+                json!({"type": "ai", "content": "a1", "id": "a1"}),
+                json!({"type": "human", "content": "next1", "id": "n1"}),
+            ]
+        )
+        .unwrap()
+    );
+}
+
+/// An unknown thread, id or namespace reads as `None`, as with `get_tuple`.
+pub async fn antler_get_tuple_without_values_absent_is_none(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t").await;
+    for at in [
+        cfg("nope", "", None),
+        cfg("t", "", Some(CheckpointId::generate())),
+        cfg("t", "sub:x", None),
+        cfg("t", "sub:x", cs[0].checkpoint_id),
+    ] {
+        assert!(saver.get_tuple(&at).await.unwrap().is_none());
+        assert!(saver.get_tuple_without_values(&at).await.unwrap().is_none());
+    }
+}
+
+/// The mode gate applies as to `get_tuple`: a full-mode store refuses a delta checkpoint
+/// with the same error; a delta-mode store reads it.
+pub async fn antler_get_tuple_without_values_is_mode_gated(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t").await;
+    let delta = CheckpointMetadata {
+        channel_mode: Some(crate::mode::ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    };
+    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    for at in [&cs[1], &cfg("t", "", None)] {
+        if saver.store_config().mode == crate::mode::ChannelMode::Full {
+            let full = saver.get_tuple(at).await.unwrap_err();
+            let bare = saver.get_tuple_without_values(at).await.unwrap_err();
+            assert_eq!(bare.kind(), ErrorKind::ModeMismatch, "{bare}");
+            assert_eq!(bare.to_string(), full.to_string());
+        } else {
+            assert_without_values_matches(saver, at).await;
+        }
+    }
+}
+
+/// No value blob and no message body of the checkpoint's channels is read: damaging them
+/// fails `get_tuple` but not `get_tuple_without_values`, which returns what it returned before.
+pub async fn antler_get_tuple_without_values_reads_no_value(saver: &dyn Saver) {
+    for (t, damage) in [
+        ("blobs", Tamper::Blobs(DAMAGE.to_vec())),
+        ("bodies", Tamper::Messages(DAMAGE.to_vec())),
+    ] {
+        let head = cfg(t, "", None);
+        let c = put_all(
+            saver,
+            head.clone(),
+            checkpoint(&[("a", 1, json!(1))]),
+            CheckpointMetadata::default(),
+        )
+        .await;
+        let mut cp = checkpoint(&[("a", 2, json!(2))]);
+        cp.channel_versions
+            .insert("messages".into(), ChannelVersion::new(2));
+        cp.channel_values.insert(
+            "messages".into(),
+            Blob::messages(MessagesKind::Snapshot, &[json!("m1"), json!("m2")]).unwrap(),
+        );
+        let c = put_all(saver, c, cp, CheckpointMetadata::default()).await;
+        // JSON writes only, so that no write shares a message body with the snapshot.
+        write(saver, &c, "task", "~0", &[("a", json!(3))]).await;
+        let before = saver
+            .get_tuple_without_values(&head)
+            .await
+            .unwrap()
+            .unwrap();
+        tamper(saver, t, damage).await;
+        let err = saver.get_tuple(&head).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{t}: {err}");
+        let after = saver
+            .get_tuple_without_values(&head)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(after, before, "{t}");
+        assert_eq!(after.pending_writes.len(), 1);
+    }
+}
+
+/// Pending writes are read and checked as by `get_tuple`: a damaged write fails both reads.
+pub async fn antler_get_tuple_without_values_reads_every_write(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t-writes").await;
+    tamper(saver, "t-writes", Tamper::Writes(DAMAGE.to_vec())).await;
+    for at in [&cs[0], &cfg("t-writes", "", None)] {
+        let full = saver.get_tuple(at).await.unwrap_err();
+        let bare = saver.get_tuple_without_values(at).await.unwrap_err();
+        assert_eq!(bare.kind(), ErrorKind::Corrupt, "{bare}");
+        assert_eq!(full.kind(), ErrorKind::Corrupt, "{full}");
+        assert!(bare.to_string().contains("t-writes"), "{bare}");
+    }
 }
