@@ -373,10 +373,39 @@ pub(crate) struct Delta {
     pub(crate) max_supersteps: u32,
     /// An Overwrite reached the channel (or pending writes will not be replayed): snapshot next.
     pub(crate) forced: bool,
-    /// For a message list: `(id, serialised JSON)` of a prefix of the current value, so a
+    /// For a message list: the serialised JSON of a prefix of the current value, so a
     /// snapshot serialises only the messages appended since the last one. Emptied by any update
-    /// that is not a pure append (replace, remove, overwrite); ids are re-checked before use.
-    pub(crate) encoded: Arc<Vec<(String, Arc<[u8]>)>>,
+    /// that is not a pure append (replace, remove, overwrite).
+    pub(crate) encoded: Arc<EncodedPrefix>,
+}
+
+/// The serialised items of a prefix of a message list, and the id of its last message (checked
+/// against the list before the prefix is used).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EncodedPrefix {
+    pub(crate) items: Vec<Arc<[u8]>>,
+    pub(crate) last_id: String,
+}
+
+impl EncodedPrefix {
+    /// The prefix of `list` whose serialised items are `items` (one per message, in order), or
+    /// `None` when a message has no id.
+    pub(crate) fn of(list: &[Message], items: Vec<Arc<[u8]>>) -> Option<Self> {
+        if items.len() != list.len() || list.iter().any(|m| m.id.is_none()) {
+            return None;
+        }
+        let last_id = list
+            .last()
+            .and_then(|m| m.id.clone())
+            .unwrap_or_default();
+        Some(Self { items, last_id })
+    }
+
+    fn is_prefix_of(&self, list: &[Message]) -> bool {
+        let n = self.items.len();
+        n <= list.len()
+            && (n == 0 || list[n - 1].id.as_deref() == Some(self.last_id.as_str()))
+    }
 }
 
 impl Delta {
@@ -419,40 +448,36 @@ impl Delta {
         let Some(list) = self.inner.value.downcast_ref::<Vec<Message>>() else {
             return Ok(None);
         };
-        if list.iter().any(|m| m.id.is_none()) {
+        // `apply_tracked` drops the prefix on every update that is not a pure append, so the
+        // prefix is the list's head; checking the boundary id (not every id) keeps a snapshot
+        // from costing time in the whole list while still catching a missed reset.
+        let cache = Arc::make_mut(&mut self.encoded);
+        if !cache.is_prefix_of(list) {
+            cache.items.clear();
+            cache.last_id.clear();
+        }
+        let tail = &list[cache.items.len()..];
+        // The prefix's messages had ids when they were encoded, and a pure append keeps them.
+        if tail.iter().any(|m| m.id.is_none()) {
             return Ok(None);
         }
-        // `apply_tracked` drops the prefix on every update that is not a pure append, so the
-        // prefix is the list's head; checking the boundary id (not all of them) keeps a
-        // snapshot from costing time in the whole list while still catching a missed reset.
-        let n = self.encoded.len();
-        let prefix_ok = n <= list.len()
-            && (n == 0
-                || self.encoded[n - 1].0.as_str() == list[n - 1].id.as_deref().unwrap_or(""));
-        let cache = Arc::make_mut(&mut self.encoded);
-        if !prefix_ok {
-            cache.clear();
-        }
-        let tail: Vec<Message> = list[cache.len()..].to_vec();
-        if !tail.is_empty() {
-            let ids: Vec<String> = tail.iter().filter_map(|m| m.id.clone()).collect();
-            let Json::Array(items) = ser(&(Arc::new(tail) as Val))? else {
-                cache.clear();
+        if let Some(last) = tail.last() {
+            let Json::Array(items) = ser(&(Arc::new(tail.to_vec()) as Val))? else {
                 return Ok(None);
             };
-            if items.len() != ids.len() {
-                cache.clear();
+            if items.len() != tail.len() {
                 return Ok(None);
             }
-            for (id, item) in ids.into_iter().zip(items) {
+            for item in items {
                 let bytes = serde_json::to_vec(&item).map_err(|source| Error::Serialization {
                     channel: self.inner.name.to_string(),
                     source,
                 })?;
-                cache.push((id, Arc::from(bytes)));
+                cache.items.push(Arc::from(bytes));
             }
+            cache.last_id = last.id.clone().unwrap_or_default();
         }
-        Ok(Some(cache.iter().map(|(_, b)| b.clone()).collect()))
+        Ok(Some(cache.items.clone()))
     }
 }
 
@@ -496,7 +521,7 @@ impl Delta {
         // A pure append grows the list by exactly the written messages (a replace, a remove or
         // a duplicate id adds fewer), leaving the encoded prefix valid.
         let pure = matches!((before, appended, after), (Some(b), Some(k), Some(a)) if a == b + k);
-        if !pure && !self.encoded.is_empty() {
+        if !pure && !self.encoded.items.is_empty() {
             self.encoded = Arc::default();
         }
         Ok(updated)

@@ -365,17 +365,25 @@ impl SaverCheckpointer {
         g.insert((scope.clone(), id), maps);
     }
 
+    /// The stored tuple of `id` (the latest when `None`); its values only `with_values` (a
+    /// tuple without them costs no value or message-body reads).
     async fn raw(
         &self,
         scope: &Scope,
         id: Option<cp::CheckpointId>,
+        with_values: bool,
     ) -> Result<Option<cp::CheckpointTuple>> {
         let mut config =
             cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(id) = id {
             config = config.with_checkpoint_id(id);
         }
-        self.saver.get_tuple(&config).await.map_err(storage)
+        let t = if with_values {
+            self.saver.get_tuple(&config).await
+        } else {
+            self.saver.get_tuple_without_values(&config).await
+        };
+        t.map_err(storage)
     }
 
     fn broken(scope: &Scope, t: &cp::CheckpointTuple, why: &'static str) -> Error {
@@ -404,8 +412,10 @@ impl SaverCheckpointer {
         with_values: bool,
     ) -> Result<CheckpointTuple> {
         let guard = 4 * FULL_RECORD_EVERY as usize + 4;
-        // Nearest first: `t`, then as many ancestors as needed.
+        // Nearest first: `t`, then as many ancestors as needed. `valued[i]`: `path[i]` was read
+        // with its values (ancestors are read without, and again only when a value is needed).
         let mut path = vec![t];
+        let mut valued = vec![with_values];
         let maps = match self.cached(scope, &path[0].checkpoint.id) {
             Some(m) => m,
             None => {
@@ -422,10 +432,11 @@ impl SaverCheckpointer {
                     if path.len() > guard {
                         return Err(Self::broken(scope, last, "no full record within the bound"));
                     }
-                    let p = self.raw(scope, Some(pid)).await?.ok_or_else(|| {
+                    let p = self.raw(scope, Some(pid), false).await?.ok_or_else(|| {
                         Self::broken(scope, last, "the parent of a relative record is missing")
                     })?;
                     path.push(p);
+                    valued.push(false);
                 }
                 let mut cur = base;
                 for r in path.iter().rev() {
@@ -448,10 +459,23 @@ impl SaverCheckpointer {
                         break;
                     }
                     let pid = Self::parent_id(scope, last)?;
-                    let p = self.raw(scope, Some(pid)).await?.ok_or_else(|| {
+                    let p = self.raw(scope, Some(pid), false).await?.ok_or_else(|| {
                         Self::broken(scope, last, "the parent of a relative record is missing")
                     })?;
                     path.push(p);
+                    valued.push(false);
+                }
+                let wanted = path[i]
+                    .checkpoint
+                    .channel_versions
+                    .keys()
+                    .any(|ch| need.contains(load_name(ch.as_str()).as_str()));
+                if wanted && !valued[i] {
+                    let id = path[i].checkpoint.id;
+                    path[i] = self.raw(scope, Some(id), true).await?.ok_or_else(|| {
+                        Self::broken(scope, &path[i], "an ancestor vanished while it was read")
+                    })?;
+                    valued[i] = true;
                 }
                 let c = &path[i].checkpoint;
                 for ch in c.channel_versions.keys() {
@@ -479,7 +503,7 @@ impl SaverCheckpointer {
         with_values: bool,
     ) -> Result<Option<CheckpointTuple>> {
         let id = id.map(parse_id).transpose()?;
-        match self.raw(scope, id).await? {
+        match self.raw(scope, id, with_values).await? {
             Some(t) => self.load(scope, t, with_values).await.map(Some),
             None => Ok(None),
         }

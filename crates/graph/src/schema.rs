@@ -484,11 +484,7 @@ impl ErasedSpec {
         for b in &items {
             list.push(serde_json::from_slice::<antler_state_reducers::Message>(b).map_err(fail)?);
         }
-        let encoded: Option<Vec<(String, Arc<[u8]>)>> = list
-            .iter()
-            .zip(items)
-            .map(|(m, b)| m.id.clone().map(|id| (id, b)))
-            .collect();
+        let encoded = crate::channel::EncodedPrefix::of(&list, items);
         let mut ch = self.channel_with(Some(Arc::new(list) as Val))?;
         if let (Some(d), Some(e)) = (ch.delta(), encoded) {
             d.encoded = Arc::new(e);
