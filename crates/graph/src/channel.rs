@@ -394,17 +394,13 @@ impl EncodedPrefix {
         if items.len() != list.len() || list.iter().any(|m| m.id.is_none()) {
             return None;
         }
-        let last_id = list
-            .last()
-            .and_then(|m| m.id.clone())
-            .unwrap_or_default();
+        let last_id = list.last().and_then(|m| m.id.clone()).unwrap_or_default();
         Some(Self { items, last_id })
     }
 
     fn is_prefix_of(&self, list: &[Message]) -> bool {
         let n = self.items.len();
-        n <= list.len()
-            && (n == 0 || list[n - 1].id.as_deref() == Some(self.last_id.as_str()))
+        n <= list.len() && (n == 0 || list[n - 1].id.as_deref() == Some(self.last_id.as_str()))
     }
 }
 

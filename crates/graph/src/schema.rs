@@ -480,10 +480,7 @@ impl ErasedSpec {
                 .map_err(fail)?;
             return self.channel(Some(Json::Array(list)));
         }
-        let mut list = Vec::with_capacity(items.len());
-        for b in &items {
-            list.push(serde_json::from_slice::<antler_state_reducers::Message>(b).map_err(fail)?);
-        }
+        let list = antler_state_reducers::decode_messages(&items).map_err(|e| fail(e.source))?;
         let encoded = crate::channel::EncodedPrefix::of(&list, items);
         let mut ch = self.channel_with(Some(Arc::new(list) as Val))?;
         if let (Some(d), Some(e)) = (ch.delta(), encoded) {

@@ -104,6 +104,37 @@ fn serde(c: &mut Criterion) {
                 .count()
         });
     });
+    // The write-amp workload's shape: alternating human and AI messages (an AI message also
+    // carries `tool_calls`, `invalid_tool_calls` and `usage_metadata`), as a cold read decodes them.
+    let workload: Vec<Vec<u8>> = (0..4_000)
+        .map(|i| {
+            let text: String = format!(
+                "turn {} {}:",
+                i / 2,
+                if i % 2 == 0 { "human" } else { "ai" }
+            )
+            .chars()
+            .chain(std::iter::repeat('y'))
+            .take(400)
+            .collect();
+            let m = if i % 2 == 0 {
+                Message::human(text)
+            } else {
+                Message::ai(text)
+            };
+            serde_json::to_vec(&m.with_id(format!("m{i}"))).expect("serialises")
+        })
+        .collect();
+    group.throughput(Throughput::Elements(workload.len() as u64));
+    group.bench_function("decode_workload_4000", |b| {
+        b.iter(|| {
+            workload
+                .iter()
+                .filter_map(|bytes| serde_json::from_slice::<Message>(bytes).ok())
+                .collect::<Vec<_>>()
+        });
+    });
+    group.throughput(Throughput::Elements(messages.len() as u64));
     // The general path (any JSON value, then coercion), for comparison.
     group.bench_function("decode_1000_via_value", |b| {
         b.iter(|| {

@@ -72,9 +72,9 @@ pub use fields::{
 };
 pub use message::{Content, InvalidToolCall, Message, MessageType, REMOVE_ALL_MESSAGES, ToolCall};
 pub use messages::{
-    IdSource, MessageIndex, MessageWrite, UuidV4, add_messages, add_messages_with,
-    merge_message_writes, merge_message_writes_indexed, merge_message_writes_owned,
-    merge_message_writes_with,
+    DecodeError, IdSource, MessageIndex, MessageWrite, PARALLEL_DECODE_MIN, UuidV4, add_messages,
+    add_messages_with, decode_messages, merge_message_writes, merge_message_writes_indexed,
+    merge_message_writes_owned, merge_message_writes_with,
 };
 pub use state::{
     THREAD_STATE_REDUCER_FIELDS, ThreadState, ThreadStateUpdate, apply_updates, field,

@@ -237,6 +237,81 @@ pub fn merge_message_writes_indexed(
     Ok(list)
 }
 
+/// Lists at least this long are decoded on more than one thread by [`decode_messages`].
+pub const PARALLEL_DECODE_MIN: usize = 1024;
+
+/// A stored message that could not be decoded: its position in the list and the serde error.
+#[derive(Debug, thiserror::Error)]
+#[error("message {index} of the list cannot be decoded: {source}")]
+pub struct DecodeError {
+    /// The position of the item in the list.
+    pub index: usize,
+    /// What serde_json reported.
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// Decodes individually serialised messages (one JSON document per item, as savers store them)
+/// into a list, in order.
+///
+/// Deserialising messages dominates a cold read of a long conversation, so a list of at least
+/// [`PARALLEL_DECODE_MIN`] items is split across up to four scoped threads (as many as the
+/// machine has cores); the result is the same as decoding item by item, and the error is the
+/// one of the first bad item.
+///
+/// # Errors
+/// [`DecodeError`] for the first item that is not a message-like JSON document.
+pub fn decode_messages<B: AsRef<[u8]> + Sync>(
+    items: &[B],
+) -> std::result::Result<Vec<Message>, DecodeError> {
+    let decode = |offset: usize, chunk: &[B]| -> std::result::Result<Vec<Message>, DecodeError> {
+        chunk
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                serde_json::from_slice::<Message>(item.as_ref()).map_err(|source| DecodeError {
+                    index: offset + i,
+                    source,
+                })
+            })
+            .collect()
+    };
+    if items.len() < PARALLEL_DECODE_MIN {
+        return decode(0, items);
+    }
+    // `available_parallelism` reads cgroup files on every call: ask once per process.
+    static WORKERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let workers = *WORKERS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(4)
+    });
+    if workers < 2 {
+        return decode(0, items);
+    }
+    let chunk = items.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .enumerate()
+            .skip(1)
+            .map(|(k, c)| scope.spawn(move || decode(k * chunk, c)))
+            .collect();
+        // Joined in order, so the first bad item's error wins, as in a sequential decode.
+        let mut out = decode(0, &items[..chunk.min(items.len())]);
+        for h in handles {
+            // A panic in a decoder thread is a bug in serde, not bad input: surface it.
+            let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            match (&mut out, part) {
+                (Ok(list), Ok(part)) => list.extend(part),
+                (Ok(_), Err(e)) => out = Err(e),
+                (Err(_), _) => {}
+            }
+        }
+        out
+    })
+}
+
 /// The merged list under construction.
 struct Accumulator {
     /// Messages in order; tombstoned positions are skipped by `finish`.
@@ -528,5 +603,58 @@ mod index_tests {
         // Different length.
         let longer = vec![msg("p"), msg("q"), msg("r")];
         assert!(!ix.describes(&longer));
+    }
+
+    fn encoded(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                let m = if i % 2 == 0 {
+                    Message::human(format!("question {i}"))
+                } else {
+                    Message::ai(format!("answer {i}"))
+                };
+                serde_json::to_vec(&m.with_id(format!("m{i}"))).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decode_messages_equals_item_by_item_decoding_on_either_side_of_the_threshold() {
+        for n in [
+            0,
+            3,
+            PARALLEL_DECODE_MIN - 1,
+            PARALLEL_DECODE_MIN,
+            3 * PARALLEL_DECODE_MIN + 7,
+        ] {
+            let items = encoded(n);
+            let one_by_one: Vec<Message> = items
+                .iter()
+                .map(|b| serde_json::from_slice(b).unwrap())
+                .collect();
+            assert_eq!(decode_messages(&items).unwrap(), one_by_one, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn decode_messages_reports_the_first_bad_item_whichever_thread_meets_it() {
+        let n = 4 * PARALLEL_DECODE_MIN;
+        for bad in [
+            vec![5],
+            vec![n - 1],
+            vec![PARALLEL_DECODE_MIN + 1, n - 2],
+            vec![2, n / 2],
+        ] {
+            let mut items = encoded(n);
+            for &b in &bad {
+                items[b] = b"{\"content\": 1}".to_vec();
+            }
+            let err = decode_messages(&items).unwrap_err();
+            assert_eq!(err.index, bad[0], "{bad:?}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("message {} of the list", bad[0]))
+            );
+        }
     }
 }
