@@ -1,4 +1,5 @@
-//! criterion benchmarks of the hot saver paths — `put`, `put_writes`, `get_tuple`,
+//! criterion benchmarks of the hot saver paths — `put` (plain and with a delta snapshot),
+//! `put_writes`, `get_tuple`,
 //! `get_tuple_without_values` and the delta materialisation — on a delta thread of 100 and
 //! 2,000 turns, for the memory and SQLite (`:memory:`) savers. Run with `cargo bench -p antler-checkpoint --bench saver`.
 #![expect(clippy::unwrap_used, reason = "benchmark setup")]
@@ -29,6 +30,8 @@ struct Thread {
     head: CheckpointConfig,
     input: CheckpointConfig,
     version: u64,
+    /// The channel after the last turn: its snapshots reuse the serialised messages (`Arc`s).
+    channel: DeltaMessages,
 }
 
 /// Builds a delta thread of `turns` turns (input + loop checkpoint per turn).
@@ -86,6 +89,7 @@ async fn build(saver: &dyn Saver, turns: usize) -> Thread {
         head,
         input,
         version,
+        channel: ch,
     }
 }
 
@@ -130,6 +134,29 @@ fn bench(c: &mut Criterion) {
                             .await
                             .unwrap(),
                     )
+                });
+            });
+            // A snapshot put as the runtime does it: the same `Arc`s as the previous snapshot
+            // (the channel caches its serialised messages), under a new version each time.
+            let snapshot = thread.channel.clone().snapshot_blob().unwrap();
+            let mut v = thread.version + 1_000_000;
+            group.bench_with_input(BenchmarkId::new("put_snapshot", &id), &thread, |b, th| {
+                b.to_async(&rt).iter(|| {
+                    v += 1;
+                    let mut cp = Checkpoint::empty();
+                    cp.channel_versions.insert("messages".into(), v.into());
+                    cp.channel_values
+                        .insert("messages".into(), snapshot.clone());
+                    let nv = cp.channel_versions.clone();
+                    let saver = &saver;
+                    async move {
+                        black_box(
+                            saver
+                                .put(&th.head, cp, CheckpointMetadata::default(), &nv)
+                                .await
+                                .unwrap(),
+                        )
+                    }
                 });
             });
             let mut n = 0u64;

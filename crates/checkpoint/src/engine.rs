@@ -221,6 +221,116 @@ impl Column {
 struct MsgIndex {
     next_seq: u64,
     by_hash: HashMap<u128, u64>,
+    /// The last snapshot list this process stored for the thread; see [`Remembered`].
+    last_snapshot: Option<Remembered>,
+}
+
+/// A snapshot list stored earlier, item by item with the sequence number each item was
+/// stored under, so that the next snapshot can take those numbers without hashing.
+///
+/// The runtime's delta channel caches its serialised messages as `Arc<[u8]>` and puts the
+/// same `Arc`s in every snapshot (it only appends new ones), so an item of a new list that
+/// is [`Arc::ptr_eq`] to the remembered item at the same position is the same bytes. That
+/// holds because we keep a clone of every remembered `Arc`: its allocation cannot be freed
+/// and reused for other bytes while we hold it, and a shared `Arc<[u8]>` cannot be mutated.
+/// Nothing is trusted beyond that: a different `Arc` is hashed as before, and the numbers
+/// taken by pointer are checked to still exist in the writing transaction (`required`).
+///
+/// It lives in the thread's [`MsgIndex`], so whatever drops or reloads the hash index
+/// (a failed commit, `delete_thread`, `copy_thread`, pruning, `delete_for_runs`) drops it too.
+struct Remembered {
+    items: Vec<Arc<[u8]>>,
+    seqs: Vec<u64>,
+    /// The bytes this list keeps alive, as charged to `budget`.
+    charged: usize,
+    budget: Arc<PinBudget>,
+}
+
+impl Drop for Remembered {
+    fn drop(&mut self) {
+        self.budget.release(self.charged);
+    }
+}
+
+/// A bound on the bytes the remembered lists of all threads keep alive: the runtime usually
+/// holds the same `Arc`s, but once it drops a thread only the remembered list pins them.
+struct PinBudget {
+    used: std::sync::atomic::AtomicUsize,
+    limit: usize,
+}
+
+impl PinBudget {
+    fn new(limit: usize) -> Self {
+        Self {
+            used: std::sync::atomic::AtomicUsize::new(0),
+            limit,
+        }
+    }
+
+    /// Charges `bytes` if that stays within the limit.
+    fn try_charge(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, bytes: usize) {
+        use std::sync::atomic::Ordering;
+        // Saturating: a release never exceeds what was charged, but never wrap if it did.
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+}
+
+/// How many bytes the remembered snapshot lists of one saver may keep alive in total
+/// (about 30 threads of 4,000 messages of 530 bytes); beyond it, snapshots are hashed.
+const MAX_REMEMBERED_BYTES: usize = 64 << 20;
+
+/// What encoding message lists produced, to be committed and then folded into the index.
+#[derive(Default)]
+struct Encoding {
+    /// Bodies first stored by this call, by hash.
+    fresh: HashMap<u128, u64>,
+    new_rows: Vec<MessageRow>,
+    /// Runs of sequence numbers stored earlier that the values reference.
+    reused: Vec<(u64, u64)>,
+    /// The next sequence number to give a new body.
+    next_seq: u64,
+    /// The last snapshot list encoded, to remember after the commit.
+    last_snapshot: Option<SnapshotUpdate>,
+    /// Items that went through the hash path (tests check the pointer path skips it).
+    hashed: usize,
+}
+
+/// How the thread's remembered snapshot changes once a commit succeeds.
+enum SnapshotUpdate {
+    /// The new list starts with the whole remembered list (by pointer): append its tail.
+    Extend(Vec<Arc<[u8]>>, Vec<u64>),
+    /// Anything else: remember the new list instead.
+    Replace(Vec<Arc<[u8]>>, Vec<u64>),
+}
+
+/// What a remembered list of these items keeps alive: the bodies plus the two vectors.
+fn pinned_bytes(items: &[Arc<[u8]>]) -> usize {
+    items
+        .iter()
+        .map(|i| i.len() + std::mem::size_of::<Arc<[u8]>>() + std::mem::size_of::<u64>())
+        .sum()
+}
+
+impl Encoding {
+    fn reuse(&mut self, seq: u64) {
+        match self.reused.last_mut() {
+            Some((start, len)) if start.checked_add(*len) == Some(seq) => *len += 1,
+            _ => self.reused.push((seq, 1)),
+        }
+    }
 }
 
 type IndexSlot = Arc<tokio::sync::Mutex<Option<MsgIndex>>>;
@@ -234,6 +344,10 @@ pub(crate) struct Engine<B> {
     pub(crate) backend: B,
     config: StoreConfig,
     indexes: Mutex<HashMap<ThreadId, IndexSlot>>,
+    pins: Arc<PinBudget>,
+    /// Items hashed by `encode_value` so far (the pointer path's tests read it).
+    #[cfg(test)]
+    hashed: std::sync::atomic::AtomicUsize,
 }
 
 fn codec_error(
@@ -288,6 +402,9 @@ impl<B: Backend> Engine<B> {
             backend,
             config,
             indexes: Mutex::new(HashMap::new()),
+            pins: Arc::new(PinBudget::new(MAX_REMEMBERED_BYTES)),
+            #[cfg(test)]
+            hashed: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -297,6 +414,9 @@ impl<B: Backend> Engine<B> {
             backend,
             config,
             indexes: Mutex::new(HashMap::new()),
+            pins: Arc::new(PinBudget::new(MAX_REMEMBERED_BYTES)),
+            #[cfg(test)]
+            hashed: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -382,34 +502,51 @@ impl<B: Backend> Engine<B> {
             by_hash.entry(xxh3_128(body)).or_insert(row.seq);
             next_seq = next_seq.max(row.seq + 1);
         }
-        Ok(MsgIndex { next_seq, by_hash })
+        Ok(MsgIndex {
+            next_seq,
+            by_hash,
+            last_snapshot: None,
+        })
     }
 
-    /// Encodes a value; message lists are split into bodies (new ones appended to `new_rows`) and references.
-    fn encode_value(
-        blob: &Blob,
-        index: Option<&MsgIndex>,
-        fresh: &mut HashMap<u128, u64>,
-        next_seq: &mut u64,
-        new_rows: &mut Vec<MessageRow>,
-        reused: &mut Vec<u64>,
-    ) -> Vec<u8> {
+    /// Encodes a value; message lists are split into bodies (new ones appended to
+    /// `enc.new_rows`) and references.
+    ///
+    /// An item that is the same `Arc` as the remembered snapshot's item at its position takes
+    /// that item's sequence number without hashing (see [`Remembered`]); every other item is
+    /// hashed and looked up in the index.
+    fn encode_value(blob: &Blob, index: Option<&MsgIndex>, enc: &mut Encoding) -> Vec<u8> {
         match blob {
             Blob::Messages(MessagesBlob { kind, items }) => {
+                let remembered = index.and_then(|i| i.last_snapshot.as_ref());
                 let mut seqs = Vec::with_capacity(items.len());
-                for item in items {
+                // How many leading items were taken by pointer.
+                let mut prefix = 0;
+                for (pos, item) in items.iter().enumerate() {
+                    if let Some(r) = remembered
+                        && let (Some(old), Some(&s)) = (r.items.get(pos), r.seqs.get(pos))
+                        && Arc::ptr_eq(old, item)
+                    {
+                        if prefix == pos {
+                            prefix += 1;
+                        }
+                        enc.reuse(s);
+                        seqs.push(s);
+                        continue;
+                    }
+                    enc.hashed += 1;
                     let h = xxh3_128(item);
-                    let seq = match (index.and_then(|i| i.by_hash.get(&h)), fresh.get(&h)) {
+                    let seq = match (index.and_then(|i| i.by_hash.get(&h)), enc.fresh.get(&h)) {
                         (Some(&s), _) => {
-                            reused.push(s);
+                            enc.reuse(s);
                             s
                         }
                         (None, Some(&s)) => s,
                         (None, None) => {
-                            let s = *next_seq;
-                            *next_seq += 1;
-                            fresh.insert(h, s);
-                            new_rows.push(MessageRow {
+                            let s = enc.next_seq;
+                            enc.next_seq += 1;
+                            enc.fresh.insert(h, s);
+                            enc.new_rows.push(MessageRow {
                                 seq: s,
                                 body: codec::encode_body(item),
                             });
@@ -418,9 +555,53 @@ impl<B: Backend> Engine<B> {
                     };
                     seqs.push(seq);
                 }
-                codec::encode_refs(*kind, &seqs)
+                let bytes = codec::encode_refs(*kind, &seqs);
+                if *kind == MessagesKind::Snapshot {
+                    // The usual snapshot appends to the previous one: keep the remembered
+                    // list and add the tail, instead of cloning and dropping every `Arc`.
+                    enc.last_snapshot = Some(match remembered {
+                        Some(r) if prefix == r.items.len() => {
+                            SnapshotUpdate::Extend(items[prefix..].to_vec(), seqs.split_off(prefix))
+                        }
+                        _ => SnapshotUpdate::Replace(items.clone(), seqs),
+                    });
+                }
+                bytes
             }
             other => codec::encode_inline_blob(other).unwrap_or_default(),
+        }
+    }
+
+    /// Updates the thread's remembered snapshot within the pin budget; over budget, the thread
+    /// remembers nothing (a missing remembered list only costs hashing).
+    fn remember(&self, index: &mut MsgIndex, update: SnapshotUpdate) {
+        match update {
+            SnapshotUpdate::Extend(items, seqs) => {
+                let Some(r) = index.last_snapshot.as_mut() else {
+                    return;
+                };
+                let extra = pinned_bytes(&items);
+                if self.pins.try_charge(extra) {
+                    r.items.extend(items);
+                    r.seqs.extend(seqs);
+                    r.charged += extra;
+                } else {
+                    index.last_snapshot = None;
+                }
+            }
+            SnapshotUpdate::Replace(items, seqs) => {
+                // Release the old list before charging the new one.
+                index.last_snapshot = None;
+                let charged = pinned_bytes(&items);
+                if self.pins.try_charge(charged) {
+                    index.last_snapshot = Some(Remembered {
+                        items,
+                        seqs,
+                        charged,
+                        budget: self.pins.clone(),
+                    });
+                }
+            }
         }
     }
 
@@ -457,38 +638,39 @@ impl<B: Backend> Engine<B> {
             if guard.is_none() {
                 *guard = Some(self.load_index(thread, cp).await?);
             }
-            let (encoded, new_rows, fresh, next_seq, reused) = {
-                let index = guard.as_ref();
-                let mut fresh = HashMap::new();
-                let mut next_seq = index.map_or(1, |i| i.next_seq);
-                let mut new_rows = Vec::new();
-                let mut reused = Vec::new();
-                let encoded = values
-                    .iter()
-                    .map(|b| {
-                        Self::encode_value(
-                            b,
-                            index,
-                            &mut fresh,
-                            &mut next_seq,
-                            &mut new_rows,
-                            &mut reused,
-                        )
-                    })
-                    .collect::<Vec<_>>();
-                let reused: Vec<(u64, u64)> = reused.into_iter().map(|s| (s, 1)).collect();
-                (encoded, new_rows, fresh, next_seq, merge_runs(&reused))
+            let mut enc = Encoding {
+                next_seq: guard.as_ref().map_or(1, |i| i.next_seq),
+                ..Encoding::default()
             };
-            match commit(encoded, new_rows, reused).await {
+            let encoded: Vec<Vec<u8>> = values
+                .iter()
+                .map(|b| Self::encode_value(b, guard.as_ref(), &mut enc))
+                .collect();
+            #[cfg(test)]
+            self.hashed
+                .fetch_add(enc.hashed, std::sync::atomic::Ordering::Relaxed);
+            let Encoding {
+                fresh,
+                new_rows,
+                reused,
+                last_snapshot,
+                next_seq,
+                ..
+            } = enc;
+            match commit(encoded, new_rows, merge_runs(&reused)).await {
                 Ok(v) => {
                     if let Some(index) = guard.as_mut() {
                         index.by_hash.extend(fresh);
                         index.next_seq = next_seq;
+                        if let Some(update) = last_snapshot {
+                            self.remember(index, update);
+                        }
                     }
                     return Ok(v);
                 }
                 Err(e) => {
-                    // Another writer may have taken sequence numbers or deleted bodies: reload.
+                    // Another writer may have taken sequence numbers or deleted bodies: reload
+                    // (which also forgets the remembered snapshot).
                     *guard = None;
                     if attempt >= 2 || e.kind() != crate::error::ErrorKind::Conflict {
                         return Err(e);
@@ -1516,5 +1698,310 @@ pub(crate) mod columns {
     pub(crate) fn u64_of(v: i64, what: &str) -> Result<u64> {
         u64::try_from(v)
             .map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pointer path of message-list encoding (see [`Remembered`]).
+
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::memory::MemoryBackend;
+    use crate::mode::SnapshotFrequency;
+
+    fn engine() -> Engine<MemoryBackend> {
+        Engine::new_unchecked(
+            MemoryBackend::default(),
+            StoreConfig::delta(SnapshotFrequency::DEFAULT),
+        )
+    }
+
+    fn items(texts: &[String]) -> Vec<Arc<[u8]>> {
+        texts
+            .iter()
+            .map(|t| Arc::from(serde_json::to_vec(t).unwrap()))
+            .collect()
+    }
+
+    fn texts(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("message {i}")).collect()
+    }
+
+    /// The same bytes in new allocations: what the hash path sees.
+    fn deep_copy(list: &[Arc<[u8]>]) -> Vec<Arc<[u8]>> {
+        list.iter().map(|i| Arc::from(i.to_vec())).collect()
+    }
+
+    fn hashed(e: &Engine<MemoryBackend>) -> usize {
+        e.hashed.load(Ordering::Relaxed)
+    }
+
+    /// The length of the thread's remembered snapshot, if any.
+    async fn remembered(e: &Engine<MemoryBackend>, thread: &str) -> Option<usize> {
+        let slot = e.slot(&ThreadId::new(thread));
+        let guard = slot.lock().await;
+        guard
+            .as_ref()
+            .and_then(|i| i.last_snapshot.as_ref())
+            .map(|r| r.items.len())
+    }
+
+    /// Puts a checkpoint on `parent` storing `list` as the `messages` snapshot at `version`.
+    async fn put_snapshot(
+        e: &Engine<MemoryBackend>,
+        parent: &CheckpointConfig,
+        version: u64,
+        list: &[Arc<[u8]>],
+    ) -> Result<CheckpointConfig> {
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("messages".into(), ChannelVersion::new(version));
+        cp.channel_values.insert(
+            "messages".into(),
+            Blob::Messages(MessagesBlob {
+                kind: MessagesKind::Snapshot,
+                items: list.to_vec(),
+            }),
+        );
+        let nv = cp.channel_versions.clone();
+        e.put(parent, cp, CheckpointMetadata::default(), &nv).await
+    }
+
+    async fn read_list(e: &Engine<MemoryBackend>, at: &CheckpointConfig) -> Vec<Arc<[u8]>> {
+        let t = e.get_tuple(at).await.unwrap().unwrap();
+        match &t.checkpoint.channel_values["messages"] {
+            Blob::Messages(list) => list.items.clone(),
+            other => panic!("not a message list: {other:?}"),
+        }
+    }
+
+    /// Everything stored for a thread: value blobs and message rows.
+    async fn stored(
+        e: &Engine<MemoryBackend>,
+        thread: &str,
+    ) -> (Vec<Vec<u8>>, Vec<(u64, Vec<u8>)>) {
+        let thread = ThreadId::new(thread);
+        let blobs = e.backend.all_blob_values(&thread).await.unwrap();
+        let messages = e
+            .backend
+            .all_messages(&thread)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.seq, m.body))
+            .collect();
+        (blobs, messages)
+    }
+
+    #[tokio::test]
+    async fn a_reused_list_is_stored_by_pointer_with_the_references_hashing_gives() {
+        // Items 3 and 7 have equal bytes in different allocations: hashing stores one body.
+        let mut t = texts(40);
+        t[7] = t[3].clone();
+        let first = items(&t);
+        let mut second = first.clone();
+        second.extend(items(&["appended".to_owned()]));
+
+        let by_pointer = engine();
+        let root = CheckpointConfig::latest("t");
+        let c1 = put_snapshot(&by_pointer, &root, 1, &first).await.unwrap();
+        assert_eq!(remembered(&by_pointer, "t").await, Some(40));
+        let before = hashed(&by_pointer);
+        let c2 = put_snapshot(&by_pointer, &c1, 2, &second).await.unwrap();
+        assert_eq!(
+            hashed(&by_pointer) - before,
+            1,
+            "only the appended item is hashed"
+        );
+        assert_eq!(read_list(&by_pointer, &c2).await, second);
+        // The remembered list grew by the tail: the next append is taken by pointer too.
+        assert_eq!(remembered(&by_pointer, "t").await, Some(41));
+        let mut third = second.clone();
+        third.extend(items(&["appended again".to_owned()]));
+        let before = hashed(&by_pointer);
+        let c3 = put_snapshot(&by_pointer, &c2, 3, &third).await.unwrap();
+        assert_eq!(hashed(&by_pointer) - before, 1);
+        assert_eq!(read_list(&by_pointer, &c3).await, third);
+
+        let by_hash = engine();
+        let c1 = put_snapshot(&by_hash, &root, 1, &deep_copy(&first))
+            .await
+            .unwrap();
+        let before = hashed(&by_hash);
+        let c2 = put_snapshot(&by_hash, &c1, 2, &deep_copy(&second))
+            .await
+            .unwrap();
+        assert_eq!(hashed(&by_hash) - before, 41);
+        put_snapshot(&by_hash, &c2, 3, &deep_copy(&third))
+            .await
+            .unwrap();
+
+        assert_eq!(stored(&by_pointer, "t").await, stored(&by_hash, "t").await);
+    }
+
+    #[tokio::test]
+    async fn a_changed_item_at_a_remembered_position_is_hashed() {
+        let e = engine();
+        let first = items(&texts(20));
+        let c1 = put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &first)
+            .await
+            .unwrap();
+        let mut second = first.clone();
+        // Other bytes in a new `Arc`: a new body.
+        second[3] = Arc::from(serde_json::to_vec("edited").unwrap());
+        // The same bytes in a new `Arc`: hashed, and found.
+        second[5] = Arc::from(first[5].to_vec());
+        let before = hashed(&e);
+        let c2 = put_snapshot(&e, &c1, 2, &second).await.unwrap();
+        assert_eq!(hashed(&e) - before, 2);
+        assert_eq!(read_list(&e, &c2).await, second);
+        assert_eq!(read_list(&e, &c1).await, first);
+        assert_eq!(stored(&e, "t").await.1.len(), 21);
+    }
+
+    #[tokio::test]
+    async fn deleting_a_thread_forgets_its_remembered_list() {
+        let e = engine();
+        let list = items(&texts(10));
+        put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
+            .await
+            .unwrap();
+        assert_eq!(remembered(&e, "t").await, Some(10));
+        e.delete_thread(&ThreadId::new("t")).await.unwrap();
+        assert_eq!(remembered(&e, "t").await, None);
+        let before = hashed(&e);
+        let c = put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
+            .await
+            .unwrap();
+        assert_eq!(
+            hashed(&e) - before,
+            10,
+            "nothing is taken from the deleted thread"
+        );
+        assert_eq!(read_list(&e, &c).await, list);
+        assert_eq!(stored(&e, "t").await.1.len(), 10);
+    }
+
+    /// A thread whose remembered snapshot belongs to a checkpoint that pruning (or
+    /// `delete_for_runs`) removes, bodies included: the list is forgotten, and storing it
+    /// again stores the bodies again.
+    #[tokio::test]
+    async fn pruning_or_deleting_runs_forgets_the_remembered_list() {
+        for how in ["prune", "delete_for_runs"] {
+            let e = engine();
+            let list = items(&texts(10));
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions.insert("messages".into(), 1.into());
+            cp.channel_values.insert(
+                "messages".into(),
+                Blob::Messages(MessagesBlob {
+                    kind: MessagesKind::Snapshot,
+                    items: list.clone(),
+                }),
+            );
+            let meta = CheckpointMetadata {
+                run_id: Some(RunId::new("old")),
+                ..CheckpointMetadata::default()
+            };
+            let nv = cp.channel_versions.clone();
+            e.put(&CheckpointConfig::latest("t"), cp, meta, &nv)
+                .await
+                .unwrap();
+            assert_eq!(remembered(&e, "t").await, Some(10));
+            // A newer, unrelated root: the only checkpoint pruning keeps.
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions.insert("a".into(), 1.into());
+            cp.channel_values
+                .insert("a".into(), Blob::json(&1).unwrap());
+            let nv = cp.channel_versions.clone();
+            let kept = e
+                .put(
+                    &CheckpointConfig::latest("t"),
+                    cp,
+                    CheckpointMetadata::default(),
+                    &nv,
+                )
+                .await
+                .unwrap();
+            match how {
+                "prune" => e
+                    .prune(&[ThreadId::new("t")], PruneStrategy::KeepLatest)
+                    .await
+                    .unwrap(),
+                _ => e.delete_for_runs(&[RunId::new("old")]).await.unwrap(),
+            }
+            assert!(
+                stored(&e, "t").await.1.is_empty(),
+                "{how}: bodies collected"
+            );
+            assert_eq!(remembered(&e, "t").await, None, "{how}");
+            let c = put_snapshot(&e, &kept, 2, &list).await.unwrap();
+            assert_eq!(read_list(&e, &c).await, list, "{how}");
+            assert_eq!(stored(&e, "t").await.1.len(), 10, "{how}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_or_a_copy_forgets_the_remembered_list() {
+        let e = engine();
+        let list = items(&texts(10));
+        let c1 = put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
+            .await
+            .unwrap();
+        assert_eq!(remembered(&e, "t").await, Some(10));
+        // Version 1 again with other bytes: a conflict, nothing written.
+        let other = items(&texts(11));
+        let err = put_snapshot(&e, &c1, 1, &other).await.unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::Conflict, "{err}");
+        assert_eq!(remembered(&e, "t").await, None);
+
+        put_snapshot(&e, &CheckpointConfig::latest("u"), 1, &list)
+            .await
+            .unwrap();
+        assert_eq!(remembered(&e, "u").await, Some(10));
+        e.copy_thread(&ThreadId::new("t"), &ThreadId::new("u"))
+            .await
+            .unwrap();
+        assert_eq!(remembered(&e, "u").await, None);
+    }
+
+    #[tokio::test]
+    async fn the_pin_budget_bounds_what_remembered_lists_keep_alive() {
+        let mut e = engine();
+        let small = items(&texts(4));
+        let per_item = pinned_bytes;
+        let limit = per_item(&small) + 1;
+        e.pins = Arc::new(PinBudget::new(limit));
+        let big = items(&texts(8));
+        let c = put_snapshot(&e, &CheckpointConfig::latest("big"), 1, &big)
+            .await
+            .unwrap();
+        assert_eq!(remembered(&e, "big").await, None, "over the budget");
+        let before = hashed(&e);
+        put_snapshot(&e, &c, 2, &big).await.unwrap();
+        assert_eq!(hashed(&e) - before, 8, "hashed, since not remembered");
+
+        let c = put_snapshot(&e, &CheckpointConfig::latest("small"), 1, &small)
+            .await
+            .unwrap();
+        assert_eq!(remembered(&e, "small").await, Some(4));
+        assert_eq!(e.pins.used.load(Ordering::Relaxed), per_item(&small));
+        e.delete_thread(&ThreadId::new("small")).await.unwrap();
+        assert_eq!(
+            e.pins.used.load(Ordering::Relaxed),
+            0,
+            "released with the index"
+        );
+
+        // Appending beyond the budget forgets the list and releases what it held.
+        let c = put_snapshot(&e, &c, 1, &small).await.unwrap();
+        assert_eq!(remembered(&e, "small").await, Some(4));
+        let mut longer = small.clone();
+        longer.extend(items(&["one more".to_owned()]));
+        put_snapshot(&e, &c, 2, &longer).await.unwrap();
+        assert_eq!(remembered(&e, "small").await, None);
+        assert_eq!(e.pins.used.load(Ordering::Relaxed), 0);
     }
 }

@@ -376,3 +376,47 @@ fn a_stale_message_index_never_leaves_dangling_references() {
         assert_eq!(read(&a, &c).await.unwrap(), fx.value);
     });
 }
+
+/// The same, when the new snapshot is made of the very `Arc`s this saver stored before (the
+/// delta channel's cached messages, which the saver takes by pointer without hashing): the
+/// bodies taken by pointer are checked too, so they are re-stored, never left dangling.
+#[test]
+fn a_remembered_snapshot_never_leaves_dangling_references() {
+    antler_checkpoint::testing::block_on(async {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("remembered-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let a = SqliteSaver::open(&path, config).await.unwrap();
+        let b = SqliteSaver::open(&path, config).await.unwrap();
+        let mut channel = DeltaMessages::new(SnapshotFrequency::new(F).unwrap());
+        channel
+            .update(vec![DeltaWrite::from(vec![
+                Message::human("q").with_id("1"),
+                Message::ai("a").with_id("2"),
+            ])])
+            .unwrap();
+        let snapshot = channel.snapshot_blob().unwrap();
+        async fn put(saver: &SqliteSaver, snapshot: &antler_checkpoint::Blob) -> CheckpointConfig {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions.insert("messages".into(), 1.into());
+            cp.channel_values
+                .insert("messages".into(), snapshot.clone());
+            let nv = cp.channel_versions.clone();
+            saver
+                .put(
+                    &CheckpointConfig::latest("t-remembered"),
+                    cp,
+                    CheckpointMetadata::default(),
+                    &nv,
+                )
+                .await
+                .unwrap()
+        }
+        put(&a, &snapshot).await;
+        b.delete_thread(&"t-remembered".into()).await.unwrap();
+        let c = put(&a, &snapshot).await;
+        assert_eq!(read(&b, &c).await.unwrap(), channel.value());
+    });
+}
