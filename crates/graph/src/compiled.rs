@@ -718,6 +718,17 @@ impl HotCache {
         }
         hit
     }
+    /// Whether the cache holds channels of some checkpoint of `thread` (so a read of the head
+    /// is worth making to see whether they are the head's).
+    pub(crate) fn holds(&self, thread: &crate::checkpointer::Scope) -> bool {
+        if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(thread)
+    }
     /// A copy of the cached channels of `id` (left in the cache), for reads.
     pub(crate) fn peek(
         &self,

@@ -1617,8 +1617,9 @@ pub(crate) async fn get_state(
     cfg: &RunConfig,
 ) -> Result<Option<StateSnapshot>> {
     let scope = cfg.scope();
-    if cfg.checkpoint_id.is_none() {
-        // The head: from the hot-state cache when it holds exactly that checkpoint.
+    if cfg.checkpoint_id.is_none() && cache.holds(&scope) {
+        // The head: from the hot-state cache when it holds exactly that checkpoint (a cold
+        // cache skips this read: the head is read with its values below anyway).
         let Some(head) = cp.head(&scope, None).await? else {
             return Ok(None);
         };
