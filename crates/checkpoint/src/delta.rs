@@ -123,55 +123,17 @@ impl DeltaWrite {
     }
 }
 
-/// Lists at least this long are decoded on two threads: deserialising a message (through
-/// `serde_json::Value`) dominates a cold read of a long thread.
-const PARALLEL_DECODE_MIN: usize = 1024;
-
 fn decode_items(
     items: &[Arc<[u8]>],
     thread_id: &ThreadId,
     checkpoint_id: CheckpointId,
 ) -> Result<Vec<Message>> {
-    let decode = |chunk: &[Arc<[u8]>]| -> Result<Vec<Message>> {
-        chunk
-            .iter()
-            .map(|item| {
-                serde_json::from_slice::<Message>(item).map_err(|source| Error::Serialization {
-                    thread_id: thread_id.clone(),
-                    checkpoint_id,
-                    what: "stored message".into(),
-                    source,
-                })
-            })
-            .collect()
-    };
-    if items.len() < PARALLEL_DECODE_MIN {
-        return decode(items);
-    }
-    // `available_parallelism` reads cgroup files on every call: ask once per process.
-    static WORKERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let workers = *WORKERS.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, std::num::NonZeroUsize::get)
-            .min(4)
-    });
-    if workers < 2 {
-        return decode(items);
-    }
-    let chunk = items.len().div_ceil(workers);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .skip(1)
-            .map(|c| scope.spawn(move || decode(c)))
-            .collect();
-        let mut out = decode(&items[..chunk.min(items.len())])?;
-        for h in handles {
-            // A panic in a decoder thread is a bug in serde, not bad input: surface it.
-            let part = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-            out.extend(part);
-        }
-        Ok(out)
+    // Long lists are decoded on several threads (deserialising dominates a cold read).
+    antler_state_reducers::decode_messages(items).map_err(|e| Error::Serialization {
+        thread_id: thread_id.clone(),
+        checkpoint_id,
+        what: format!("stored message {}", e.index),
+        source: e.source,
     })
 }
 
