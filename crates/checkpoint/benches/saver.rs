@@ -1,13 +1,21 @@
 //! criterion benchmarks of the hot saver paths — `put` (plain and with a delta snapshot),
-//! `put_writes`, `get_tuple`,
-//! `get_tuple_without_values` and the delta materialisation — on a delta thread of 100 and
-//! 2,000 turns, for the memory and SQLite (`:memory:`) savers. Run with `cargo bench -p antler-checkpoint --bench saver`.
+//! `put_writes`, `get_tuple`, `get_tuple_without_values` and the delta materialisation — on a
+//! delta thread of 100 and 2,000 turns, for the memory and SQLite (`:memory:`) savers; and
+//! the cold read of a 2,000-turn head (a freshly opened SQLite file or PostgreSQL saver),
+//! split into the saver's part and the whole materialisation.
+//! Run with `cargo bench -p antler-checkpoint --all-features --bench saver`; the PostgreSQL
+//! cases need `DATABASE_URL` (they are skipped without it).
 #![expect(clippy::unwrap_used, reason = "benchmark setup")]
 #![allow(missing_docs, reason = "criterion_group! generates undocumented items")]
+#![allow(
+    clippy::print_stderr,
+    reason = "says why the PostgreSQL cases are skipped"
+)]
 
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
-use antler_checkpoint::delta::{DeltaMessages, DeltaWrite, materialize};
+use antler_checkpoint::delta::{DeltaMessages, DeltaWrite, MESSAGES, materialize};
 use antler_checkpoint::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, Saver,
     SnapshotFrequency, SqliteSaver, StoreConfig, TaskId, TaskPath,
@@ -218,5 +226,118 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The saver's part of a cold head read: the tuple and, when the head stores no value of the
+/// channel, its delta history (no message is decoded).
+async fn read_head(saver: &dyn Saver, head: &CheckpointConfig) {
+    let tuple = saver.get_tuple(head).await.unwrap().unwrap();
+    if !tuple.checkpoint.channel_values.contains_key(MESSAGES) {
+        black_box(
+            saver
+                .delta_channel_history(head, &[MESSAGES.into()])
+                .await
+                .unwrap(),
+        );
+    }
+    black_box(tuple);
+}
+
+/// The whole cold head read: the tuple, then the channel materialised into messages.
+async fn materialize_head(saver: &dyn Saver, head: &CheckpointConfig) -> usize {
+    let tuple = saver.get_tuple(head).await.unwrap().unwrap();
+    materialize(saver, &tuple, MESSAGES, SnapshotFrequency::new(F).unwrap())
+        .await
+        .unwrap()
+        .channel
+        .value()
+        .len()
+}
+
+/// Times `read` on a saver freshly opened by `open` for every iteration (the open is not timed).
+fn bench_cold<S, O, OF>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    head: &CheckpointConfig,
+    open: O,
+) where
+    S: Saver + 'static,
+    O: Fn() -> OF + Copy,
+    OF: std::future::Future<Output = S>,
+{
+    group.bench_function(format!("read_head/{name}"), |b| {
+        b.to_async(rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let saver = open().await;
+                let start = Instant::now();
+                read_head(&saver, head).await;
+                total += start.elapsed();
+            }
+            total
+        });
+    });
+    group.bench_function(format!("materialize_head/{name}"), |b| {
+        b.to_async(rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let saver = open().await;
+                let start = Instant::now();
+                assert_eq!(black_box(materialize_head(&saver, head).await), 4000);
+                total += start.elapsed();
+            }
+            total
+        });
+    });
+}
+
+/// Cold reads of the head of a 2,000-turn thread (4,000 messages of about 530 bytes, F = 10).
+fn cold(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+    let mut group = c.benchmark_group("cold");
+    group.sample_size(20);
+
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bench-cold-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let head = rt.block_on(async {
+        let saver = SqliteSaver::open(&path, config).await.unwrap();
+        build(&saver, 2000).await.head
+    });
+    let p = &path;
+    bench_cold(&mut group, &rt, "sqlite-file/2000", &head, || async move {
+        SqliteSaver::open(p, config).await.unwrap()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+
+    #[cfg(feature = "postgres")]
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => {
+            let options = antler_checkpoint::PostgresOptions::new(url)
+                .with_schema(format!("antler_bench_{}", std::process::id()));
+            let (saver, head) = rt.block_on(async {
+                let saver = antler_checkpoint::PostgresSaver::connect(options.clone(), config)
+                    .await
+                    .unwrap();
+                let head = build(&saver, 2000).await.head;
+                (saver, head)
+            });
+            let o = &options;
+            bench_cold(&mut group, &rt, "postgres/2000", &head, || async move {
+                antler_checkpoint::PostgresSaver::connect(o.clone(), config)
+                    .await
+                    .unwrap()
+            });
+            rt.block_on(saver.drop_schema()).unwrap();
+        }
+        _ => eprintln!("SKIPPED: cold PostgreSQL benchmarks (DATABASE_URL is unset)"),
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, cold);
 criterion_main!(benches);

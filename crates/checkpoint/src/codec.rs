@@ -549,6 +549,12 @@ pub(crate) fn decode_body(bytes: &[u8]) -> CResult<&[u8]> {
     open(bytes, &[TAG_MESSAGE_BODY_V1]).map(|(_, b)| b)
 }
 
+/// Checks a stored message body and copies its JSON out: the one copy a read makes, done
+/// while the backend still borrows the stored bytes.
+pub(crate) fn body_arc(bytes: &[u8]) -> CResult<Arc<[u8]>> {
+    decode_body(bytes).map(Arc::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,6 +60,53 @@ pub(crate) struct MessageRow {
     pub(crate) body: Vec<u8>,
 }
 
+/// One message body as read back: checked and stripped of its frame by the backend while it
+/// still borrowed the stored bytes (so a read copies each body once), or why it is not valid.
+#[derive(Clone, Debug)]
+pub(crate) struct BodyRow {
+    pub(crate) seq: u64,
+    pub(crate) body: std::result::Result<Arc<[u8]>, CodecError>,
+}
+
+impl BodyRow {
+    /// Checks the stored bytes of body `seq`.
+    pub(crate) fn check(seq: u64, stored: &[u8]) -> Self {
+        Self {
+            seq,
+            body: codec::body_arc(stored),
+        }
+    }
+}
+
+/// What `get_tuple` reads: a checkpoint row, its value blobs, its writes and the message
+/// bodies those reference (see [`Backend::tuple_rows`]).
+pub(crate) struct TupleRows {
+    pub(crate) row: CheckpointRow,
+    pub(crate) blobs: Vec<BlobRow>,
+    pub(crate) writes: Vec<WriteRow>,
+    pub(crate) bodies: Vec<BodyRow>,
+}
+
+/// The `(channel, version)` keys of a checkpoint row's record; none if the record does not
+/// decode (the engine reports that when it decodes the row itself).
+pub(crate) fn record_keys(row: &CheckpointRow) -> Vec<(ChannelName, ChannelVersion)> {
+    codec::decode_record(&row.record, row.id)
+        .map(|cp| cp.channel_versions.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// The merged runs of message bodies the given stored values reference; values that do not
+/// decode reference nothing (the engine reports them when it decodes them itself).
+pub(crate) fn referenced_runs<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<(u64, u64)> {
+    let mut runs = Vec::new();
+    for bytes in values {
+        if let Ok(StoredBlob::Refs(_, r)) = codec::decode_blob(bytes) {
+            runs.extend(r);
+        }
+    }
+    merge_runs(&runs)
+}
+
 /// Payload bytes stored for one thread, by table; keys and row overhead excluded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StorageStats {
@@ -135,9 +182,49 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ns: &CheckpointNs,
         ids: &[CheckpointId],
     ) -> Result<Vec<WriteRow>>;
-    /// Message bodies in the given `(first_seq, len)` runs; absent ones are simply missing.
-    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>>;
+    /// Message bodies in the given `(first_seq, len)` runs (sorted, not overlapping), checked,
+    /// in sequence order; absent ones are simply missing.
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>>;
+    /// Every stored message row of a thread, as stored (for the message index and garbage collection).
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
+    /// The rows `get_tuple` needs: the addressed (or latest) checkpoint row, its value blobs
+    /// (only `with_values`), its writes, and the message bodies those blobs and writes
+    /// reference. A backend may override this to read them in one transaction or one round
+    /// trip; the default makes the four calls.
+    async fn tuple_rows(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        with_values: bool,
+    ) -> Result<Option<TupleRows>> {
+        let Some(row) = self.checkpoint(thread, ns, id).await? else {
+            return Ok(None);
+        };
+        let blobs = if with_values {
+            self.blobs(thread, ns, &record_keys(&row)).await?
+        } else {
+            Vec::new()
+        };
+        let writes = self.writes(thread, ns, &[row.id]).await?;
+        let runs = referenced_runs(
+            blobs
+                .iter()
+                .map(|b| b.data.as_slice())
+                .chain(writes.iter().map(|w| w.value.as_slice())),
+        );
+        let bodies = if runs.is_empty() {
+            Vec::new()
+        } else {
+            self.messages(thread, &runs).await?
+        };
+        Ok(Some(TupleRows {
+            row,
+            blobs,
+            writes,
+            bodies,
+        }))
+    }
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
     /// [`version_clash`]); inserts message rows (conflict = error).
     /// Fails with [`Error::Conflict`] if a body in the `required` runs is missing.
@@ -801,20 +888,41 @@ impl<B: Backend> Engine<B> {
         config: &CheckpointConfig,
         with_values: bool,
     ) -> Result<Option<CheckpointTuple>> {
-        let Some(row) = self
+        let Some(fetched) = self
             .backend
-            .checkpoint(
+            .tuple_rows(
                 &config.thread_id,
                 &config.checkpoint_ns,
                 config.checkpoint_id,
+                with_values,
             )
             .await?
         else {
             return Ok(None);
         };
+        let TupleRows {
+            row,
+            blobs,
+            writes,
+            bodies,
+        } = fetched;
         let decoded = self.decode_row(row)?;
         self.gate(&config.thread_id, decoded.row.id, &decoded.metadata)?;
-        Ok(self.assemble(vec![decoded], with_values).await?.pop())
+        let rows = vec![decoded];
+        let group = decode_group(&config.thread_id, &rows, &[0], blobs, writes)?;
+        let bodies = Bodies::from_rows(&config.thread_id, rows[0].row.id, bodies)?;
+        let mut values = vec![BTreeMap::new()];
+        let mut pending = vec![Vec::new()];
+        finish_group(
+            &config.thread_id,
+            &rows,
+            &[0],
+            group,
+            &bodies,
+            &mut values,
+            &mut pending,
+        )?;
+        Ok(into_tuples(rows, values, pending).pop())
     }
 
     pub(crate) async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>> {
@@ -861,123 +969,39 @@ impl<B: Backend> Engine<B> {
         let mut values: Vec<BTreeMap<ChannelName, Blob>> = vec![BTreeMap::new(); rows.len()];
         let mut writes: Vec<Vec<PendingWrite>> = vec![Vec::new(); rows.len()];
         for ((thread, ns), members) in groups {
-            let first_cp = rows[members[0]].row.id;
-            let mut by_key: HashMap<(ChannelName, ChannelVersion), Pending> = HashMap::new();
-            let mut runs = Vec::new();
-            if with_values {
-                self.fetch_values(&thread, &ns, &rows, &members, &mut by_key, &mut runs)
-                    .await?;
-            }
+            let blob_rows = if with_values {
+                let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
+                    .iter()
+                    .flat_map(|&i| {
+                        rows[i]
+                            .checkpoint
+                            .channel_versions
+                            .iter()
+                            .map(|(c, v)| (c.clone(), *v))
+                    })
+                    .collect();
+                let keys: Vec<_> = keys.into_iter().collect();
+                self.backend.blobs(&thread, &ns, &keys).await?
+            } else {
+                Vec::new()
+            };
             let ids: Vec<CheckpointId> = members.iter().map(|&i| rows[i].row.id).collect();
             let write_rows = self.backend.writes(&thread, &ns, &ids).await?;
-            let mut decoded_writes = Vec::with_capacity(write_rows.len());
-            for w in write_rows {
-                let pending = decode_pending(
-                    &thread,
-                    w.checkpoint_id,
-                    &format!("write of task {} to channel {}", w.task_id, w.channel),
-                    &w.value,
-                )?;
-                if let Pending::Refs(_, r) = &pending {
-                    runs.extend_from_slice(r);
-                }
-                decoded_writes.push((w, pending));
-            }
-            let bodies = self.fetch_bodies(&thread, first_cp, &runs).await?;
-            for &i in &members {
-                let d = &rows[i];
-                for (c, v) in &d.checkpoint.channel_versions {
-                    if let Some(p) = by_key.get(&(c.clone(), *v)) {
-                        let blob = resolve(&thread, d.row.id, p, &bodies)?;
-                        values[i].insert(c.clone(), blob);
-                    }
-                }
-            }
-            let position: HashMap<CheckpointId, usize> =
-                members.iter().map(|&i| (rows[i].row.id, i)).collect();
-            for (w, pending) in decoded_writes {
-                let Some(&i) = position.get(&w.checkpoint_id) else {
-                    continue;
-                };
-                let value = resolve(&thread, w.checkpoint_id, &pending, &bodies)?;
-                writes[i].push(PendingWrite {
-                    task_id: w.task_id,
-                    idx: w.idx,
-                    channel: w.channel,
-                    value,
-                    task_path: w.task_path,
-                });
-            }
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        for ((d, vals), mut ws) in rows.into_iter().zip(values).zip(writes) {
-            sort_writes(&mut ws);
-            let mut checkpoint = d.checkpoint;
-            checkpoint.channel_values = vals;
-            let config = CheckpointConfig {
-                thread_id: d.row.thread_id.clone(),
-                checkpoint_ns: d.row.ns.clone(),
-                checkpoint_id: Some(d.row.id),
-            };
-            let parent_config = d.row.parent.map(|p| CheckpointConfig {
-                thread_id: d.row.thread_id.clone(),
-                checkpoint_ns: d.row.ns.clone(),
-                checkpoint_id: Some(p),
-            });
-            out.push(CheckpointTuple {
-                config,
-                checkpoint,
-                metadata: d.metadata,
-                parent_config,
-                pending_writes: ws,
-            });
-        }
-        Ok(out)
-    }
-
-    /// Fetches and decodes the value blobs of a group's checkpoints (one backend call), adding
-    /// the message runs they reference to `runs`.
-    async fn fetch_values(
-        &self,
-        thread: &ThreadId,
-        ns: &CheckpointNs,
-        rows: &[Decoded],
-        members: &[usize],
-        by_key: &mut HashMap<(ChannelName, ChannelVersion), Pending>,
-        runs: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
-        let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
-            .iter()
-            .flat_map(|&i| {
-                rows[i]
-                    .checkpoint
-                    .channel_versions
-                    .iter()
-                    .map(|(c, v)| (c.clone(), *v))
-            })
-            .collect();
-        let keys: Vec<_> = keys.into_iter().collect();
-        let blob_rows = self.backend.blobs(thread, ns, &keys).await?;
-        let first_cp = rows[members[0]].row.id;
-        for b in blob_rows {
-            // Attribute a bad blob to a checkpoint of the group that references it.
-            let cp = members
-                .iter()
-                .map(|&i| &rows[i])
-                .find(|d| d.checkpoint.channel_versions.get(&b.channel) == Some(&b.version))
-                .map_or(first_cp, |d| d.row.id);
-            let pending = decode_pending(
-                thread,
-                cp,
-                &format!("blob of channel {} at version {}", b.channel, b.version),
-                &b.data,
+            let group = decode_group(&thread, &rows, &members, blob_rows, write_rows)?;
+            let bodies = self
+                .fetch_bodies(&thread, rows[members[0]].row.id, &group.runs)
+                .await?;
+            finish_group(
+                &thread,
+                &rows,
+                &members,
+                group,
+                &bodies,
+                &mut values,
+                &mut writes,
             )?;
-            if let Pending::Refs(_, r) = &pending {
-                runs.extend_from_slice(r);
-            }
-            by_key.insert((b.channel, b.version), pending);
         }
-        Ok(())
+        Ok(into_tuples(rows, values, writes))
     }
 
     async fn fetch_bodies(
@@ -985,19 +1009,13 @@ impl<B: Backend> Engine<B> {
         thread: &ThreadId,
         cp: CheckpointId,
         runs: &[(u64, u64)],
-    ) -> Result<HashMap<u64, Arc<[u8]>>> {
+    ) -> Result<Bodies> {
         if runs.is_empty() {
-            return Ok(HashMap::new());
+            return Ok(Bodies::default());
         }
         let merged = merge_runs(runs);
         let rows = self.backend.messages(thread, &merged).await?;
-        let mut out = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let body = codec::decode_body(&row.body)
-                .map_err(|e| codec_error(thread, cp, format!("message body {}", row.seq), e))?;
-            out.insert(row.seq, Arc::from(body));
-        }
-        Ok(out)
+        Bodies::from_rows(thread, cp, rows)
     }
 
     pub(crate) async fn delta_channel_history(
@@ -1503,31 +1521,206 @@ fn decode_pending(
     }
 }
 
-fn resolve(
-    thread: &ThreadId,
-    cp: CheckpointId,
-    p: &Pending,
-    bodies: &HashMap<u64, Arc<[u8]>>,
-) -> Result<Blob> {
+/// Message bodies read for one call, sorted by sequence number, without duplicates.
+#[derive(Default)]
+struct Bodies {
+    seqs: Vec<u64>,
+    items: Vec<Arc<[u8]>>,
+}
+
+impl Bodies {
+    /// Collects checked bodies; the first invalid one is a typed error naming `cp`.
+    fn from_rows(thread: &ThreadId, cp: CheckpointId, rows: Vec<BodyRow>) -> Result<Self> {
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut items = Vec::with_capacity(rows.len());
+        for row in rows {
+            let body = row
+                .body
+                .map_err(|e| codec_error(thread, cp, format!("message body {}", row.seq), e))?;
+            seqs.push(row.seq);
+            items.push(body);
+        }
+        // Backends return the merged runs in order, so this is a check, not a sort.
+        if !seqs.windows(2).all(|w| w[0] < w[1]) {
+            let mut pairs: Vec<(u64, Arc<[u8]>)> = seqs.into_iter().zip(items).collect();
+            pairs.sort_by_key(|(s, _)| *s);
+            pairs.dedup_by_key(|(s, _)| *s);
+            (seqs, items) = pairs.into_iter().unzip();
+        }
+        Ok(Self { seqs, items })
+    }
+
+    /// The bodies of `start..start + len`, or the first missing sequence number.
+    fn run(&self, start: u64, len: u64) -> std::result::Result<&[Arc<[u8]>], u64> {
+        let Some(last) = len.checked_sub(1) else {
+            return Ok(&[]);
+        };
+        let i = self.seqs.partition_point(|&s| s < start);
+        let end = usize::try_from(len).ok().and_then(|n| i.checked_add(n));
+        if let Some(end) = end
+            && let Some(seqs) = self.seqs.get(i..end)
+            // Sorted and unique: the run is complete when its ends are in place.
+            && seqs.first() == Some(&start)
+            && seqs.last().copied() == start.checked_add(last)
+            && let Some(items) = self.items.get(i..end)
+        {
+            return Ok(items);
+        }
+        let mut expected = start;
+        for &s in self.seqs.get(i..).unwrap_or_default() {
+            match expected.checked_add(1) {
+                Some(next) if s == expected => expected = next,
+                _ => break,
+            }
+        }
+        Err(expected)
+    }
+}
+
+fn resolve(thread: &ThreadId, cp: CheckpointId, p: &Pending, bodies: &Bodies) -> Result<Blob> {
     match p {
         Pending::Ready(b) => Ok(b.clone()),
         Pending::Refs(kind, runs) => {
             let total: u64 = runs.iter().map(|(_, l)| *l).sum();
             let mut items = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
             for &(start, len) in runs {
-                for seq in start..start.saturating_add(len) {
-                    let body = bodies.get(&seq).ok_or_else(|| Error::Corrupt {
-                        thread_id: thread.clone(),
-                        checkpoint_id: cp,
-                        what: "message list".into(),
-                        detail: format!("message body {seq} is missing"),
-                    })?;
-                    items.push(body.clone());
-                }
+                let run = bodies.run(start, len).map_err(|seq| Error::Corrupt {
+                    thread_id: thread.clone(),
+                    checkpoint_id: cp,
+                    what: "message list".into(),
+                    detail: format!("message body {seq} is missing"),
+                })?;
+                items.extend_from_slice(run);
             }
             Ok(Blob::Messages(MessagesBlob { kind: *kind, items }))
         }
     }
+}
+
+/// The decoded blobs and writes of a group of checkpoints, and the message runs they reference.
+struct Group {
+    by_key: HashMap<(ChannelName, ChannelVersion), Pending>,
+    writes: Vec<(WriteRow, Pending)>,
+    runs: Vec<(u64, u64)>,
+}
+
+/// Decodes the blob and write rows read for the checkpoints `members` of `rows` (one thread
+/// and namespace); a bad payload is a typed error naming a checkpoint that references it.
+fn decode_group(
+    thread: &ThreadId,
+    rows: &[Decoded],
+    members: &[usize],
+    blob_rows: Vec<BlobRow>,
+    write_rows: Vec<WriteRow>,
+) -> Result<Group> {
+    let first_cp = rows[members[0]].row.id;
+    let mut by_key = HashMap::new();
+    let mut runs = Vec::new();
+    for b in blob_rows {
+        // Attribute a bad blob to a checkpoint of the group that references it.
+        let cp = members
+            .iter()
+            .map(|&i| &rows[i])
+            .find(|d| d.checkpoint.channel_versions.get(&b.channel) == Some(&b.version))
+            .map_or(first_cp, |d| d.row.id);
+        let pending = decode_pending(
+            thread,
+            cp,
+            &format!("blob of channel {} at version {}", b.channel, b.version),
+            &b.data,
+        )?;
+        if let Pending::Refs(_, r) = &pending {
+            runs.extend_from_slice(r);
+        }
+        by_key.insert((b.channel, b.version), pending);
+    }
+    let mut writes = Vec::with_capacity(write_rows.len());
+    for w in write_rows {
+        let pending = decode_pending(
+            thread,
+            w.checkpoint_id,
+            &format!("write of task {} to channel {}", w.task_id, w.channel),
+            &w.value,
+        )?;
+        if let Pending::Refs(_, r) = &pending {
+            runs.extend_from_slice(r);
+        }
+        writes.push((w, pending));
+    }
+    Ok(Group {
+        by_key,
+        writes,
+        runs,
+    })
+}
+
+/// Resolves a decoded group's values and writes against the fetched bodies.
+fn finish_group(
+    thread: &ThreadId,
+    rows: &[Decoded],
+    members: &[usize],
+    group: Group,
+    bodies: &Bodies,
+    values: &mut [BTreeMap<ChannelName, Blob>],
+    writes: &mut [Vec<PendingWrite>],
+) -> Result<()> {
+    for &i in members {
+        let d = &rows[i];
+        for (c, v) in &d.checkpoint.channel_versions {
+            if let Some(p) = group.by_key.get(&(c.clone(), *v)) {
+                let blob = resolve(thread, d.row.id, p, bodies)?;
+                values[i].insert(c.clone(), blob);
+            }
+        }
+    }
+    let position: HashMap<CheckpointId, usize> =
+        members.iter().map(|&i| (rows[i].row.id, i)).collect();
+    for (w, pending) in group.writes {
+        let Some(&i) = position.get(&w.checkpoint_id) else {
+            continue;
+        };
+        let value = resolve(thread, w.checkpoint_id, &pending, bodies)?;
+        writes[i].push(PendingWrite {
+            task_id: w.task_id,
+            idx: w.idx,
+            channel: w.channel,
+            value,
+            task_path: w.task_path,
+        });
+    }
+    Ok(())
+}
+
+/// Turns decoded rows with their values and writes into tuples, writes sorted.
+fn into_tuples(
+    rows: Vec<Decoded>,
+    values: Vec<BTreeMap<ChannelName, Blob>>,
+    writes: Vec<Vec<PendingWrite>>,
+) -> Vec<CheckpointTuple> {
+    let mut out = Vec::with_capacity(rows.len());
+    for ((d, vals), mut ws) in rows.into_iter().zip(values).zip(writes) {
+        sort_writes(&mut ws);
+        let mut checkpoint = d.checkpoint;
+        checkpoint.channel_values = vals;
+        let config = CheckpointConfig {
+            thread_id: d.row.thread_id.clone(),
+            checkpoint_ns: d.row.ns.clone(),
+            checkpoint_id: Some(d.row.id),
+        };
+        let parent_config = d.row.parent.map(|p| CheckpointConfig {
+            thread_id: d.row.thread_id.clone(),
+            checkpoint_ns: d.row.ns.clone(),
+            checkpoint_id: Some(p),
+        });
+        out.push(CheckpointTuple {
+            config,
+            checkpoint,
+            metadata: d.metadata,
+            parent_config,
+            pending_writes: ws,
+        });
+    }
+    out
 }
 
 /// The error for bodies a write refers to that are no longer stored.
@@ -1965,6 +2158,55 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(remembered(&e, "u").await, None);
+    }
+
+    fn body_rows(seqs: &[u64]) -> Vec<BodyRow> {
+        seqs.iter()
+            .map(|&s| BodyRow::check(s, &codec::encode_body(format!("\"{s}\"").as_bytes())))
+            .collect()
+    }
+
+    fn texts_of(run: &[Arc<[u8]>]) -> Vec<String> {
+        run.iter()
+            .map(|b| String::from_utf8(b.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn bodies_resolve_runs_and_name_the_first_missing_one() {
+        let t = ThreadId::new("t");
+        let cp = CheckpointId::generate();
+        let bodies = Bodies::from_rows(&t, cp, body_rows(&[1, 2, 3, 7, 8, 10])).unwrap();
+        assert_eq!(texts_of(bodies.run(2, 2).unwrap()), ["\"2\"", "\"3\""]);
+        assert_eq!(texts_of(bodies.run(7, 2).unwrap()), ["\"7\"", "\"8\""]);
+        assert_eq!(bodies.run(1, 5).unwrap_err(), 4);
+        assert_eq!(bodies.run(8, 3).unwrap_err(), 9);
+        assert_eq!(bodies.run(4, 1).unwrap_err(), 4);
+        assert_eq!(bodies.run(11, 1).unwrap_err(), 11);
+        assert_eq!(bodies.run(u64::MAX, 1).unwrap_err(), u64::MAX);
+        assert!(bodies.run(5, 0).unwrap().is_empty());
+    }
+
+    /// Rows out of order or repeated (no backend returns them so, but nothing relies on it)
+    /// are sorted and deduplicated, so that a run's ends being present still means the run is.
+    #[test]
+    fn bodies_sort_and_deduplicate_rows() {
+        let t = ThreadId::new("t");
+        let cp = CheckpointId::generate();
+        let bodies = Bodies::from_rows(&t, cp, body_rows(&[3, 1, 3, 1])).unwrap();
+        assert_eq!(bodies.run(1, 3).unwrap_err(), 2);
+        assert_eq!(texts_of(bodies.run(3, 1).unwrap()), ["\"3\""]);
+    }
+
+    #[test]
+    fn a_damaged_body_is_a_typed_error_naming_it() {
+        let t = ThreadId::new("t");
+        let cp = CheckpointId::generate();
+        let mut rows = body_rows(&[1, 2]);
+        rows.push(BodyRow::check(3, b"\x41\0\0\0\0x"));
+        let err = Bodies::from_rows(&t, cp, rows).err().unwrap();
+        assert_eq!(err.kind(), crate::error::ErrorKind::Corrupt);
+        assert!(err.to_string().contains("message body 3"), "{err}");
     }
 
     #[tokio::test]

@@ -9,7 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::engine::{
-    Backend, BlobRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow, impl_saver,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow,
+    impl_saver,
 };
 use crate::error::Result;
 use crate::ids::{
@@ -203,7 +204,7 @@ impl Backend for MemoryBackend {
         Ok(out)
     }
 
-    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>> {
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
         let t = self.lock();
         let mut out = Vec::new();
         for &(start, len) in runs {
@@ -212,17 +213,21 @@ impl Backend for MemoryBackend {
                 .messages
                 .range((thread.clone(), start)..(thread.clone(), end))
             {
-                out.push(MessageRow {
-                    seq: *seq,
-                    body: body.clone(),
-                });
+                out.push(BodyRow::check(*seq, body));
             }
         }
         Ok(out)
     }
 
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
-        self.messages(thread, &[(0, u64::MAX)]).await
+        let t = self.lock();
+        Ok(t.messages
+            .range((thread.clone(), 0)..=(thread.clone(), u64::MAX))
+            .map(|((_, seq), body)| MessageRow {
+                seq: *seq,
+                body: body.clone(),
+            })
+            .collect())
     }
 
     async fn put_checkpoint(

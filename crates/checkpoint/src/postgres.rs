@@ -4,8 +4,9 @@
 //! isolate themselves). Migrations are numbered and recorded in `antler_migrations`,
 //! applied under an advisory lock so that concurrent processes do not race.
 //! Each `put`/`put_writes` is one atomic statement (data-modifying CTEs), so one round
-//! trip; reads batch keys with `unnest` so a `get_tuple` costs four round trips and the
-//! history walk three per page of ancestors.
+//! trip; reads batch keys with `unnest`, and a `get_tuple` reads the checkpoint row and its
+//! writes in one statement, so it costs three round trips (two without message lists) and
+//! the history walk three per page of ancestors.
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -13,7 +14,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow, impl_saver,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, TupleRows,
+    WriteRow, impl_saver, record_keys, referenced_runs,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -178,6 +180,97 @@ fn to_row(r: &tokio_postgres::Row) -> Result<CheckpointRow> {
 }
 
 const ROW_COLS: &str = "checkpoint_id, parent_id, record, metadata, thread_id, checkpoint_ns";
+
+/// The value blobs of `(channel, version)` keys ($3, $4) of a thread ($1) and namespace ($2).
+const BLOBS_SQL: &str = "SELECT k.channel, k.version, b.data FROM unnest($3::text[], $4::bigint[]) k(channel, version)
+  CROSS JOIN LATERAL (
+    SELECT data FROM {s}.blobs b
+     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version) b";
+
+/// The message bodies of a thread ($1) in the runs `[lo, hi)` ($2, $3), in order.
+const MESSAGES_SQL: &str = "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
+  CROSS JOIN LATERAL (
+    SELECT seq, body FROM {s}.messages x
+     WHERE x.thread_id = $1 AND x.seq >= r.lo AND x.seq < r.hi ORDER BY x.seq) m";
+
+/// The rows of a checkpoint and of its writes, told apart by the first column (0: the
+/// checkpoint, 1: a write); `{cp}` selects the checkpoint.
+const HEAD_SQL: &str = "WITH cp AS ({cp})
+SELECT 0::int2, checkpoint_id, parent_id, record, metadata,
+       NULL::text, NULL::int8, NULL::text, NULL::text, NULL::bytea FROM cp
+UNION ALL
+SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bytea,
+       w.task_id, w.idx, w.channel, w.task_path, w.value
+  FROM cp JOIN {s}.writes w
+    ON w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = cp.checkpoint_id";
+
+/// The `{cp}` of [`HEAD_SQL`] for the checkpoint $3 of thread $1, namespace $2.
+const CP_BY_ID_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
+  WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3";
+
+/// The `{cp}` of [`HEAD_SQL`] for the latest checkpoint of thread $1, namespace $2.
+const CP_LATEST_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
+  WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY checkpoint_id DESC LIMIT 1";
+
+/// The value blobs of `keys` as rows of the prepared [`BLOBS_SQL`].
+async fn read_blobs(
+    c: &deadpool_postgres::Object,
+    st: &tokio_postgres::Statement,
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+    keys: &[(ChannelName, ChannelVersion)],
+    ctx: String,
+) -> Result<Vec<BlobRow>> {
+    let channels: Vec<&str> = keys.iter().map(|(c, _)| c.as_str()).collect();
+    let versions = keys
+        .iter()
+        .map(|(_, v)| i64_of(v.get(), "channel version"))
+        .collect::<Result<Vec<_>>>()?;
+    let rows = c
+        .query(st, &[&thread.as_str(), &ns.as_str(), &channels, &versions])
+        .await
+        .map_err(pg_err(ctx))?;
+    rows.iter()
+        .map(|r| {
+            Ok(BlobRow {
+                channel: ChannelName::new(r.get::<_, String>(0)),
+                version: ChannelVersion::new(u64_of(r.get(1), "channel version")?),
+                data: r.get(2),
+            })
+        })
+        .collect()
+}
+
+/// The checked bodies of `runs`, with the prepared [`MESSAGES_SQL`].
+async fn read_bodies(
+    c: &deadpool_postgres::Object,
+    st: &tokio_postgres::Statement,
+    thread: &ThreadId,
+    runs: &[(u64, u64)],
+    ctx: String,
+) -> Result<Vec<BodyRow>> {
+    let lo: Vec<i64> = runs
+        .iter()
+        .map(|(s, _)| i64::try_from(*s).unwrap_or(i64::MAX))
+        .collect();
+    let hi: Vec<i64> = runs
+        .iter()
+        .map(|(s, l)| i64::try_from(s.saturating_add(*l)).unwrap_or(i64::MAX))
+        .collect();
+    let rows = c
+        .query(st, &[&thread.as_str(), &lo, &hi])
+        .await
+        .map_err(pg_err(ctx))?;
+    // Borrowed from the row buffer, so each body is copied once, after its check.
+    rows.iter()
+        .map(|r| {
+            Ok(BodyRow::check(
+                u64_of(r.get(0), "message sequence")?,
+                r.get(1),
+            ))
+        })
+        .collect()
+}
 
 fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres::Error) -> Error {
     let thread = thread.clone();
@@ -344,32 +437,10 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: reading blobs");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(
-                "SELECT k.channel, k.version, b.data FROM unnest($3::text[], $4::bigint[]) k(channel, version)
-                  CROSS JOIN LATERAL (
-                    SELECT data FROM {s}.blobs b
-                     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version) b",
-            ))
+            .prepare_cached(&self.sql(BLOBS_SQL))
             .await
             .map_err(pg_err(ctx.clone()))?;
-        let channels: Vec<&str> = keys.iter().map(|(c, _)| c.as_str()).collect();
-        let versions = keys
-            .iter()
-            .map(|(_, v)| i64_of(v.get(), "channel version"))
-            .collect::<Result<Vec<_>>>()?;
-        let rows = c
-            .query(&st, &[&thread.as_str(), &ns.as_str(), &channels, &versions])
-            .await
-            .map_err(pg_err(ctx))?;
-        rows.iter()
-            .map(|r| {
-                Ok(BlobRow {
-                    channel: ChannelName::new(r.get::<_, String>(0)),
-                    version: ChannelVersion::new(u64_of(r.get(1), "channel version")?),
-                    data: r.get(2),
-                })
-            })
-            .collect()
+        read_blobs(&c, &st, thread, ns, keys, ctx).await
     }
 
     async fn writes(
@@ -409,31 +480,135 @@ impl Backend for PgBackend {
             .collect()
     }
 
-    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<MessageRow>> {
+    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
         let ctx = format!("postgres: thread {thread}: reading messages");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(
-                "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
-                  CROSS JOIN LATERAL (
-                    SELECT seq, body FROM {s}.messages x
-                     WHERE x.thread_id = $1 AND x.seq >= r.lo AND x.seq < r.hi ORDER BY x.seq) m",
-            ))
+            .prepare_cached(&self.sql(MESSAGES_SQL))
             .await
             .map_err(pg_err(ctx.clone()))?;
-        let lo: Vec<i64> = runs
-            .iter()
-            .map(|(s, _)| i64::try_from(*s).unwrap_or(i64::MAX))
+        read_bodies(&c, &st, thread, runs, ctx).await
+    }
+
+    async fn tuple_rows(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        with_values: bool,
+    ) -> Result<Option<TupleRows>> {
+        let ctx = format!("postgres: thread {thread}: reading checkpoint");
+        let c = self.client(&ctx).await?;
+        let cp_sql = if id.is_some() {
+            CP_BY_ID_SQL
+        } else {
+            CP_LATEST_SQL
+        };
+        let head_sql = self.sql(&HEAD_SQL.replace("{cp}", cp_sql));
+        let (blobs_sql, messages_sql) = (self.sql(BLOBS_SQL), self.sql(MESSAGES_SQL));
+        // On a fresh connection the three statements are prepared at once (one round trip,
+        // not three); afterwards they come from the connection's statement cache.
+        let (head, blobs_st, messages_st) = tokio::join!(
+            c.prepare_cached(&head_sql),
+            c.prepare_cached(&blobs_sql),
+            c.prepare_cached(&messages_sql)
+        );
+        let (head, blobs_st, messages_st) = (
+            head.map_err(pg_err(ctx.clone()))?,
+            blobs_st.map_err(pg_err(ctx.clone()))?,
+            messages_st.map_err(pg_err(ctx.clone()))?,
+        );
+        // One statement for the checkpoint row and its writes: one round trip, one snapshot.
+        let rows = match id {
+            Some(id) => {
+                c.query(
+                    &head,
+                    &[&thread.as_str(), &ns.as_str(), &id.to_bytes().as_slice()],
+                )
+                .await
+            }
+            None => c.query(&head, &[&thread.as_str(), &ns.as_str()]).await,
+        }
+        .map_err(pg_err(ctx.clone()))?;
+        let mut row = None;
+        let mut pending = Vec::new();
+        for r in &rows {
+            if r.get::<_, i16>(0) == 0 {
+                let parent: Option<&[u8]> = r.get(2);
+                row = Some(CheckpointRow {
+                    thread_id: thread.clone(),
+                    ns: ns.clone(),
+                    id: id_from(thread.as_str(), r.get(1))?,
+                    parent: parent.map(|p| id_from(thread.as_str(), p)).transpose()?,
+                    record: r.get(3),
+                    metadata: r.get(4),
+                });
+            } else {
+                pending.push((
+                    TaskId::new(r.get::<_, String>(5)),
+                    r.get::<_, i64>(6),
+                    ChannelName::new(r.get::<_, String>(7)),
+                    TaskPath::new(r.get::<_, String>(8)),
+                    r.get::<_, Vec<u8>>(9),
+                ));
+            }
+        }
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let writes: Vec<WriteRow> = pending
+            .into_iter()
+            .map(|(task_id, idx, channel, task_path, value)| WriteRow {
+                checkpoint_id: row.id,
+                task_id,
+                idx,
+                channel,
+                task_path,
+                value,
+            })
             .collect();
-        let hi: Vec<i64> = runs
-            .iter()
-            .map(|(s, l)| i64::try_from(s.saturating_add(*l)).unwrap_or(i64::MAX))
-            .collect();
+        let keys = if with_values {
+            record_keys(&row)
+        } else {
+            Vec::new()
+        };
+        let blobs = if keys.is_empty() {
+            Vec::new()
+        } else {
+            let ctx = format!("postgres: thread {thread}: reading blobs");
+            read_blobs(&c, &blobs_st, thread, ns, &keys, ctx).await?
+        };
+        let runs = referenced_runs(
+            blobs
+                .iter()
+                .map(|b| b.data.as_slice())
+                .chain(writes.iter().map(|w| w.value.as_slice())),
+        );
+        let bodies = if runs.is_empty() {
+            Vec::new()
+        } else {
+            let ctx = format!("postgres: thread {thread}: reading messages");
+            read_bodies(&c, &messages_st, thread, &runs, ctx).await?
+        };
+        Ok(Some(TupleRows {
+            row,
+            blobs,
+            writes,
+            bodies,
+        }))
+    }
+
+    async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
+        let ctx = format!("postgres: thread {thread}: reading messages");
+        let c = self.client(&ctx).await?;
         let rows = c
-            .query(&st, &[&thread.as_str(), &lo, &hi])
+            .query(
+                &self.sql("SELECT seq, body FROM {s}.messages WHERE thread_id = $1 ORDER BY seq"),
+                &[&thread.as_str()],
+            )
             .await
             .map_err(pg_err(ctx))?;
         rows.iter()
@@ -444,10 +619,6 @@ impl Backend for PgBackend {
                 })
             })
             .collect()
-    }
-
-    async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
-        self.messages(thread, &[(0, i64::MAX as u64)]).await
     }
 
     async fn put_checkpoint(
