@@ -1363,7 +1363,6 @@ impl<B: Backend> Engine<B> {
             self.backend.delete_blobs(thread, &dead).await?;
         }
         let mut referenced: HashSet<u64> = HashSet::new();
-        let anchor = all.first().map_or(CheckpointId::from_u128(0), |d| d.row.id);
         let values = self
             .backend
             .all_blob_values(thread)
@@ -1377,15 +1376,22 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        let dead_messages: Vec<u64> = self
+        let seqs: Vec<u64> = self
             .backend
             .all_messages(thread)
             .await?
             .into_iter()
             .map(|m| m.seq)
-            .filter(|s| !referenced.contains(s))
             .collect();
-        let _ = anchor;
+        // Writers number new bodies above the thread's highest stored number. Deleting that body
+        // would let a later write reuse its number while another process's index still maps
+        // other bytes to it, and the existence check of reused bodies counts rows, so it would
+        // pass. Keeping the newest body, referenced or not, means numbers are never reused.
+        let newest = seqs.iter().copied().max();
+        let dead_messages: Vec<u64> = seqs
+            .into_iter()
+            .filter(|s| !referenced.contains(s) && Some(*s) != newest)
+            .collect();
         if !dead_messages.is_empty() {
             self.backend.delete_messages(thread, &dead_messages).await?;
         }
@@ -2125,9 +2131,11 @@ mod tests {
                     .unwrap(),
                 _ => e.delete_for_runs(&[RunId::new("old")]).await.unwrap(),
             }
-            assert!(
-                stored(&e, "t").await.1.is_empty(),
-                "{how}: bodies collected"
+            // Every body is unreferenced; the newest stays so that its number is never reused.
+            assert_eq!(
+                stored(&e, "t").await.1.len(),
+                1,
+                "{how}: bodies collected but the newest"
             );
             assert_eq!(remembered(&e, "t").await, None, "{how}");
             let c = put_snapshot(&e, &kept, 2, &list).await.unwrap();

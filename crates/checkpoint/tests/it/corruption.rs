@@ -3,8 +3,8 @@
 
 use antler_checkpoint::delta::{DeltaMessages, DeltaWrite, materialize};
 use antler_checkpoint::{
-    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, ErrorKind, Saver,
-    SnapshotFrequency, SqliteSaver, StoreConfig, TaskId, TaskPath,
+    ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, ErrorKind, PruneStrategy,
+    Saver, SnapshotFrequency, SqliteSaver, StoreConfig, TaskId, TaskPath,
 };
 use antler_state_reducers::Message;
 use rusqlite::params;
@@ -374,6 +374,54 @@ fn a_stale_message_index_never_leaves_dangling_references() {
             .unwrap();
         assert_eq!(read(&b, &c).await.unwrap(), fx.value);
         assert_eq!(read(&a, &c).await.unwrap(), fx.value);
+    });
+}
+
+/// Garbage collection never lets a body's number be reused: another process (a second saver on
+/// the same file) prunes the thread, a third numbers new bodies from what is stored, and this
+/// saver, whose index still maps a collected body to its old number, must not end up pointing
+/// at the third saver's body (the existence check of reused bodies counts rows).
+#[test]
+fn collected_body_numbers_are_never_reused() {
+    antler_checkpoint::testing::block_on(async {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("reuse-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let m = |id: &str| Message::human(format!("text of {id}")).with_id(id);
+        async fn put(saver: &SqliteSaver, version: u64, list: &[Message]) -> CheckpointConfig {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert("messages".into(), version.into());
+            cp.channel_values.insert(
+                "messages".into(),
+                antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
+                    .unwrap(),
+            );
+            let nv = cp.channel_versions.clone();
+            saver
+                .put(
+                    &CheckpointConfig::latest("t-reuse"),
+                    cp,
+                    CheckpointMetadata::default(),
+                    &nv,
+                )
+                .await
+                .unwrap()
+        }
+        let a = SqliteSaver::open(&path, config).await.unwrap();
+        put(&a, 1, &[m("1"), m("2"), m("3")]).await;
+        // The newest root references only "1": pruning leaves "2" and "3" unreferenced.
+        put(&a, 2, &[m("1")]).await;
+        let b = SqliteSaver::open(&path, config).await.unwrap();
+        b.prune(&["t-reuse".into()], PruneStrategy::KeepLatest)
+            .await
+            .unwrap();
+        let c = SqliteSaver::open(&path, config).await.unwrap();
+        put(&c, 3, &[m("1"), m("x")]).await;
+        let last = put(&a, 4, &[m("1"), m("2")]).await;
+        assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
     });
 }
 
