@@ -184,8 +184,10 @@ const ROW_COLS: &str = "checkpoint_id, parent_id, record, metadata, thread_id, c
 /// The value blobs of `(channel, version)` keys ($3, $4) of a thread ($1) and namespace ($2).
 const BLOBS_SQL: &str = "SELECT k.channel, k.version, b.data FROM unnest($3::text[], $4::bigint[]) k(channel, version)
   CROSS JOIN LATERAL (
+    -- LIMIT 1 (the key is unique anyway) keeps the lookup on the primary key per key: a cached
+    -- generic plan otherwise may hash every blob of the thread.
     SELECT data FROM {s}.blobs b
-     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version) b";
+     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version LIMIT 1) b";
 
 /// The message bodies of a thread ($1) in the runs `[lo, hi)` ($2, $3), in order.
 const MESSAGES_SQL: &str = "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
@@ -201,8 +203,10 @@ SELECT 0::int2, checkpoint_id, parent_id, record, metadata,
 UNION ALL
 SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bytea,
        w.task_id, w.idx, w.channel, w.task_path, w.value
-  FROM cp JOIN {s}.writes w
-    ON w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = cp.checkpoint_id";
+  FROM {s}.writes w
+ -- A scalar subquery, not a join: the checkpoint id then bounds the index scan (a cached
+ -- generic plan otherwise scans every write of the thread and filters).
+ WHERE w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = (SELECT checkpoint_id FROM cp)";
 
 /// The `{cp}` of [`HEAD_SQL`] for the checkpoint $3 of thread $1, namespace $2.
 const CP_BY_ID_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
@@ -644,8 +648,10 @@ impl Backend for PgBackend {
                  guard AS (
                     SELECT 1 / (CASE WHEN EXISTS (
                         SELECT 1 FROM k CROSS JOIN LATERAL (
+                            -- LIMIT 1 keeps this a primary-key lookup per key (a cached generic
+                            -- plan otherwise hashes every blob of the thread on each put).
                             SELECT x.data FROM {s}.blobs x
-                             WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version) x
+                             WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version LIMIT 1) x
                          WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
                  m AS (
                     INSERT INTO {s}.messages (thread_id, seq, body)
