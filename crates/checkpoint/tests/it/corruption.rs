@@ -377,6 +377,29 @@ fn a_stale_message_index_never_leaves_dangling_references() {
     });
 }
 
+/// Stores a root checkpoint of `thread` whose `messages` value at `version` is `blob`.
+async fn put_snapshot(
+    saver: &SqliteSaver,
+    thread: &str,
+    version: u64,
+    blob: antler_checkpoint::Blob,
+) -> CheckpointConfig {
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions
+        .insert("messages".into(), version.into());
+    cp.channel_values.insert("messages".into(), blob);
+    let nv = cp.channel_versions.clone();
+    saver
+        .put(
+            &CheckpointConfig::latest(thread),
+            cp,
+            CheckpointMetadata::default(),
+            &nv,
+        )
+        .await
+        .unwrap()
+}
+
 /// Garbage collection never lets a body's number be reused: another process (a second saver on
 /// the same file) prunes the thread, a third numbers new bodies from what is stored, and this
 /// saver, whose index still maps a collected body to its old number, must not end up pointing
@@ -391,24 +414,10 @@ fn collected_body_numbers_are_never_reused() {
         let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
         let m = |id: &str| Message::human(format!("text of {id}")).with_id(id);
         async fn put(saver: &SqliteSaver, version: u64, list: &[Message]) -> CheckpointConfig {
-            let mut cp = Checkpoint::empty();
-            cp.channel_versions
-                .insert("messages".into(), version.into());
-            cp.channel_values.insert(
-                "messages".into(),
+            let blob =
                 antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
-                    .unwrap(),
-            );
-            let nv = cp.channel_versions.clone();
-            saver
-                .put(
-                    &CheckpointConfig::latest("t-reuse"),
-                    cp,
-                    CheckpointMetadata::default(),
-                    &nv,
-                )
-                .await
-                .unwrap()
+                    .unwrap();
+            put_snapshot(saver, "t-reuse", version, blob).await
         }
         let a = SqliteSaver::open(&path, config).await.unwrap();
         put(&a, 1, &[m("1"), m("2"), m("3")]).await;
@@ -447,20 +456,7 @@ fn a_remembered_snapshot_never_leaves_dangling_references() {
             .unwrap();
         let snapshot = channel.snapshot_blob().unwrap();
         async fn put(saver: &SqliteSaver, snapshot: &antler_checkpoint::Blob) -> CheckpointConfig {
-            let mut cp = Checkpoint::empty();
-            cp.channel_versions.insert("messages".into(), 1.into());
-            cp.channel_values
-                .insert("messages".into(), snapshot.clone());
-            let nv = cp.channel_versions.clone();
-            saver
-                .put(
-                    &CheckpointConfig::latest("t-remembered"),
-                    cp,
-                    CheckpointMetadata::default(),
-                    &nv,
-                )
-                .await
-                .unwrap()
+            put_snapshot(saver, "t-remembered", 1, snapshot.clone()).await
         }
         put(&a, &snapshot).await;
         b.delete_thread(&"t-remembered".into()).await.unwrap();
