@@ -159,22 +159,21 @@ pub struct MessageIndex {
     /// removal reach every duplicate of an id without scanning the list.
     prev_same: Vec<usize>,
     hasher: DefaultHashBuilder,
-    /// The length of the list the index describes; `NONE` when it describes none.
-    len: usize,
 }
 
 impl MessageIndex {
-    /// Forgets the indexed list; the next merge rebuilds the index.
+    /// Forgets the indexed list; the next merge rebuilds the index (a cleared index
+    /// describes only the empty list, which it indexes correctly).
     pub fn clear(&mut self) {
         self.table.clear();
         self.prev_same.clear();
-        self.len = NONE;
     }
 
     /// Whether the index describes `list` as far as a cheap check can tell:
     /// same length and the last id indexed at the last position.
     fn describes(&self, list: &[Message]) -> bool {
-        if self.len != list.len() || self.prev_same.len() != list.len() {
+        // `prev_same` has one entry per indexed position, so its length is the list's.
+        if self.prev_same.len() != list.len() {
             return false;
         }
         let Some(last) = list.last() else {
@@ -195,7 +194,7 @@ impl std::fmt::Debug for MessageIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MessageIndex")
             .field("ids", &self.table.len())
-            .field("len", &(self.len != NONE).then_some(self.len))
+            .field("len", &self.prev_same.len())
             .finish()
     }
 }
@@ -527,8 +526,6 @@ impl Accumulator {
             });
             // Compaction moved positions: the next merge re-indexes.
             ix.clear();
-        } else {
-            ix.len = items.len();
         }
         (items, ix)
     }
