@@ -608,7 +608,7 @@ impl Checkpointer for SaverCheckpointer {
         Ok(out)
     }
 
-    async fn put(&self, scope: &Scope, rec: CheckpointRecord) -> Result<()> {
+    async fn put(&self, scope: &Scope, mut rec: CheckpointRecord) -> Result<()> {
         let mut config =
             cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(parent) = &rec.parent {
@@ -627,16 +627,17 @@ impl Checkpointer for SaverCheckpointer {
                 .channel_values
                 .insert(chan(ch), encode(ch, j, cp::MessagesKind::Snapshot)?);
         }
-        for (ch, items) in &rec.encoded_lists {
+        // Moved, not copied: a snapshot's list holds one pointer per message of the thread.
+        for (ch, items) in std::mem::take(&mut rec.encoded_lists) {
             let blob = if items.is_empty() {
-                encode(ch, &Json::Array(Vec::new()), cp::MessagesKind::Snapshot)?
+                encode(&ch, &Json::Array(Vec::new()), cp::MessagesKind::Snapshot)?
             } else {
                 cp::Blob::Messages(cp::MessagesBlob {
                     kind: cp::MessagesKind::Snapshot,
-                    items: items.clone(),
+                    items,
                 })
             };
-            checkpoint.channel_values.insert(chan(ch), blob);
+            checkpoint.channel_values.insert(chan(&ch), blob);
         }
         let parent_maps = match &rec.parent {
             Some(p) => self.cached(scope, &parse_id(p)?),
