@@ -107,6 +107,16 @@ pub(crate) fn referenced_runs<'a>(values: impl IntoIterator<Item = &'a [u8]>) ->
     merge_runs(&runs)
 }
 
+/// The merged runs of message bodies that value blobs and write rows reference.
+pub(crate) fn runs_of_rows(blobs: &[BlobRow], writes: &[WriteRow]) -> Vec<(u64, u64)> {
+    referenced_runs(
+        blobs
+            .iter()
+            .map(|b| b.data.as_slice())
+            .chain(writes.iter().map(|w| w.value.as_slice())),
+    )
+}
+
 /// Payload bytes stored for one thread, by table; keys and row overhead excluded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StorageStats {
@@ -207,12 +217,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
             Vec::new()
         };
         let writes = self.writes(thread, ns, &[row.id]).await?;
-        let runs = referenced_runs(
-            blobs
-                .iter()
-                .map(|b| b.data.as_slice())
-                .chain(writes.iter().map(|w| w.value.as_slice())),
-        );
+        let runs = runs_of_rows(&blobs, &writes);
         let bodies = if runs.is_empty() {
             Vec::new()
         } else {
@@ -1362,20 +1367,13 @@ impl<B: Backend> Engine<B> {
         if !dead.is_empty() {
             self.backend.delete_blobs(thread, &dead).await?;
         }
-        let mut referenced: HashSet<u64> = HashSet::new();
-        let values = self
-            .backend
-            .all_blob_values(thread)
-            .await?
-            .into_iter()
-            .chain(self.backend.all_write_values(thread).await?);
-        for bytes in values {
-            if let Ok(StoredBlob::Refs(_, runs)) = codec::decode_blob(&bytes) {
-                for (start, len) in runs {
-                    referenced.extend(start..start.saturating_add(len));
-                }
-            }
-        }
+        let blob_values = self.backend.all_blob_values(thread).await?;
+        let write_values = self.backend.all_write_values(thread).await?;
+        let referenced: HashSet<u64> =
+            referenced_runs(blob_values.iter().chain(&write_values).map(Vec::as_slice))
+                .into_iter()
+                .flat_map(|(start, len)| start..start.saturating_add(len))
+                .collect();
         let seqs: Vec<u64> = self
             .backend
             .all_messages(thread)

@@ -15,7 +15,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::engine::{
     Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, TupleRows,
-    WriteRow, impl_saver, record_keys, referenced_runs,
+    WriteRow, impl_saver, record_keys, runs_of_rows,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -585,12 +585,7 @@ impl Backend for PgBackend {
             let ctx = format!("postgres: thread {thread}: reading blobs");
             read_blobs(&c, &blobs_st, thread, ns, &keys, ctx).await?
         };
-        let runs = referenced_runs(
-            blobs
-                .iter()
-                .map(|b| b.data.as_slice())
-                .chain(writes.iter().map(|w| w.value.as_slice())),
-        );
+        let runs = runs_of_rows(&blobs, &writes);
         let bodies = if runs.is_empty() {
             Vec::new()
         } else {

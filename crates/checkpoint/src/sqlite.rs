@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
     Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, TupleRows,
-    WriteRow, impl_saver, record_keys, referenced_runs,
+    WriteRow, impl_saver, record_keys, runs_of_rows,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -499,12 +499,7 @@ impl Backend for SqliteBackend {
                 Vec::new()
             };
             let writes = read_writes(c, &thread, &ns, &[row.id])?;
-            let runs = referenced_runs(
-                blobs
-                    .iter()
-                    .map(|b| b.data.as_slice())
-                    .chain(writes.iter().map(|w| w.value.as_slice())),
-            );
+            let runs = runs_of_rows(&blobs, &writes);
             let bodies = read_bodies(c, &thread, &runs)?;
             Ok(Some((row, blobs, writes, bodies)))
         });

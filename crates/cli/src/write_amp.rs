@@ -371,6 +371,24 @@ fn rss_kib(field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The peak resident set of one call: `start` resets the kernel's high-water mark and notes
+/// the resident set; `bytes` is how far the mark rose above it (0 where `/proc` has no such files).
+struct PeakRss(Option<u64>);
+
+impl PeakRss {
+    fn start() -> Self {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        Self(rss_kib("VmRSS:"))
+    }
+
+    fn bytes(&self) -> u64 {
+        match (self.0, rss_kib("VmHWM:")) {
+            (Some(before), Some(peak)) => peak.saturating_sub(before) * 1024,
+            _ => 0,
+        }
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -599,16 +617,10 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     let mut peak_bytes = 0u64;
     for i in 0..20 {
         let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
-        if i == 0 {
-            // Reset the resident-set high-water mark, so the peak below is this call's.
-            let _ = std::fs::write("/proc/self/clear_refs", "5");
-        }
-        let before = rss_kib("VmRSS:");
+        let peak = (i == 0).then(PeakRss::start);
         cold.push(graph_state(&fresh, &cfg, &expected, "cold").await?);
-        if i == 0
-            && let (Some(b), Some(p)) = (before, rss_kib("VmHWM:"))
-        {
-            peak_bytes = p.saturating_sub(b) * 1024;
+        if let Some(p) = peak {
+            peak_bytes = p.bytes();
         }
     }
     // Replay depth of the newest checkpoints, from the saver's history walk (the one the
@@ -818,19 +830,13 @@ async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     for i in 0..20 {
         let fresh = store.reopen(o.store_config()).await?;
         let s: &dyn Saver = fresh.as_ref();
-        if i == 0 {
-            // Reset the resident-set high-water mark, so the peak below is this call's.
-            let _ = std::fs::write("/proc/self/clear_refs", "5");
-        }
-        let before = rss_kib("VmRSS:");
+        let peak = (i == 0).then(PeakRss::start);
         let began = Instant::now();
         let read = get_state(s, &thread, o).await?;
         cold.push(began.elapsed().as_secs_f64() * 1e3);
         cold_storage.push(read.storage_ms);
-        if i == 0
-            && let (Some(b), Some(p)) = (before, rss_kib("VmHWM:"))
-        {
-            peak_bytes = p.saturating_sub(b) * 1024;
+        if let Some(p) = peak {
+            peak_bytes = p.bytes();
         }
         head_replayed = read.replayed;
         if read.value.as_slice() != live.value() {
