@@ -431,6 +431,11 @@ type IndexSlot = Arc<tokio::sync::Mutex<Option<MsgIndex>>>;
 /// (each costs about 24 bytes per stored message; a dropped index reloads on the next write).
 const MAX_CACHED_INDEXES: usize = 256;
 
+/// The most rows one `ancestors` call of [`Engine::get_ancestors_without_values`] asks for:
+/// a parent cycle (which the backends follow until their row limit) costs at most this many
+/// rows before the engine sees the repeat and fails.
+const ANCESTOR_PAGE: usize = 512;
+
 /// The shared saver logic over a backend.
 pub(crate) struct Engine<B> {
     pub(crate) backend: B,
@@ -886,6 +891,94 @@ impl<B: Backend> Engine<B> {
         config: &CheckpointConfig,
     ) -> Result<Option<CheckpointTuple>> {
         self.read_tuple(config, false).await
+    }
+
+    /// The addressed (or latest) checkpoint and its ancestors, nearest first, at most `limit`,
+    /// without values or writes (see [`Saver::get_ancestors_without_values`](crate::Saver)).
+    ///
+    /// The chain comes from the backend's `ancestors` walk (one recursive query on SQLite and
+    /// PostgreSQL) in pages of at most [`ANCESTOR_PAGE`] rows, so a cycle of parent pointers
+    /// costs a bounded read before it is reported. Every row is decoded (checksums included)
+    /// and mode-gated as `read_tuple` does; a row seen twice is a cycle.
+    pub(crate) async fn get_ancestors_without_values(
+        &self,
+        config: &CheckpointConfig,
+        limit: usize,
+    ) -> Result<Vec<CheckpointTuple>> {
+        let thread = &config.thread_id;
+        let ns = &config.checkpoint_ns;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut chain: Vec<Decoded> = Vec::new();
+        let mut seen: HashSet<CheckpointId> = HashSet::new();
+        let mut next = config.checkpoint_id;
+        if next.is_none() {
+            // The latest has to be found first; the walk then starts at its parent.
+            let Some(head) = self.backend.checkpoint(thread, ns, None).await? else {
+                return Ok(Vec::new());
+            };
+            next = head.parent;
+            self.chain_link(thread, head, &mut seen, &mut chain)?;
+        }
+        while let Some(start) = next
+            && chain.len() < limit
+        {
+            let want = (limit - chain.len()).min(ANCESTOR_PAGE);
+            let rows = self.backend.ancestors(thread, ns, start, want).await?;
+            let fetched = rows.len();
+            let mut expected = Some(start);
+            for row in rows.into_iter().take(want) {
+                if expected != Some(row.id) {
+                    // Backends follow the parent pointers themselves, so this is a backend
+                    // fault; reporting it beats returning a chain that is not one.
+                    return Err(Error::Corrupt {
+                        thread_id: thread.clone(),
+                        checkpoint_id: row.id,
+                        what: "parent chain".into(),
+                        detail: format!(
+                            "the store returned checkpoint {} where {} was expected",
+                            row.id,
+                            expected.map_or_else(|| "the end".to_owned(), |e| e.to_string())
+                        ),
+                    });
+                }
+                expected = row.parent;
+                self.chain_link(thread, row, &mut seen, &mut chain)?;
+            }
+            if fetched < want {
+                // The backend stopped at a root or before a missing parent.
+                break;
+            }
+            next = expected;
+        }
+        let n = chain.len();
+        Ok(into_tuples(
+            chain,
+            vec![BTreeMap::new(); n],
+            vec![Vec::new(); n],
+        ))
+    }
+
+    /// Decodes and gates one row of an ancestor chain and appends it; a row already in the
+    /// chain is a parent cycle.
+    fn chain_link(
+        &self,
+        thread: &ThreadId,
+        row: CheckpointRow,
+        seen: &mut HashSet<CheckpointId>,
+        chain: &mut Vec<Decoded>,
+    ) -> Result<()> {
+        if !seen.insert(row.id) {
+            return Err(Error::ParentCycle {
+                thread_id: thread.clone(),
+                checkpoint_id: row.id,
+            });
+        }
+        let decoded = self.decode_row(row)?;
+        self.gate(thread, decoded.row.id, &decoded.metadata)?;
+        chain.push(decoded);
+        Ok(())
     }
 
     async fn read_tuple(
@@ -1497,6 +1590,7 @@ impl<B: Backend> Engine<B> {
             Tamper::Writes(b) => (Column::WriteValue, b),
             Tamper::Messages(b) => (Column::MessageBody, b),
             Tamper::Metadata(m) => (Column::Metadata, codec::encode_metadata(&m)),
+            Tamper::MetadataBytes(b) => (Column::Metadata, b),
         };
         // Damaged bodies must not survive in this process's message index.
         let slot = self.slot(thread);
@@ -1788,6 +1882,15 @@ macro_rules! impl_saver {
                 config: &$crate::model::CheckpointConfig,
             ) -> $crate::Result<Option<$crate::model::CheckpointTuple>> {
                 self.engine.get_tuple_without_values(config).await
+            }
+            async fn get_ancestors_without_values(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+                limit: usize,
+            ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
+                self.engine
+                    .get_ancestors_without_values(config, limit)
+                    .await
             }
             async fn list(
                 &self,
@@ -2213,6 +2316,62 @@ mod tests {
         let err = Bodies::from_rows(&t, cp, rows).err().unwrap();
         assert_eq!(err.kind(), crate::error::ErrorKind::Corrupt);
         assert!(err.to_string().contains("message body 3"), "{err}");
+    }
+
+    /// A chain longer than one `ancestors` page is read page by page without a gap or a
+    /// repeat, and a cycle is reported even with an unbounded limit.
+    #[tokio::test]
+    async fn ancestor_chains_cross_pages_and_cycles_end_them() {
+        let e = engine();
+        let mut at = CheckpointConfig::latest("t");
+        let mut ids = Vec::new();
+        for _ in 0..ANCESTOR_PAGE + 40 {
+            at = e
+                .put(
+                    &at,
+                    Checkpoint::empty(),
+                    CheckpointMetadata::default(),
+                    &ChannelVersions::new(),
+                )
+                .await
+                .unwrap();
+            ids.extend(at.checkpoint_id);
+        }
+        ids.reverse();
+        for limit in [
+            ANCESTOR_PAGE,
+            ANCESTOR_PAGE + 1,
+            ANCESTOR_PAGE + 40,
+            usize::MAX,
+        ] {
+            let got = e.get_ancestors_without_values(&at, limit).await.unwrap();
+            let got: Vec<CheckpointId> = got.iter().map(|t| t.checkpoint.id).collect();
+            assert_eq!(got, ids[..limit.min(ids.len())], "{limit}");
+        }
+
+        let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
+        for (id, parent) in [(a, b), (b, a)] {
+            let mut cp = Checkpoint::empty();
+            cp.id = id;
+            let parent = CheckpointConfig::latest("cycle").with_checkpoint_id(parent);
+            e.put(
+                &parent,
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        }
+        let from_a = CheckpointConfig::latest("cycle").with_checkpoint_id(a);
+        let err = e
+            .get_ancestors_without_values(&from_a, usize::MAX)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::ParentCycle { checkpoint_id, .. } if checkpoint_id == a),
+            "{err}"
+        );
     }
 
     #[tokio::test]

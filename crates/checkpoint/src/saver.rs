@@ -1,11 +1,11 @@
 //! The [`Saver`] trait: the storage contract the runtime relies on (runtime-spec §4.2, §5.5, §5.8).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 
 use crate::blob::Blob;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::{ChannelName, RunId, TaskId, TaskPath, ThreadId};
 use crate::mode::StoreConfig;
 use crate::model::{
@@ -41,6 +41,9 @@ use crate::model::{
 ///   and typed errors, but no value blob and no message body of the checkpoint's
 ///   channels is read, so a damaged value does not fail it (a damaged record,
 ///   metadata or write still does).
+/// - **get_ancestors_without_values** is a chain of `get_tuple_without_values`
+///   reads along parent pointers (the addressed checkpoint first), without
+///   pending writes, in as few backend round trips as the saver can manage.
 /// - **list** returns newest first (by checkpoint id), filtered, then limited.
 /// - **delete_for_runs**, **copy_thread** and **prune** keep every remaining
 ///   delta checkpoint readable (runtime-spec §5.8) or fail; they never
@@ -68,6 +71,70 @@ pub trait Saver: Send + Sync {
         &self,
         config: &CheckpointConfig,
     ) -> Result<Option<CheckpointTuple>>;
+
+    /// The addressed checkpoint followed by its ancestors along parent pointers, nearest
+    /// first, at most `limit` tuples, each without channel values and without pending writes.
+    ///
+    /// For a caller that needs the records of a checkpoint's ancestry (versions, versions
+    /// seen, metadata, parent) but neither values nor writes, such as the graph runtime
+    /// completing a record stored relative to its parent: one call instead of one
+    /// [`get_tuple_without_values`](Saver::get_tuple_without_values) per ancestor.
+    ///
+    /// - Addressing is that of [`get_tuple`](Saver::get_tuple): `config.checkpoint_id`, or the
+    ///   latest checkpoint of the namespace when it is `None`. The ancestors are those of the
+    ///   same thread and namespace.
+    /// - Each tuple is what `get_tuple_without_values` returns for that checkpoint with
+    ///   `pending_writes` emptied: `checkpoint` (record, `channel_values` empty), `metadata`,
+    ///   `config` and `parent_config`.
+    /// - An unknown thread, namespace or checkpoint, and `limit == 0`, give an empty list.
+    /// - The chain ends at a root (no parent), after `limit` tuples, or before a parent that
+    ///   does not exist. So a list shorter than `limit` whose last tuple names a parent means
+    ///   that parent is missing; the caller decides whether that is an error.
+    ///
+    /// Whether pending writes are read at all is up to the implementation: the default
+    /// implementation reads each tuple with `get_tuple_without_values` (so a damaged write
+    /// fails it), while the savers of this crate read neither writes nor values (one
+    /// recursive query for the chain on SQLite and PostgreSQL).
+    ///
+    /// # Errors
+    /// As `get_tuple_without_values` for every checkpoint of the chain, never a shorter list:
+    /// a damaged record or metadata is [`Error::Corrupt`](crate::Error::Corrupt) naming the
+    /// thread and that checkpoint, a delta checkpoint in a full-mode store is
+    /// [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch), and a parent
+    /// pointer leading back to a checkpoint already in the chain is
+    /// [`Error::ParentCycle`](crate::Error::ParentCycle).
+    async fn get_ancestors_without_values(
+        &self,
+        config: &CheckpointConfig,
+        limit: usize,
+    ) -> Result<Vec<CheckpointTuple>> {
+        // One read per checkpoint: correct for any implementation, and what the savers of
+        // this crate replace with a single chain query.
+        let mut out: Vec<CheckpointTuple> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut next = config.clone();
+        while out.len() < limit {
+            let Some(mut tuple) = self.get_tuple_without_values(&next).await? else {
+                break;
+            };
+            tuple.pending_writes.clear();
+            seen.insert(tuple.checkpoint.id);
+            let parent = tuple.parent_config.clone();
+            out.push(tuple);
+            let Some(parent) = parent else { break };
+            let Some(parent_id) = parent.checkpoint_id else {
+                break;
+            };
+            if out.len() < limit && seen.contains(&parent_id) {
+                return Err(Error::ParentCycle {
+                    thread_id: config.thread_id.clone(),
+                    checkpoint_id: parent_id,
+                });
+            }
+            next = parent;
+        }
+        Ok(out)
+    }
 
     /// Checkpoints matching `query`, newest first.
     async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>>;

@@ -97,7 +97,15 @@ macro_rules! conformance_suite {
             antler_get_tuple_without_values_absent_is_none,
             antler_get_tuple_without_values_is_mode_gated,
             antler_get_tuple_without_values_reads_no_value,
-            antler_get_tuple_without_values_reads_every_write
+            antler_get_tuple_without_values_reads_every_write,
+            antler_ancestors_nearest_first_without_values_or_writes,
+            antler_ancestors_respect_the_limit_and_stop_at_the_root,
+            antler_ancestors_stop_before_a_missing_parent,
+            antler_ancestors_of_an_unknown_checkpoint_are_empty,
+            antler_ancestors_parent_cycle_is_error,
+            antler_ancestors_damaged_metadata_is_error,
+            antler_ancestors_are_mode_gated,
+            antler_ancestors_default_implementation_agrees
         );
     };
 }
@@ -121,7 +129,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 107;
+pub const CASE_COUNT: usize = 115;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -136,6 +144,8 @@ pub enum Tamper {
     Messages(Vec<u8>),
     /// Every checkpoint of the thread gets this metadata.
     Metadata(CheckpointMetadata),
+    /// Every checkpoint of the thread gets these metadata bytes (which need not decode).
+    MetadataBytes(Vec<u8>),
 }
 
 // ---- fixtures -------------------------------------------------------------------------------
@@ -2157,4 +2167,362 @@ pub async fn antler_get_tuple_without_values_reads_every_write(saver: &dyn Saver
         assert_eq!(full.kind(), ErrorKind::Corrupt, "{full}");
         assert!(bare.to_string().contains("t-writes"), "{bare}");
     }
+}
+
+// ---- get_ancestors_without_values ----------------------------------------------------------
+
+/// A saver that forwards every required method to the wrapped one and keeps the trait's
+/// default `get_ancestors_without_values`, so that every case below holds the default
+/// implementation to the same expectations as the saver's own.
+struct DefaultAncestors<'a>(&'a dyn Saver);
+
+#[async_trait::async_trait]
+impl Saver for DefaultAncestors<'_> {
+    async fn get_tuple(
+        &self,
+        config: &CheckpointConfig,
+    ) -> crate::Result<Option<crate::model::CheckpointTuple>> {
+        self.0.get_tuple(config).await
+    }
+    async fn get_tuple_without_values(
+        &self,
+        config: &CheckpointConfig,
+    ) -> crate::Result<Option<crate::model::CheckpointTuple>> {
+        self.0.get_tuple_without_values(config).await
+    }
+    async fn list(&self, query: &ListQuery) -> crate::Result<Vec<crate::model::CheckpointTuple>> {
+        self.0.list(query).await
+    }
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: &ChannelVersions,
+    ) -> crate::Result<CheckpointConfig> {
+        self.0.put(config, checkpoint, metadata, new_versions).await
+    }
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(ChannelName, Blob)>,
+        task_id: &TaskId,
+        task_path: &TaskPath,
+    ) -> crate::Result<()> {
+        self.0.put_writes(config, writes, task_id, task_path).await
+    }
+    async fn delete_thread(&self, thread_id: &ThreadId) -> crate::Result<()> {
+        self.0.delete_thread(thread_id).await
+    }
+    async fn delete_for_runs(&self, run_ids: &[RunId]) -> crate::Result<()> {
+        self.0.delete_for_runs(run_ids).await
+    }
+    async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> crate::Result<()> {
+        self.0.copy_thread(source, target).await
+    }
+    async fn prune(&self, thread_ids: &[ThreadId], strategy: PruneStrategy) -> crate::Result<()> {
+        self.0.prune(thread_ids, strategy).await
+    }
+    async fn delta_channel_history(
+        &self,
+        config: &CheckpointConfig,
+        channels: &[ChannelName],
+    ) -> crate::Result<BTreeMap<ChannelName, crate::model::DeltaChannelHistory>> {
+        self.0.delta_channel_history(config, channels).await
+    }
+    fn store_config(&self) -> crate::mode::StoreConfig {
+        self.0.store_config()
+    }
+    async fn tamper_for_conformance(
+        &self,
+        thread_id: &ThreadId,
+        tamper: Tamper,
+    ) -> crate::Result<bool> {
+        self.0.tamper_for_conformance(thread_id, tamper).await
+    }
+}
+
+/// The ids of the chain from `at`, through `saver`'s own implementation and through the
+/// default one; both must succeed and agree.
+async fn chain_ids(saver: &dyn Saver, at: &CheckpointConfig, limit: usize) -> Vec<CheckpointId> {
+    let own = saver.get_ancestors_without_values(at, limit).await.unwrap();
+    let default = DefaultAncestors(saver)
+        .get_ancestors_without_values(at, limit)
+        .await
+        .unwrap();
+    assert_eq!(own, default, "the default implementation agrees");
+    ids(&own)
+}
+
+/// What each tuple of a chain must be: the value-less read of its checkpoint, without writes.
+async fn bare_tuple(saver: &dyn Saver, at: &CheckpointConfig) -> crate::model::CheckpointTuple {
+    let mut t = saver
+        .get_tuple_without_values(at)
+        .await
+        .unwrap()
+        .expect("checkpoint exists");
+    t.pending_writes.clear();
+    t
+}
+
+/// The checkpoint first, then its parent, and so on to the root; each tuple is the
+/// checkpoint's value-less read without its pending writes (record, metadata, config and
+/// parent intact), by id, latest, and in a child namespace.
+pub async fn antler_ancestors_nearest_first_without_values_or_writes(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t").await;
+    let expected = vec![
+        bare_tuple(saver, &cs[1]).await,
+        bare_tuple(saver, &cs[0]).await,
+    ];
+    assert!(
+        expected
+            .iter()
+            .all(|t| t.checkpoint.channel_values.is_empty())
+    );
+    assert!(!get(saver, &cs[1]).await.pending_writes.is_empty());
+    for s in [saver, &DefaultAncestors(saver)] {
+        for at in [&cs[1], &cfg("t", "", None)] {
+            let got = s.get_ancestors_without_values(at, 10).await.unwrap();
+            assert_eq!(got, expected);
+            assert!(got.iter().all(|t| t.pending_writes.is_empty()));
+        }
+        assert_eq!(
+            s.get_ancestors_without_values(&cs[0], 10).await.unwrap(),
+            expected[1..]
+        );
+    }
+    let sub = chain(saver, "t", "sub:x", 4, None).await;
+    let mut want: Vec<CheckpointId> = sub.iter().filter_map(|c| c.checkpoint_id).collect();
+    want.reverse();
+    assert_eq!(chain_ids(saver, &sub[3], 10).await, want);
+    assert_eq!(chain_ids(saver, &cfg("t", "sub:x", None), 10).await, want);
+    let got = saver
+        .get_ancestors_without_values(&sub[3], 10)
+        .await
+        .unwrap();
+    assert!(
+        got.iter()
+            .all(|t| t.config.checkpoint_ns.as_str() == "sub:x")
+    );
+    assert_eq!(got[0].parent_config, Some(sub[2].clone()));
+    assert_eq!(got[3].parent_config, None);
+}
+
+/// At most `limit` tuples (none for 0); a chain shorter than the limit ends at the root.
+pub async fn antler_ancestors_respect_the_limit_and_stop_at_the_root(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 5, None).await;
+    let mut all: Vec<CheckpointId> = cs.iter().filter_map(|c| c.checkpoint_id).collect();
+    all.reverse();
+    for limit in 0..=7 {
+        let n = limit.min(all.len());
+        assert_eq!(chain_ids(saver, &cs[4], limit).await, all[..n], "{limit}");
+        assert_eq!(
+            chain_ids(saver, &cfg("t", "", None), limit).await,
+            all[..n],
+            "latest, {limit}"
+        );
+    }
+    assert_eq!(chain_ids(saver, &cs[2], 100).await, all[2..]);
+    assert_eq!(chain_ids(saver, &cs[2], usize::MAX).await, all[2..]);
+    assert_eq!(chain_ids(saver, &cs[0], 100).await, all[4..]);
+}
+
+/// A parent that does not exist ends the chain before it, without an error: the caller sees
+/// the last tuple naming a parent that is not in the list.
+pub async fn antler_ancestors_stop_before_a_missing_parent(saver: &dyn Saver) {
+    // A root whose parent was never stored.
+    let ghost = CheckpointId::generate();
+    let mut parent = cfg("t", "", Some(ghost));
+    let mut stored = Vec::new();
+    for i in 0..3u64 {
+        parent = put_all(
+            saver,
+            parent,
+            checkpoint(&[("a", i + 1, json!(i))]),
+            CheckpointMetadata::default(),
+        )
+        .await;
+        stored.push(parent.checkpoint_id.unwrap());
+    }
+    stored.reverse();
+    assert_eq!(chain_ids(saver, &parent, 10).await, stored);
+    let got = saver
+        .get_ancestors_without_values(&parent, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        got[2].parent_config.as_ref().and_then(|p| p.checkpoint_id),
+        Some(ghost)
+    );
+    // A checkpoint deleted in the middle of a chain.
+    let mut at = cfg("u", "", None);
+    let mut ids_u = Vec::new();
+    for (i, run) in ["keep", "gone", "keep"].into_iter().enumerate() {
+        at = put_all(
+            saver,
+            at,
+            checkpoint(&[("a", i as u64 + 1, json!(i))]),
+            metadata(CheckpointSource::Loop, i as i64, Some(run)),
+        )
+        .await;
+        ids_u.push(at.checkpoint_id.unwrap());
+    }
+    saver.delete_for_runs(&[RunId::new("gone")]).await.unwrap();
+    assert_eq!(chain_ids(saver, &at, 10).await, [ids_u[2]]);
+    assert_eq!(
+        chain_ids(saver, &cfg("u", "", Some(ids_u[0])), 10).await,
+        [ids_u[0]]
+    );
+}
+
+/// An unknown checkpoint, thread or namespace gives an empty chain, as `get_tuple` gives `None`.
+pub async fn antler_ancestors_of_an_unknown_checkpoint_are_empty(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 2, None).await;
+    for at in [
+        cfg("t", "", Some(CheckpointId::generate())),
+        cfg("nope", "", None),
+        cfg("nope", "", cs[1].checkpoint_id),
+        cfg("t", "sub:x", None),
+        cfg("t", "sub:x", cs[1].checkpoint_id),
+    ] {
+        assert!(saver.get_tuple(&at).await.unwrap().is_none());
+        assert!(chain_ids(saver, &at, 10).await.is_empty(), "{at:?}");
+    }
+}
+
+/// Parent pointers that cycle are an error naming thread and checkpoint once the chain
+/// would repeat a checkpoint; a limit that stops before the repeat returns the chain.
+pub async fn antler_ancestors_parent_cycle_is_error(saver: &dyn Saver) {
+    let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
+    for (id, parent) in [(a, b), (b, a)] {
+        let mut cp = Checkpoint::empty();
+        cp.id = id;
+        saver
+            .put(
+                &cfg("t", "", Some(parent)),
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(chain_ids(saver, &cfg("t", "", Some(a)), 2).await, [a, b]);
+    for s in [saver, &DefaultAncestors(saver)] {
+        for limit in [3, 10, usize::MAX] {
+            let err = s
+                .get_ancestors_without_values(&cfg("t", "", Some(a)), limit)
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("thread t") && text.contains(&a.to_string()),
+                "{text}"
+            );
+        }
+    }
+}
+
+/// Every record and metadata of the chain is decoded and checked: damaged metadata is a
+/// typed error naming thread and checkpoint, as with `get_tuple_without_values`, never a
+/// shorter chain.
+pub async fn antler_ancestors_damaged_metadata_is_error(saver: &dyn Saver) {
+    let cs = chain(saver, "t-meta", "", 3, None).await;
+    // The metadata tag with a wrong checksum.
+    tamper(
+        saver,
+        "t-meta",
+        Tamper::MetadataBytes(vec![0x21, 0, 0, 0, 0, b'x']),
+    )
+    .await;
+    let single = saver.get_tuple_without_values(&cs[2]).await.unwrap_err();
+    for s in [saver, &DefaultAncestors(saver)] {
+        for at in [&cs[2], &cs[0], &cfg("t-meta", "", None)] {
+            let err = s.get_ancestors_without_values(at, 10).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("t-meta") && text.contains("metadata"),
+                "{text}"
+            );
+        }
+        let err = s.get_ancestors_without_values(&cs[2], 3).await.unwrap_err();
+        assert_eq!(err.to_string(), single.to_string());
+    }
+}
+
+/// The mode gate applies to every checkpoint of the chain: a full-mode store refuses delta
+/// checkpoints with the error `get_tuple_without_values` gives; a delta-mode store reads them.
+pub async fn antler_ancestors_are_mode_gated(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t").await;
+    let delta = CheckpointMetadata {
+        channel_mode: Some(crate::mode::ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    };
+    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    for s in [saver, &DefaultAncestors(saver)] {
+        for at in [&cs[1], &cfg("t", "", None)] {
+            if saver.store_config().mode == crate::mode::ChannelMode::Full {
+                let single = saver.get_tuple_without_values(at).await.unwrap_err();
+                let err = s.get_ancestors_without_values(at, 10).await.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+                assert_eq!(err.to_string(), single.to_string());
+            } else {
+                let got = s.get_ancestors_without_values(at, 10).await.unwrap();
+                assert_eq!(
+                    got,
+                    vec![
+                        bare_tuple(saver, &cs[1]).await,
+                        bare_tuple(saver, &cs[0]).await
+                    ]
+                );
+            }
+        }
+    }
+}
+
+/// The trait's default implementation (one `get_tuple_without_values` per checkpoint) and
+/// the saver's own return the same chains from every checkpoint of a forked thread, with
+/// every limit.
+pub async fn antler_ancestors_default_implementation_agrees(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 4, None).await;
+    // A fork from the second checkpoint, with writes that the chain must not carry.
+    let mut at = cs[1].clone();
+    for i in 0..3u64 {
+        at = put_all(
+            saver,
+            at,
+            checkpoint(&[("a", 10 + i, json!(format!("fork {i}")))]),
+            metadata(CheckpointSource::Fork, i as i64, Some("fork")),
+        )
+        .await;
+        write(saver, &at, "task", "~0", &[("a", json!(i))]).await;
+    }
+    let all = saver
+        .list(&ListQuery {
+            thread_id: Some(thread("t")),
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 7);
+    let mut configs: Vec<CheckpointConfig> = all.into_iter().map(|t| t.config).collect();
+    configs.push(cfg("t", "", None));
+    for c in &configs {
+        for limit in [0, 1, 2, 3, 4, 8] {
+            let ids = chain_ids(saver, c, limit).await;
+            assert!(ids.len() <= limit);
+            // Without an id the chain starts at the latest checkpoint: the fork's head.
+            let first = c.checkpoint_id.or(at.checkpoint_id);
+            assert_eq!(ids.first().copied(), first.filter(|_| limit > 0));
+        }
+    }
+    // The fork's head walks through the fork into the main line.
+    let fork: Vec<CheckpointId> = chain_ids(saver, &at, 10).await;
+    assert_eq!(fork.len(), 5);
+    assert_eq!(
+        fork[3..],
+        [cs[1].checkpoint_id.unwrap(), cs[0].checkpoint_id.unwrap()]
+    );
 }

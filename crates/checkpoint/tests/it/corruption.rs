@@ -292,6 +292,55 @@ fn a_deleted_parent_is_a_missing_parent_error() {
     });
 }
 
+/// The ancestor chain decodes every record it returns: one damaged ancestor fails the call
+/// with an error naming it, instead of a chain cut short before it.
+#[test]
+fn a_damaged_ancestor_fails_the_chain_naming_it() {
+    antler_checkpoint::testing::block_on(async {
+        let (saver, fx) = fixture().await;
+        drop(saver);
+        let head = fx.configs.last().unwrap();
+        let damaged = fx.configs[fx.configs.len() - 3].checkpoint_id.unwrap();
+        let conn = rusqlite::Connection::open(&fx.path).unwrap();
+        let record: Vec<u8> = conn
+            .query_row(
+                "SELECT record FROM checkpoints WHERE checkpoint_id = ?1",
+                params![damaged.to_bytes()],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let mut flipped = record.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x20;
+        conn.execute(
+            "UPDATE checkpoints SET record = ?1 WHERE checkpoint_id = ?2",
+            params![flipped, damaged.to_bytes()],
+        )
+        .unwrap();
+        let saver = SqliteSaver::open(
+            &fx.path,
+            StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+        )
+        .await
+        .unwrap();
+        // The two nearer checkpoints read fine; the chain through the damaged one does not.
+        let near = saver.get_ancestors_without_values(head, 2).await.unwrap();
+        assert_eq!(near.len(), 2);
+        let err = saver
+            .get_ancestors_without_values(head, 10)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("t-corrupt")
+                && text.contains(&damaged.to_string())
+                && text.contains("checkpoint record"),
+            "{text}"
+        );
+    });
+}
+
 #[test]
 fn a_deleted_message_body_is_an_error_not_a_shorter_list() {
     antler_checkpoint::testing::block_on(async {
@@ -320,6 +369,13 @@ fn corruption_on_postgres_is_typed_too() {
         let err = read(&saver, configs.last().unwrap()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
         assert!(err.to_string().contains("t-corrupt"));
+        // The one-query ancestor chain checks every record too.
+        let err = saver
+            .get_ancestors_without_values(configs.last().unwrap(), 10)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("t-corrupt"), "{err}");
         client.execute(&format!("UPDATE {s}.checkpoints SET record = set_byte(record, 6, get_byte(record, 6) # 1)"), &[]).await.unwrap();
         client
             .execute(
