@@ -280,6 +280,14 @@ fn relative_to(
     Some((versions, seen))
 }
 
+/// Ancestors fetched ahead of a walk in `SaverCheckpointer::load`, nearest first.
+#[derive(Default)]
+struct Ahead {
+    chain: std::collections::VecDeque<cp::CheckpointTuple>,
+    /// The last fetched chain came back shorter than asked: nothing lies beyond `chain`.
+    ended: bool,
+}
+
 fn parent_of(t: &cp::CheckpointTuple) -> Option<cp::CheckpointId> {
     t.parent_config.as_ref().and_then(|p| p.checkpoint_id)
 }
@@ -401,10 +409,55 @@ impl SaverCheckpointer {
         parent_of(t).ok_or_else(|| Self::broken(scope, t, "relative record without a parent"))
     }
 
+    /// The parent of the relative record `last`, the next record of `ahead`: taken from the
+    /// chain fetched earlier, or, once that is used up, the first of a new chain of up to
+    /// [`FULL_RECORD_EVERY`] records fetched in one saver call (no values, no writes).
+    ///
+    /// One such chain reaches the full record of any relative record this adapter writes (at
+    /// most `FULL_RECORD_EVERY - 1` records below one); a store written with a wider spacing
+    /// costs one more call per `FULL_RECORD_EVERY` records, up to the caller's bound.
+    async fn parent_record(
+        &self,
+        scope: &Scope,
+        last: &cp::CheckpointTuple,
+        ahead: &mut Ahead,
+    ) -> Result<cp::CheckpointTuple> {
+        let pid = Self::parent_id(scope, last)?;
+        if ahead.chain.is_empty() && !ahead.ended {
+            let config = cp::CheckpointConfig::latest(scope.thread.as_str())
+                .with_ns(scope.ns.as_str())
+                .with_checkpoint_id(pid);
+            let limit = FULL_RECORD_EVERY as usize;
+            let chain = self
+                .saver
+                .get_ancestors_without_values(&config, limit)
+                .await
+                .map_err(storage)?;
+            // A shorter chain ends at a root or before a missing parent: asking again for the
+            // parent of its last record would only confirm that it is missing.
+            ahead.ended = chain.len() < limit;
+            ahead.chain.extend(chain);
+        }
+        match ahead.chain.pop_front() {
+            Some(p) if p.checkpoint.id == pid => Ok(p),
+            Some(_) => Err(Self::broken(
+                scope,
+                last,
+                "the saver returned another record as the parent",
+            )),
+            None => Err(Self::broken(
+                scope,
+                last,
+                "the parent of a relative record is missing",
+            )),
+        }
+    }
+
     /// Full maps of `t` and, with `with_values`, its channel values: each channel's value is
     /// the stored value of the nearest record on the parent path that lists the channel.
-    /// Fetches parents only when their maps are not cached or a value is still unresolved;
-    /// at most [`FULL_RECORD_EVERY`] records separate a relative record from a full one.
+    /// Fetches parents only when their maps are not cached or a value is still unresolved,
+    /// as one chain per saver call (see [`Self::parent_record`]); at most
+    /// [`FULL_RECORD_EVERY`] records separate a relative record from a full one.
     async fn load(
         &self,
         scope: &Scope,
@@ -416,6 +469,8 @@ impl SaverCheckpointer {
         // with its values (ancestors are read without, and again only when a value is needed).
         let mut path = vec![t];
         let mut valued = vec![with_values];
+        // Ancestors fetched beyond `path`, shared by the map walk and the value walk below.
+        let mut ahead = Ahead::default();
         let maps = match self.cached(scope, &path[0].checkpoint.id) {
             Some(m) => m,
             None => {
@@ -432,9 +487,7 @@ impl SaverCheckpointer {
                     if path.len() > guard {
                         return Err(Self::broken(scope, last, "no full record within the bound"));
                     }
-                    let p = self.raw(scope, Some(pid), false).await?.ok_or_else(|| {
-                        Self::broken(scope, last, "the parent of a relative record is missing")
-                    })?;
+                    let p = self.parent_record(scope, last, &mut ahead).await?;
                     path.push(p);
                     valued.push(false);
                 }
@@ -458,10 +511,7 @@ impl SaverCheckpointer {
                     if !is_relative(&last.checkpoint) || path.len() > guard {
                         break;
                     }
-                    let pid = Self::parent_id(scope, last)?;
-                    let p = self.raw(scope, Some(pid), false).await?.ok_or_else(|| {
-                        Self::broken(scope, last, "the parent of a relative record is missing")
-                    })?;
+                    let p = self.parent_record(scope, last, &mut ahead).await?;
                     path.push(p);
                     valued.push(false);
                 }

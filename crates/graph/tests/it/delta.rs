@@ -745,3 +745,350 @@ async fn prune_keep_latest_keeps_a_relative_head_readable() {
         graph.invoke(human(99), &cfg).await.unwrap();
     }
 }
+
+/// Forwards to a real saver, counts the record reads an adapter makes, and can hide
+/// checkpoints as if their rows were gone.
+struct Counting {
+    inner: Arc<dyn antler_checkpoint::Saver>,
+    /// `get_tuple` calls.
+    valued: std::sync::atomic::AtomicUsize,
+    /// `get_tuple_without_values` calls.
+    bare: std::sync::atomic::AtomicUsize,
+    /// `get_ancestors_without_values` calls.
+    chains: std::sync::atomic::AtomicUsize,
+    hidden: std::sync::Mutex<std::collections::HashSet<antler_checkpoint::CheckpointId>>,
+}
+
+impl Counting {
+    fn new(inner: Arc<dyn antler_checkpoint::Saver>) -> Self {
+        Self {
+            inner,
+            valued: Default::default(),
+            bare: Default::default(),
+            chains: Default::default(),
+            hidden: Default::default(),
+        }
+    }
+
+    /// `(get_tuple, get_tuple_without_values, get_ancestors_without_values)` calls since the
+    /// last call of this method.
+    fn take(&self) -> (usize, usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.valued.swap(0, Relaxed),
+            self.bare.swap(0, Relaxed),
+            self.chains.swap(0, Relaxed),
+        )
+    }
+
+    fn hide(&self, id: antler_checkpoint::CheckpointId) {
+        self.hidden
+            .lock()
+            .expect("no test panicked holding it")
+            .insert(id);
+    }
+
+    fn is_hidden(&self, config: &antler_checkpoint::CheckpointConfig) -> bool {
+        config.checkpoint_id.is_some_and(|id| {
+            self.hidden
+                .lock()
+                .expect("no test panicked holding it")
+                .contains(&id)
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl antler_checkpoint::Saver for Counting {
+    async fn get_tuple(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+    ) -> antler_checkpoint::Result<Option<antler_checkpoint::CheckpointTuple>> {
+        self.valued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.is_hidden(config) {
+            return Ok(None);
+        }
+        self.inner.get_tuple(config).await
+    }
+    async fn get_tuple_without_values(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+    ) -> antler_checkpoint::Result<Option<antler_checkpoint::CheckpointTuple>> {
+        self.bare.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.is_hidden(config) {
+            return Ok(None);
+        }
+        self.inner.get_tuple_without_values(config).await
+    }
+    async fn get_ancestors_without_values(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+        limit: usize,
+    ) -> antler_checkpoint::Result<Vec<antler_checkpoint::CheckpointTuple>> {
+        self.chains
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut chain = self
+            .inner
+            .get_ancestors_without_values(config, limit)
+            .await?;
+        // A hidden checkpoint ends the chain as a missing row does.
+        if let Some(cut) = chain.iter().position(|t| self.is_hidden(&t.config)) {
+            chain.truncate(cut);
+        }
+        Ok(chain)
+    }
+    async fn list(
+        &self,
+        query: &antler_checkpoint::ListQuery,
+    ) -> antler_checkpoint::Result<Vec<antler_checkpoint::CheckpointTuple>> {
+        self.inner.list(query).await
+    }
+    async fn put(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+        checkpoint: antler_checkpoint::Checkpoint,
+        metadata: antler_checkpoint::CheckpointMetadata,
+        new_versions: &antler_checkpoint::ChannelVersions,
+    ) -> antler_checkpoint::Result<antler_checkpoint::CheckpointConfig> {
+        self.inner
+            .put(config, checkpoint, metadata, new_versions)
+            .await
+    }
+    async fn put_writes(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+        writes: Vec<(antler_checkpoint::ChannelName, antler_checkpoint::Blob)>,
+        task_id: &antler_checkpoint::TaskId,
+        task_path: &antler_checkpoint::TaskPath,
+    ) -> antler_checkpoint::Result<()> {
+        self.inner
+            .put_writes(config, writes, task_id, task_path)
+            .await
+    }
+    async fn delete_thread(
+        &self,
+        thread_id: &antler_checkpoint::ThreadId,
+    ) -> antler_checkpoint::Result<()> {
+        self.inner.delete_thread(thread_id).await
+    }
+    async fn delete_for_runs(
+        &self,
+        run_ids: &[antler_checkpoint::RunId],
+    ) -> antler_checkpoint::Result<()> {
+        self.inner.delete_for_runs(run_ids).await
+    }
+    async fn copy_thread(
+        &self,
+        source: &antler_checkpoint::ThreadId,
+        target: &antler_checkpoint::ThreadId,
+    ) -> antler_checkpoint::Result<()> {
+        self.inner.copy_thread(source, target).await
+    }
+    async fn prune(
+        &self,
+        thread_ids: &[antler_checkpoint::ThreadId],
+        strategy: antler_checkpoint::PruneStrategy,
+    ) -> antler_checkpoint::Result<()> {
+        self.inner.prune(thread_ids, strategy).await
+    }
+    async fn delta_channel_history(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+        channels: &[antler_checkpoint::ChannelName],
+    ) -> antler_checkpoint::Result<
+        std::collections::BTreeMap<
+            antler_checkpoint::ChannelName,
+            antler_checkpoint::DeltaChannelHistory,
+        >,
+    > {
+        self.inner.delta_channel_history(config, channels).await
+    }
+    fn store_config(&self) -> antler_checkpoint::StoreConfig {
+        self.inner.store_config()
+    }
+}
+
+/// Every stored record of thread `t` with its number of relative records in a row on its
+/// parent path (0 for a full record), newest first.
+async fn relative_depths(
+    saver: &dyn antler_checkpoint::Saver,
+) -> Vec<(antler_checkpoint::CheckpointTuple, usize)> {
+    use antler_checkpoint as cp;
+    let raws = saver
+        .list(&cp::ListQuery {
+            thread_id: Some(cp::ThreadId::new("t")),
+            ..cp::ListQuery::default()
+        })
+        .await
+        .expect("the thread lists");
+    let by_id: std::collections::HashMap<_, _> =
+        raws.iter().map(|t| (t.checkpoint.id, t)).collect();
+    let mut out = Vec::new();
+    for t in &raws {
+        let mut cur = t;
+        let mut depth = 0;
+        while cur.checkpoint.v == cp::RELATIVE_RECORD_V {
+            depth += 1;
+            let parent = cur
+                .parent_config
+                .as_ref()
+                .and_then(|p| p.checkpoint_id)
+                .expect("a relative record has a parent");
+            cur = by_id[&parent];
+        }
+        out.push((t.clone(), depth));
+    }
+    out
+}
+
+/// A thread of 12 turns with a fork, written through a `SaverCheckpointer` over `saver`;
+/// returns the writing (warm) adapter.
+async fn relative_thread(
+    saver: Arc<dyn antler_checkpoint::Saver>,
+) -> Arc<antler_graph::SaverCheckpointer> {
+    let warm = Arc::new(antler_graph::SaverCheckpointer::new(saver));
+    let graph = chat(3, true)
+        .compile()
+        .expect("the chat graph compiles")
+        .with_checkpointer(warm.clone());
+    let cfg = RunConfig::new("t");
+    let mut heads = Vec::new();
+    for i in 0..12 {
+        heads.push(
+            graph
+                .invoke(human(i), &cfg)
+                .await
+                .expect("a turn runs")
+                .checkpoint_id
+                .expect("a turn checkpoints"),
+        );
+    }
+    graph
+        .invoke(human(50), &cfg.clone().with_checkpoint(heads[4].clone()))
+        .await
+        .expect("a fork runs");
+    warm
+}
+
+/// Request 7 of `NEEDS-FROM-CHECKPOINT.md`: a cold read of a relative record (an adapter with
+/// no cached maps) fetches the record's ancestors with one `get_ancestors_without_values`
+/// call, not one `get_tuple_without_values` per ancestor, and returns what the adapter that
+/// wrote the thread returns.
+#[tokio::test]
+async fn a_cold_read_of_a_relative_record_fetches_its_ancestors_in_one_call() {
+    use antler_checkpoint as cp;
+    use antler_graph::{CheckpointId, Checkpointer, SaverCheckpointer, Scope};
+
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    let counting = Arc::new(Counting::new(inner.clone()));
+    let warm = relative_thread(counting.clone()).await;
+    let scope = Scope::root("t");
+    let records = relative_depths(&*inner).await;
+    assert!(
+        records.iter().any(|(_, d)| *d >= 3),
+        "some record is three or more relative records below a full one"
+    );
+    for (raw, depth) in &records {
+        let id = CheckpointId::new(raw.checkpoint.id.to_string());
+        let want_head = warm.head(&scope, Some(&id)).await.unwrap();
+        let want = warm.get_tuple(&scope, Some(&id)).await.unwrap();
+        counting.take();
+
+        let cold = SaverCheckpointer::new(counting.clone());
+        assert_eq!(cold.head(&scope, Some(&id)).await.unwrap(), want_head);
+        let chains = usize::from(*depth > 0);
+        assert_eq!(
+            counting.take(),
+            (0, 1, chains),
+            "head of a record {depth} below a full one: one read of the record, one of its ancestors"
+        );
+
+        let cold = SaverCheckpointer::new(counting.clone());
+        assert_eq!(cold.get_tuple(&scope, Some(&id)).await.unwrap(), want);
+        let (valued, bare, got_chains) = counting.take();
+        assert!(valued >= 1, "the record is read with its values");
+        assert_eq!((bare, got_chains), (0, chains), "depth {depth}");
+    }
+    // A warm adapter has every record's maps: no ancestor is read for the head.
+    warm.head(&scope, None).await.unwrap();
+    assert_eq!(counting.take(), (0, 1, 0));
+}
+
+/// The chain coming back short still fails the read as a missing parent did before, whether
+/// the missing record is the parent or further up; and a chain of relative records that
+/// never reaches a full one still fails at the bound.
+#[tokio::test]
+async fn a_cold_read_with_a_missing_ancestor_or_no_full_record_fails() {
+    use antler_checkpoint as cp;
+    use antler_graph::{CheckpointId, Checkpointer, SaverCheckpointer, Scope};
+
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    let counting = Arc::new(Counting::new(inner.clone()));
+    relative_thread(counting.clone()).await;
+    let scope = Scope::root("t");
+    let records = relative_depths(&*inner).await;
+    let (deep, depth) = records
+        .iter()
+        .find(|(_, d)| *d >= 3)
+        .map(|(t, d)| (t.clone(), *d))
+        .unwrap();
+    let id = CheckpointId::new(deep.checkpoint.id.to_string());
+    // The ancestors of `deep` up to its full record, nearest first.
+    let chain = inner
+        .get_ancestors_without_values(&deep.config, depth + 1)
+        .await
+        .unwrap();
+    assert_eq!(chain.len(), depth + 1);
+    for gone in [1, depth] {
+        let hidden = Counting::new(inner.clone());
+        hidden.hide(chain[gone].checkpoint.id);
+        let hidden = Arc::new(hidden);
+        for with_values in [false, true] {
+            let cold = SaverCheckpointer::new(hidden.clone());
+            let err = if with_values {
+                cold.get_tuple(&scope, Some(&id)).await.unwrap_err()
+            } else {
+                cold.head(&scope, Some(&id)).await.unwrap_err()
+            };
+            assert!(
+                err.to_string()
+                    .contains("the parent of a relative record is missing"),
+                "{err}"
+            );
+            assert_eq!(
+                hidden.take().2,
+                1,
+                "one ancestor call, even when it comes back short"
+            );
+        }
+    }
+
+    // 40 relative records in a row: the adapter gives up at its bound.
+    let mut at = cp::CheckpointConfig::latest("endless");
+    for _ in 0..40 {
+        let mut c = cp::Checkpoint::empty();
+        c.v = cp::RELATIVE_RECORD_V;
+        at = inner
+            .put(
+                &at,
+                c,
+                cp::CheckpointMetadata::default(),
+                &cp::ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+    }
+    let err = SaverCheckpointer::new(inner.clone())
+        .head(&Scope::root("endless"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no full record within the bound"),
+        "{err}"
+    );
+}
