@@ -105,4 +105,4 @@ pub use model::{
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresSaver};
 pub use saver::Saver;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteSaver};
+pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteOptions, SqliteSaver};

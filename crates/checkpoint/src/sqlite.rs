@@ -831,14 +831,60 @@ pub struct SqliteSaver {
     engine: Engine<SqliteBackend>,
 }
 
+/// Connection options of a file-backed [`SqliteSaver`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// Bytes of the database file SQLite reads through a memory map (`PRAGMA mmap_size`);
+    /// 0 reads every page with a system call into SQLite's own page cache.
+    ///
+    /// Default: [`SqliteOptions::DEFAULT_MMAP_SIZE`]. A freshly opened connection has an empty
+    /// page cache, so a cold read of a long conversation otherwise copies every page it
+    /// touches into newly allocated cache memory; mapped pages are read in place from the
+    /// operating system's cache. Writes still go through SQLite's normal path (and the WAL).
+    pub mmap_size: u64,
+}
+
+impl SqliteOptions {
+    /// The default memory-map window: 256 MiB of address space, not memory.
+    pub const DEFAULT_MMAP_SIZE: u64 = 256 << 20;
+
+    /// The options with a memory-map window of `bytes` (0: no memory map).
+    #[must_use]
+    pub fn with_mmap_size(mut self, bytes: u64) -> Self {
+        self.mmap_size = bytes;
+        self
+    }
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            mmap_size: Self::DEFAULT_MMAP_SIZE,
+        }
+    }
+}
+
 impl SqliteSaver {
-    /// Opens (creating if needed) the database file at `path` in WAL mode, applies migrations,
-    /// and records or checks the store configuration.
+    /// Opens (creating if needed) the database file at `path` in WAL mode with the default
+    /// [`SqliteOptions`], applies migrations, and records or checks the store configuration.
     ///
     /// # Errors
     /// [`Error::StoreConfigMismatch`] when the store was created with another mode or
     /// frequency; [`Error::SchemaTooNew`]; [`Error::Backend`] for IO/SQL failures.
     pub async fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
+        Self::open_with(path, config, SqliteOptions::default()).await
+    }
+
+    /// [`Self::open`] with explicit connection options.
+    ///
+    /// # Errors
+    /// As [`Self::open`].
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        config: StoreConfig,
+        options: SqliteOptions,
+    ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let p = path.clone();
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
@@ -847,6 +893,10 @@ impl SqliteSaver {
             conn.pragma_update(None, "journal_mode", "WAL")
                 .map_err(sql_err(ctx.clone()))?;
             conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(sql_err(ctx.clone()))?;
+            // SQLite clamps the request to its compile-time maximum; 0 turns mapping off.
+            let mmap = i64::try_from(options.mmap_size).unwrap_or(i64::MAX);
+            conn.pragma_update(None, "mmap_size", mmap)
                 .map_err(sql_err(ctx.clone()))?;
             conn.busy_timeout(std::time::Duration::from_secs(5))
                 .map_err(sql_err(ctx))?;
@@ -925,3 +975,41 @@ impl std::fmt::Debug for SqliteSaver {
 }
 
 impl_saver!(SqliteSaver);
+
+#[cfg(test)]
+mod tests {
+    use super::{SqliteOptions, SqliteSaver};
+    use crate::mode::StoreConfig;
+
+    async fn mmap_size(saver: &SqliteSaver) -> i64 {
+        saver
+            .engine
+            .backend
+            .run(|c| {
+                c.query_row("PRAGMA mmap_size", [], |r| r.get(0))
+                    .map_err(super::sql_err("test: PRAGMA mmap_size"))
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_file_store_reads_through_a_memory_map_unless_told_not_to() {
+        let dir = std::env::temp_dir().join(format!("antler-mmap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        assert_eq!(
+            mmap_size(&saver).await,
+            i64::try_from(SqliteOptions::DEFAULT_MMAP_SIZE).unwrap()
+        );
+        drop(saver);
+        let off = SqliteOptions::default().with_mmap_size(0);
+        let saver = SqliteSaver::open_with(&path, StoreConfig::full(), off)
+            .await
+            .unwrap();
+        assert_eq!(mmap_size(&saver).await, 0);
+        drop(saver);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
