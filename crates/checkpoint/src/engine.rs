@@ -78,6 +78,23 @@ impl BodyRow {
     }
 }
 
+/// What a write that stores a message list checks in its transaction, so that a stale message
+/// index never makes it reference the wrong bytes.
+///
+/// Body numbers are per thread, and a thread deleted (or copied onto) by another process may
+/// number new bodies with numbers this process's index still maps to other messages. Each
+/// thread has an epoch in the store, bumped by `delete_thread` and by `copy_thread` onto it;
+/// an index remembers the epoch it was loaded at, and a write carrying another epoch fails
+/// with [`Error::Conflict`] (the engine then reloads the index and retries once).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IndexGuard {
+    /// The epoch the writer's index was loaded at; `None` when the write stores no message list.
+    pub(crate) epoch: Option<u64>,
+    /// Runs `(first_seq, len)` of bodies stored earlier that the write references: each must
+    /// still exist (another process may have pruned them).
+    pub(crate) required: Vec<(u64, u64)>,
+}
+
 /// What `get_tuple` reads: a checkpoint row, its value blobs, its writes and the message
 /// bodies those reference (see [`Backend::tuple_rows`]).
 pub(crate) struct TupleRows {
@@ -232,15 +249,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
     /// [`version_clash`]); inserts message rows (conflict = error).
-    /// Fails with [`Error::Conflict`] if a body in the `required` runs is missing.
+    /// Fails with [`Error::Conflict`] if `guard` does not hold (see [`IndexGuard`]).
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<()>;
     /// Stores writes (idx < 0 upsert, else insert-if-absent) if the checkpoint exists; `Ok(false)` otherwise.
+    /// Fails with [`Error::Conflict`] if `guard` does not hold.
     async fn put_writes(
         &self,
         thread: &ThreadId,
@@ -248,8 +266,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<bool>;
+    /// The thread's message-store epoch (0 for a thread never deleted or copied onto).
+    async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64>;
+    /// Deletes every row of the thread and bumps its message-store epoch, in one transaction.
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()>;
     /// Deletes checkpoints and their writes.
     async fn delete_checkpoints(
@@ -258,6 +279,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ns: &CheckpointNs,
         ids: &[CheckpointId],
     ) -> Result<()>;
+    /// Copies every row of `source` onto `target` and bumps the target's message-store epoch,
+    /// in one transaction. A target body stored under a number the source also uses, with
+    /// other bytes, is [`body_collision`] (nothing is copied): overwriting it would change
+    /// what the target's own lists say.
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;
     /// Every blob key of a thread, with its namespace.
     async fn blob_keys(
@@ -311,6 +336,8 @@ impl Column {
 }
 
 struct MsgIndex {
+    /// The thread's epoch when the index was loaded (see [`IndexGuard`]).
+    epoch: u64,
     next_seq: u64,
     by_hash: HashMap<u128, u64>,
     /// The last snapshot list this process stored for the thread; see [`Remembered`].
@@ -590,6 +617,9 @@ impl<B: Backend> Engine<B> {
     }
 
     async fn load_index(&self, thread: &ThreadId, cp: CheckpointId) -> Result<MsgIndex> {
+        // The epoch first: a delete or copy after this read bumps it, and the next write fails
+        // its guard instead of trusting bodies read before the change.
+        let epoch = self.backend.thread_epoch(thread).await?;
         let rows = self.backend.all_messages(thread).await?;
         let mut by_hash = HashMap::with_capacity(rows.len());
         let mut next_seq = 1;
@@ -600,6 +630,7 @@ impl<B: Backend> Engine<B> {
             next_seq = next_seq.max(row.seq + 1);
         }
         Ok(MsgIndex {
+            epoch,
             next_seq,
             by_hash,
             last_snapshot: None,
@@ -716,7 +747,7 @@ impl<B: Backend> Engine<B> {
         commit: F,
     ) -> Result<T>
     where
-        F: Fn(Vec<Vec<u8>>, Vec<MessageRow>, Vec<(u64, u64)>) -> Fut,
+        F: Fn(Vec<Vec<u8>>, Vec<MessageRow>, IndexGuard) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         let has_messages = values.iter().any(|b| matches!(b, Blob::Messages(_)));
@@ -725,7 +756,7 @@ impl<B: Backend> Engine<B> {
                 .iter()
                 .map(|b| codec::encode_inline_blob(b).unwrap_or_default())
                 .collect();
-            return commit(encoded, Vec::new(), Vec::new()).await;
+            return commit(encoded, Vec::new(), IndexGuard::default()).await;
         }
         let slot = self.slot(thread);
         let mut guard = slot.lock().await;
@@ -754,7 +785,11 @@ impl<B: Backend> Engine<B> {
                 next_seq,
                 ..
             } = enc;
-            match commit(encoded, new_rows, merge_runs(&reused)).await {
+            let guard_of_write = IndexGuard {
+                epoch: guard.as_ref().map(|i| i.epoch),
+                required: merge_runs(&reused),
+            };
+            match commit(encoded, new_rows, guard_of_write).await {
                 Ok(v) => {
                     if let Some(index) = guard.as_mut() {
                         index.by_hash.extend(fresh);
@@ -803,7 +838,7 @@ impl<B: Backend> Engine<B> {
             metadata: codec::encode_metadata(&metadata),
         };
         let values: Vec<&Blob> = stored.iter().map(|(_, _, b)| *b).collect();
-        self.with_messages(thread, id, &values, |encoded, messages, required| {
+        self.with_messages(thread, id, &values, |encoded, messages, guard| {
             let blobs = stored
                 .iter()
                 .zip(encoded)
@@ -814,7 +849,7 @@ impl<B: Backend> Engine<B> {
                 })
                 .collect();
             self.backend
-                .put_checkpoint(row.clone(), blobs, messages, required)
+                .put_checkpoint(row.clone(), blobs, messages, guard)
         })
         .await?;
         Ok(CheckpointConfig {
@@ -844,7 +879,7 @@ impl<B: Backend> Engine<B> {
         self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
         let existed = self
-            .with_messages(thread, cp, &values, |encoded, messages, required| {
+            .with_messages(thread, cp, &values, |encoded, messages, guard| {
                 let mut rows: Vec<WriteRow> = writes
                     .iter()
                     .zip(encoded)
@@ -864,7 +899,7 @@ impl<B: Backend> Engine<B> {
                 rows.retain(|w| w.idx >= 0 || seen.insert(w.idx));
                 rows.reverse();
                 self.backend
-                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, required)
+                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, guard)
             })
             .await?;
         if !existed {
@@ -1828,6 +1863,27 @@ pub(crate) fn missing_bodies(thread: &ThreadId, start: u64, len: u64) -> Error {
         detail: format!(
             "message bodies {start}..{} referenced by this process's index are gone (deleted or pruned by another process)",
             start.saturating_add(len)
+        ),
+    }
+}
+
+/// The error for a write whose message index predates a delete or copy of its thread.
+pub(crate) fn stale_index(thread: &ThreadId, indexed: u64, now: u64) -> Error {
+    Error::Conflict {
+        thread_id: thread.clone(),
+        detail: format!(
+            "this process indexed the thread's message bodies at epoch {indexed}, but the thread was deleted or copied onto since (epoch {now})"
+        ),
+    }
+}
+
+/// The error for a `copy_thread` onto a target that stores other bytes under a body number the
+/// source uses.
+pub(crate) fn body_collision(source: &ThreadId, target: &ThreadId) -> Error {
+    Error::Conflict {
+        thread_id: target.clone(),
+        detail: format!(
+            "copy_thread from '{source}': the target stores other message bodies under numbers the source uses; copy onto a new or deleted thread"
         ),
     }
 }

@@ -9,8 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, WriteRow,
-    impl_saver,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, StorageStats,
+    WriteRow, impl_saver,
 };
 use crate::error::Result;
 use crate::ids::{
@@ -31,6 +31,8 @@ struct Tables {
     blobs: BTreeMap<BlobKey, Vec<u8>>,
     writes: BTreeMap<WriteKey, (ChannelName, TaskPath, Vec<u8>)>,
     messages: BTreeMap<(ThreadId, u64), Vec<u8>>,
+    /// Message-store epochs of threads deleted or copied onto (absent: 0).
+    epochs: BTreeMap<ThreadId, u64>,
 }
 
 /// The map-backed row store.
@@ -48,8 +50,14 @@ impl MemoryBackend {
     }
 }
 
-fn check_required(t: &Tables, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<()> {
-    for &(start, len) in runs {
+fn check_guard(t: &Tables, thread: &ThreadId, guard: &IndexGuard) -> Result<()> {
+    let now = t.epochs.get(thread).copied().unwrap_or(0);
+    if let Some(indexed) = guard.epoch
+        && indexed != now
+    {
+        return Err(crate::engine::stale_index(thread, indexed, now));
+    }
+    for &(start, len) in &guard.required {
         let end = start.saturating_add(len);
         let found = t
             .messages
@@ -235,10 +243,10 @@ impl Backend for MemoryBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<()> {
         let mut t = self.lock();
-        check_required(&t, &row.thread_id, &required)?;
+        check_guard(&t, &row.thread_id, &guard)?;
         for m in &messages {
             if t.messages.contains_key(&(row.thread_id.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -280,7 +288,7 @@ impl Backend for MemoryBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<bool> {
         let mut t = self.lock();
         if !t
@@ -289,7 +297,7 @@ impl Backend for MemoryBackend {
         {
             return Ok(false);
         }
-        check_required(&t, thread, &required)?;
+        check_guard(&t, thread, &guard)?;
         for m in &messages {
             if t.messages.contains_key(&(thread.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -316,7 +324,12 @@ impl Backend for MemoryBackend {
         t.blobs.retain(|k, _| &k.0 != thread);
         t.writes.retain(|k, _| &k.0 != thread);
         t.messages.retain(|k, _| &k.0 != thread);
+        *t.epochs.entry(thread.clone()).or_insert(0) += 1;
         Ok(())
+    }
+
+    async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64> {
+        Ok(self.lock().epochs.get(thread).copied().unwrap_or(0))
     }
 
     async fn delete_checkpoints(
@@ -365,6 +378,13 @@ impl Backend for MemoryBackend {
             .filter(|(k, _)| &k.0 == source)
             .map(|(k, v)| ((target.clone(), k.1), v.clone()))
             .collect();
+        if msgs
+            .iter()
+            .any(|(k, v)| t.messages.get(k).is_some_and(|old| old != v))
+        {
+            return Err(crate::engine::body_collision(source, target));
+        }
+        *t.epochs.entry(target.clone()).or_insert(0) += 1;
         t.checkpoints.extend(cps);
         t.blobs.extend(blobs);
         t.writes.extend(writes);

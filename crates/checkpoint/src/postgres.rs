@@ -14,8 +14,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, TupleRows,
-    WriteRow, impl_saver, record_keys, runs_of_rows,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, StorageStats,
+    TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -42,7 +42,21 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE IF NOT EXISTS {s}.messages (
         thread_id TEXT NOT NULL, seq BIGINT NOT NULL, body BYTEA NOT NULL,
         PRIMARY KEY (thread_id, seq));",
+    // 2: message-store epochs, bumped by delete_thread and copy_thread (engine::IndexGuard).
+    "CREATE TABLE IF NOT EXISTS {s}.thread_epochs (thread_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);",
 ];
+
+/// The `fresh` CTE of the write statements: 1, or a run-time division by zero when the epoch
+/// the writer's index was loaded at (the parameter `$E`, NULL for a write without a message
+/// list) is not the thread's epoch.
+const FRESH_CTE: &str = "fresh AS (
+    SELECT 1 / (CASE WHEN $E::bigint IS NULL
+                       OR COALESCE((SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1), 0) = $E::bigint
+                     THEN 1 ELSE 0 END) AS ok)";
+
+/// The SQL that bumps thread $1's epoch.
+const BUMP_EPOCH_SQL: &str = "INSERT INTO {s}.thread_epochs (thread_id, epoch) VALUES ($1, 1)
+    ON CONFLICT (thread_id) DO UPDATE SET epoch = {s}.thread_epochs.epoch + 1";
 
 /// The schema version this build writes.
 pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -151,6 +165,39 @@ impl PgBackend {
             }
         }
         Ok(())
+    }
+
+    async fn read_epoch(&self, c: &deadpool_postgres::Object, thread: &ThreadId) -> Result<u64> {
+        let ctx = format!("postgres: thread {thread}: reading its epoch");
+        let row = c
+            .query_opt(
+                &self.sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1"),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        row.map_or(Ok(0), |r| u64_of(r.get(0), "thread epoch"))
+    }
+
+    /// The error of a write statement that divided by zero: a stale index when the thread's
+    /// epoch moved, otherwise `other` (the statement's own guard).
+    async fn guard_failure(
+        &self,
+        c: &deadpool_postgres::Object,
+        thread: &ThreadId,
+        guard: &IndexGuard,
+        other: Error,
+    ) -> Error {
+        if let Some(indexed) = guard.epoch {
+            match self.read_epoch(c, thread).await {
+                Ok(now) if now != indexed => {
+                    return crate::engine::stale_index(thread, indexed, now);
+                }
+                Ok(_) => {}
+                Err(e) => return e,
+            }
+        }
+        other
     }
 
     fn sql(&self, template: &str) -> String {
@@ -625,7 +672,7 @@ impl Backend for PgBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<()> {
         // One statement (data-modifying CTEs are atomic): one round trip per checkpoint.
         let ctx = format!(
@@ -633,10 +680,12 @@ impl Backend for PgBackend {
             row.thread_id, row.id
         );
         let c = self.client(&ctx).await?;
-        self.check_required(&c, &row.thread_id, &required).await?;
+        self.check_required(&c, &row.thread_id, &guard.required)
+            .await?;
         let st = c
-            .prepare_cached(&self.sql(
-                "WITH k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
+            .prepare_cached(&self.sql(&format!(
+                "WITH {fresh},
+                 k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
                  -- A version already stored with other bytes aborts the whole statement
                  -- (a run-time division by zero, mapped to a version clash): never keep either silently.
                  -- The divisor depends on a subquery so the planner cannot fold it.
@@ -645,20 +694,21 @@ impl Backend for PgBackend {
                         SELECT 1 FROM k CROSS JOIN LATERAL (
                             -- LIMIT 1 keeps this a primary-key lookup per key (a cached generic
                             -- plan otherwise hashes every blob of the thread on each put).
-                            SELECT x.data FROM {s}.blobs x
+                            SELECT x.data FROM {{s}}.blobs x
                              WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version LIMIT 1) x
                          WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
                  m AS (
-                    INSERT INTO {s}.messages (thread_id, seq, body)
-                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1),
+                    INSERT INTO {{s}}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1),
                  b AS (
-                    INSERT INTO {s}.blobs (thread_id, checkpoint_ns, channel, version, data)
-                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 ON CONFLICT DO NOTHING)
-                 INSERT INTO {s}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
-                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1
+                    INSERT INTO {{s}}.blobs (thread_id, checkpoint_ns, channel, version, data)
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING)
+                 INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
+                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
                  SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
-            ))
+                fresh = FRESH_CTE.replace("$E", "$12"),
+            )))
             .await
             .map_err(pg_err(ctx.clone()))?;
         let seqs = messages
@@ -673,37 +723,40 @@ impl Backend for PgBackend {
             .collect::<Result<Vec<_>>>()?;
         let data: Vec<&[u8]> = blobs.iter().map(|b| b.data.as_slice()).collect();
         let parent = row.parent.map(|p| p.to_bytes().to_vec());
-        c.execute(
-            &st,
-            &[
-                &row.thread_id.as_str(),
-                &row.ns.as_str(),
-                &row.id.to_bytes().as_slice(),
-                &parent,
-                &row.record,
-                &row.metadata,
-                &seqs,
-                &bodies,
-                &channels,
-                &versions,
-                &data,
-            ],
-        )
-        .await
-        .map_err(|e| {
-            if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
-                Error::Conflict {
+        let epoch = guard.epoch.map(|e| i64_of(e, "thread epoch")).transpose()?;
+        let result = c
+            .execute(
+                &st,
+                &[
+                    &row.thread_id.as_str(),
+                    &row.ns.as_str(),
+                    &row.id.to_bytes().as_slice(),
+                    &parent,
+                    &row.record,
+                    &row.metadata,
+                    &seqs,
+                    &bodies,
+                    &channels,
+                    &versions,
+                    &data,
+                    &epoch,
+                ],
+            )
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
+                let clash = Error::Conflict {
                     thread_id: row.thread_id.clone(),
                     detail: format!(
                         "checkpoint {} stores a channel version that already holds a different value; channel versions must be unique within a thread, across branches",
                         row.id
                     ),
-                }
-            } else {
-                conflict_or(&row.thread_id, ctx)(e)
+                };
+                Err(self.guard_failure(&c, &row.thread_id, &guard, clash).await)
             }
-        })?;
-        Ok(())
+            Err(e) => Err(conflict_or(&row.thread_id, ctx)(e)),
+        }
     }
 
     async fn put_writes(
@@ -713,34 +766,36 @@ impl Backend for PgBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<bool> {
         // One statement: the existence check, the message bodies and both kinds of writes.
         let ctx = format!("postgres: thread {thread}: writing writes of checkpoint {checkpoint}");
         let c = self.client(&ctx).await?;
-        self.check_required(&c, thread, &required).await?;
+        self.check_required(&c, thread, &guard.required).await?;
         let st = c
-            .prepare_cached(&self.sql(
-                "WITH cp AS (
-                    SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 FOR SHARE),
+            .prepare_cached(&self.sql(&format!(
+                "WITH {fresh},
+                 cp AS (
+                    SELECT 1 FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 FOR SHARE),
                  m AS (
-                    INSERT INTO {s}.messages (thread_id, seq, body)
-                    SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp)),
+                    INSERT INTO {{s}}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1),
                  w AS (
                     SELECT * FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])
                         AS w(task_id, idx, channel, task_path, value)
                      WHERE EXISTS (SELECT 1 FROM cp)),
                  up AS (
-                    INSERT INTO {s}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
                     SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx < 0
                     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
                     DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
                  ins AS (
-                    INSERT INTO {s}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
                     SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx >= 0
                     ON CONFLICT DO NOTHING)
-                 SELECT EXISTS (SELECT 1 FROM cp)",
-            ))
+                 SELECT EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1",
+                fresh = FRESH_CTE.replace("$E", "$11"),
+            )))
             .await
             .map_err(pg_err(ctx.clone()))?;
         let seqs = messages
@@ -753,7 +808,8 @@ impl Backend for PgBackend {
         let channels: Vec<&str> = writes.iter().map(|w| w.channel.as_str()).collect();
         let paths: Vec<&str> = writes.iter().map(|w| w.task_path.as_str()).collect();
         let values: Vec<&[u8]> = writes.iter().map(|w| w.value.as_slice()).collect();
-        let row = c
+        let epoch = guard.epoch.map(|e| i64_of(e, "thread epoch")).transpose()?;
+        let result = c
             .query_one(
                 &st,
                 &[
@@ -767,11 +823,18 @@ impl Backend for PgBackend {
                     &channels,
                     &paths,
                     &values,
+                    &epoch,
                 ],
             )
-            .await
-            .map_err(conflict_or(thread, ctx))?;
-        Ok(row.get(0))
+            .await;
+        match result {
+            Ok(row) => Ok(row.get(0)),
+            Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
+                let other = conflict_or(thread, ctx)(e);
+                Err(self.guard_failure(&c, thread, &guard, other).await)
+            }
+            Err(e) => Err(conflict_or(thread, ctx)(e)),
+        }
     }
 
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
@@ -786,7 +849,16 @@ impl Backend for PgBackend {
             .await
             .map_err(pg_err(ctx.clone()))?;
         }
+        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         tx.commit().await.map_err(pg_err(ctx))
+    }
+
+    async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64> {
+        let ctx = format!("postgres: thread {thread}: reading its epoch");
+        let c = self.client(&ctx).await?;
+        self.read_epoch(&c, thread).await
     }
 
     async fn delete_checkpoints(
@@ -814,6 +886,23 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: copying thread {source} to {target}");
         let mut c = self.client(&ctx).await?;
         let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        let collides: bool = tx
+            .query_one(
+                &self.sql(
+                    "SELECT EXISTS (SELECT 1 FROM {s}.messages s JOIN {s}.messages t ON t.thread_id = $2 AND t.seq = s.seq
+                      WHERE s.thread_id = $1 AND t.body <> s.body)",
+                ),
+                &[&source.as_str(), &target.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?
+            .get(0);
+        if collides {
+            return Err(crate::engine::body_collision(source, target));
+        }
+        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&target.as_str()])
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         for sql in [
             "INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
              ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, MessageRow, StorageStats, TupleRows,
-    WriteRow, impl_saver, record_keys, runs_of_rows,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, StorageStats,
+    TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -22,7 +22,7 @@ use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
 
 /// Schema migrations; index + 1 = the `user_version` after applying it.
 const MIGRATIONS: &[&str] = &[
-    // 1: the five tables of docs/checkpoint-format.md.
+    // 1: the five data tables of docs/checkpoint-format.md.
     "CREATE TABLE antler_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
      CREATE TABLE checkpoints (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BLOB NOT NULL,
@@ -40,6 +40,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE messages (
         thread_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,
         PRIMARY KEY (thread_id, seq)) WITHOUT ROWID;",
+    // 2: message-store epochs, bumped by delete_thread and copy_thread (engine::IndexGuard).
+    "CREATE TABLE thread_epochs (thread_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.
@@ -164,6 +166,44 @@ fn insert_messages(
 }
 
 /// Checks that every body in the runs is still stored (inside the writing transaction).
+/// The thread's message-store epoch (0 without a row).
+fn read_epoch(c: &Connection, thread: &str) -> Result<u64> {
+    let epoch: Option<i64> = c
+        .prepare_cached("SELECT epoch FROM thread_epochs WHERE thread_id = ?1")
+        .and_then(|mut s| s.query_row([thread], |r| r.get(0)).optional())
+        .map_err(sql_err(format!(
+            "sqlite: thread {thread}: reading its epoch"
+        )))?;
+    epoch.map_or(Ok(0), |e| u64_of(e, "thread epoch"))
+}
+
+fn bump_epoch(tx: &rusqlite::Transaction<'_>, thread: &str) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO thread_epochs (thread_id, epoch) VALUES (?1, 1)
+         ON CONFLICT (thread_id) DO UPDATE SET epoch = epoch + 1",
+    )
+    .and_then(|mut s| s.execute([thread]))
+    .map_err(sql_err(format!(
+        "sqlite: thread {thread}: bumping its epoch"
+    )))?;
+    Ok(())
+}
+
+/// Checks a write's [`IndexGuard`] inside its transaction.
+fn check_guard(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &ThreadId,
+    guard: &IndexGuard,
+) -> Result<()> {
+    if let Some(indexed) = guard.epoch {
+        let now = read_epoch(tx, thread.as_str())?;
+        if now != indexed {
+            return Err(crate::engine::stale_index(thread, indexed, now));
+        }
+    }
+    check_required(tx, thread, &guard.required)
+}
+
 fn check_required(
     tx: &rusqlite::Transaction<'_>,
     thread: &ThreadId,
@@ -541,12 +581,12 @@ impl Backend for SqliteBackend {
         row: CheckpointRow,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<()> {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
             let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
-            check_required(&tx, &row.thread_id, &required)?;
+            check_guard(&tx, &row.thread_id, &guard)?;
             insert_messages(&tx, &row.thread_id, &messages)?;
             {
                 let mut stmt = tx
@@ -584,7 +624,7 @@ impl Backend for SqliteBackend {
         checkpoint: CheckpointId,
         writes: Vec<WriteRow>,
         messages: Vec<MessageRow>,
-        required: Vec<(u64, u64)>,
+        guard: IndexGuard,
     ) -> Result<bool> {
         let (thread, ns) = (thread.clone(), ns.clone());
         self.run(move |c| {
@@ -597,7 +637,7 @@ impl Backend for SqliteBackend {
             if exists.is_none() {
                 return Ok(false);
             }
-            check_required(&tx, &thread, &required)?;
+            check_guard(&tx, &thread, &guard)?;
             insert_messages(&tx, &thread, &messages)?;
             for w in &writes {
                 let verb = if w.idx < 0 { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };
@@ -615,6 +655,11 @@ impl Backend for SqliteBackend {
         .await
     }
 
+    async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64> {
+        let thread = thread.to_string();
+        self.run(move |c| read_epoch(c, &thread)).await
+    }
+
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
         let thread = thread.to_string();
         self.run(move |c| {
@@ -627,6 +672,7 @@ impl Backend for SqliteBackend {
                 )
                 .map_err(sql_err(ctx.clone()))?;
             }
+            bump_epoch(&tx, &thread)?;
             tx.commit().map_err(sql_err(ctx))
         })
         .await
@@ -658,6 +704,18 @@ impl Backend for SqliteBackend {
         self.run(move |c| {
             let ctx = format!("sqlite: copying thread {source} to {target}");
             let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let collides: bool = tx
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM messages s JOIN messages t ON t.thread_id = ?2 AND t.seq = s.seq
+                      WHERE s.thread_id = ?1 AND t.body <> s.body)",
+                    params![source, target],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err(ctx.clone()))?;
+            if collides {
+                return Err(crate::engine::body_collision(&ThreadId::new(source.as_str()), &ThreadId::new(target.as_str())));
+            }
+            bump_epoch(&tx, &target)?;
             for sql in [
                 "INSERT OR REPLACE INTO checkpoints SELECT ?2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",

@@ -435,7 +435,7 @@ fn a_stale_message_index_never_leaves_dangling_references() {
 
 /// Stores a root checkpoint of `thread` whose `messages` value at `version` is `blob`.
 async fn put_snapshot(
-    saver: &SqliteSaver,
+    saver: &dyn Saver,
     thread: &str,
     version: u64,
     blob: antler_checkpoint::Blob,
@@ -487,6 +487,121 @@ fn collected_body_numbers_are_never_reused() {
         put(&c, 3, &[m("1"), m("x")]).await;
         let last = put(&a, 4, &[m("1"), m("2")]).await;
         assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
+    });
+}
+
+/// A thread deleted and written again by another process numbers its new bodies from the
+/// start; a saver that still holds its index of the deleted thread must not reuse those
+/// numbers for its own messages (the existence check of reused bodies would pass, and the list
+/// would silently name the other process's bytes). `open` opens another saver ("process") on
+/// the same store.
+async fn deleted_thread_numbers<S, O, OF>(open: O)
+where
+    S: Saver,
+    O: Fn() -> OF,
+    OF: std::future::Future<Output = S>,
+{
+    let m = |id: &str| Message::human(format!("text of {id}")).with_id(id);
+    let x = |id: &str| Message::ai(format!("another process wrote {id}")).with_id(id);
+    async fn put(saver: &dyn Saver, version: u64, list: &[Message]) -> CheckpointConfig {
+        let blob =
+            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
+                .unwrap();
+        put_snapshot(saver, "t-renumber", version, blob).await
+    }
+    let a = open().await;
+    put(&a, 1, &[m("1"), m("2"), m("3")]).await;
+    let b = open().await;
+    b.delete_thread(&"t-renumber".into()).await.unwrap();
+    put(&b, 1, &[x("1"), x("2"), x("3")]).await;
+    let last = put(&a, 2, &[m("1"), m("2")]).await;
+    let c = open().await;
+    assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
+    let first = CheckpointConfig::latest("t-renumber").with_checkpoint_id(
+        c.list(&antler_checkpoint::ListQuery::thread("t-renumber"))
+            .await
+            .unwrap()
+            .last()
+            .unwrap()
+            .checkpoint
+            .id,
+    );
+    assert_eq!(
+        read(&c, &first).await.unwrap(),
+        vec![x("1"), x("2"), x("3")]
+    );
+    // A copy onto a thread renumbers it the same way: the copy brings the source's numbers.
+    async fn put_on(
+        saver: &dyn Saver,
+        thread: &str,
+        version: u64,
+        list: &[Message],
+    ) -> CheckpointConfig {
+        let blob =
+            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
+                .unwrap();
+        put_snapshot(saver, thread, version, blob).await
+    }
+    // Here the target was pruned, not deleted: its bodies 1 and 2 were collected (3, the
+    // highest, is kept), so the source's 1 and 2 land without colliding.
+    put_on(&a, "t-dst", 1, &[m("1"), m("2"), m("3")]).await;
+    put_on(&a, "t-dst", 2, &[m("3")]).await;
+    b.prune(&["t-dst".into()], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    put_on(&b, "t-src", 1, &[x("1"), x("2")]).await;
+    b.copy_thread(&"t-src".into(), &"t-dst".into())
+        .await
+        .unwrap();
+    let last = put_on(&a, "t-dst", 3, &[m("1"), m("2")]).await;
+    assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
+    // A copy onto a thread that stores other bytes under the source's numbers would change what
+    // the target's lists say: refused, and the target is untouched.
+    let own = put_on(&c, "t-other", 1, &[x("own")]).await;
+    let err = c
+        .copy_thread(&"t-src".into(), &"t-other".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert!(err.to_string().contains("t-other"), "{err}");
+    assert_eq!(read(&c, &own).await.unwrap(), vec![x("own")]);
+    assert_eq!(
+        c.list(&antler_checkpoint::ListQuery::thread("t-other"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_deleted_thread_rewritten_elsewhere_never_lends_its_numbers() {
+    antler_checkpoint::testing::block_on(async {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("renumber-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let p = &path;
+        deleted_thread_numbers(|| async move { SqliteSaver::open(p, config).await.unwrap() }).await;
+    });
+}
+
+#[test]
+fn a_deleted_thread_rewritten_elsewhere_never_lends_its_numbers_on_postgres() {
+    antler_checkpoint::testing::block_on(async {
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let Some((saver, options)) = crate::postgres::fresh(config).await else {
+            return;
+        };
+        let o = &options;
+        deleted_thread_numbers(|| async move {
+            antler_checkpoint::PostgresSaver::connect(o.clone(), config)
+                .await
+                .unwrap()
+        })
+        .await;
+        saver.drop_schema().await.unwrap();
     });
 }
 
