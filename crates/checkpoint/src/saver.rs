@@ -158,6 +158,10 @@ pub trait Saver: Send + Sync {
     ) -> Result<()>;
 
     /// Deletes every checkpoint, write and blob of a thread (all namespaces). Unknown thread → no-op.
+    ///
+    /// The database savers keep one small row per deleted thread (its message-store epoch), so
+    /// another process's index of the deleted thread's message bodies is recognised as stale
+    /// when the thread is written again (docs/checkpoint-format.md, "The message store").
     async fn delete_thread(&self, thread_id: &ThreadId) -> Result<()>;
 
     /// Deletes the checkpoints (and their writes) written by the given runs.
