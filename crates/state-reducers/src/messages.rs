@@ -321,7 +321,6 @@ struct Accumulator {
     /// The ids of `items` (its `len` is kept up to date by `finish`).
     ix: MessageIndex,
     live: usize,
-    any_dead: bool,
 }
 
 const NONE: usize = usize::MAX;
@@ -341,7 +340,6 @@ impl Accumulator {
                 dead: Vec::new(),
                 ix,
                 live,
-                any_dead: false,
             }
         } else {
             for m in &mut state {
@@ -354,7 +352,6 @@ impl Accumulator {
                 dead: Vec::new(),
                 ix,
                 live: 0,
-                any_dead: false,
             };
             acc.reset(state);
             acc
@@ -376,7 +373,6 @@ impl Accumulator {
         self.ix.prev_same.clear();
         self.ix.prev_same.reserve(items.len());
         self.dead = Vec::new();
-        self.any_dead = false;
         self.items = items;
         for pos in 0..self.items.len() {
             let prev = self.index_position(pos);
@@ -505,7 +501,6 @@ impl Accumulator {
             self.live -= 1;
             pos = self.ix.prev_same[pos];
         }
-        self.any_dead = true;
     }
 
     /// The merged list and its index (rebuilt lazily when removals moved positions).
@@ -514,10 +509,10 @@ impl Accumulator {
             mut items,
             dead,
             mut ix,
-            any_dead,
             ..
         } = self;
-        if any_dead {
+        // `dead` is allocated by the first removal only.
+        if !dead.is_empty() {
             let mut i = 0;
             items.retain(|_| {
                 let keep = !dead[i];
