@@ -480,7 +480,11 @@ impl ErasedSpec {
                 .map_err(fail)?;
             return self.channel(Some(Json::Array(list)));
         }
-        let list = antler_state_reducers::decode_messages(&items).map_err(|e| fail(e.source))?;
+        let list = antler_state_reducers::decode_messages(&items).map_err(|e| {
+            // Keep the position of the bad item in the message (the serde error has only the
+            // line and column within that item).
+            fail(<serde_json::Error as serde::de::Error>::custom(e))
+        })?;
         let encoded = crate::channel::EncodedPrefix::of(&list, items);
         let mut ch = self.channel_with(Some(Arc::new(list) as Val))?;
         if let (Some(d), Some(e)) = (ch.delta(), encoded) {
@@ -636,5 +640,38 @@ impl Schema {
 
     pub(crate) fn get(&self, name: &str) -> Option<&ErasedSpec> {
         self.position(name).map(|i| &self.specs[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use antler_state_reducers::Message;
+
+    use super::{ChannelSpec, ErasedSpec};
+    use crate::state::Key;
+
+    /// A stored message list with a bad item fails as a serialisation error of the channel
+    /// that names the item's position.
+    #[test]
+    fn a_bad_stored_item_names_its_position() {
+        let key: Key<Vec<Message>> = Key::new("messages");
+        let spec = ErasedSpec::new(&key, ChannelSpec::messages_delta(10));
+        let good: Arc<[u8]> = Arc::from(
+            serde_json::to_vec(&Message::human("hi").with_id("1"))
+                .unwrap()
+                .as_slice(),
+        );
+        let bad: Arc<[u8]> = Arc::from(&b"{\"type\": 7}"[..]);
+        let err = spec
+            .replay(None, Some(vec![good.clone(), good, bad]), Vec::new())
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, crate::Error::Serialization { channel, .. } if channel == "messages"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("message 2 of the list"), "{err}");
     }
 }

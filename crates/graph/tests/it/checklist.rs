@@ -792,6 +792,47 @@ async fn hot_cache_hit_gives_the_same_state_as_a_cold_read() {
     );
 }
 
+/// Two compiled graphs on one store advance the same thread: each one's hot cache holds an
+/// older head after the other's run, so neither may serve it, for `get_state` or for the next
+/// invoke.
+#[tokio::test]
+async fn a_hot_cache_never_serves_a_head_another_graph_moved() {
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let (a, b) = (cache_graph(store.clone()), cache_graph(store.clone()));
+    let cfg = RunConfig::new("shared");
+    a.invoke(Input::from(Update::new().set(&LOG, log(&["a1"]))), &cfg)
+        .await
+        .unwrap();
+    a.invoke(Input::from(Command::resume(json!("x"))), &cfg)
+        .await
+        .unwrap();
+    b.invoke(Input::from(Update::new().set(&LOG, log(&["b1"]))), &cfg)
+        .await
+        .unwrap();
+    let from_a = a.get_state(&cfg).await.unwrap().unwrap();
+    let from_b = b.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(from_a.checkpoint_id, from_b.checkpoint_id);
+    assert_eq!(
+        format!("{:?}", from_a.values),
+        format!("{:?}", from_b.values)
+    );
+    assert_eq!(from_a.next, from_b.next);
+    // A's next run starts from B's head, not from A's cached state.
+    let ra = a
+        .invoke(Input::from(Command::resume(json!("y"))), &cfg)
+        .await
+        .unwrap();
+    let fresh = cache_graph(store.clone());
+    let now = fresh.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(format!("{:?}", ra.values), format!("{:?}", now.values));
+    assert!(
+        format!("{:?}", now.values).contains("b1"),
+        "{:?}",
+        now.values
+    );
+}
+
 /// A store whose `put` of one step waits until a node of a later step opens the gate.
 struct Gated {
     inner: antler_graph::MemoryCheckpointer,
