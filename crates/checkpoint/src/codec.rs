@@ -514,31 +514,48 @@ pub(crate) fn decode_blob(bytes: &[u8]) -> CResult<StoredBlob> {
         TAG_BLOB_JSON_V1 => StoredBlob::Inline(Blob::Json(Arc::from(body))),
         TAG_BLOB_BYTES_V1 => StoredBlob::Inline(Blob::Bytes(Arc::from(body))),
         _ => {
-            let mut r = Reader::new(body);
-            let kind = match r.u8()? {
-                1 => MessagesKind::Write,
-                2 => MessagesKind::Overwrite,
-                3 => MessagesKind::Snapshot,
-                x => return Err(CodecError::Invalid(format!("unknown messages kind {x}"))),
-            };
-            let n = r.count()?;
-            let mut runs = Vec::with_capacity(n);
-            let mut prev_end: i64 = 0;
-            for _ in 0..n {
-                let start = prev_end.wrapping_add(r.zigzag()?);
-                let len = r.varint()?;
-                let start_u = u64::try_from(start)
-                    .map_err(|_| CodecError::Invalid("negative message sequence".into()))?;
-                if len == 0 || start_u.checked_add(len).is_none() {
-                    return Err(CodecError::Invalid("bad message run".into()));
-                }
-                runs.push((start_u, len));
-                prev_end = start.wrapping_add(len as i64);
-            }
-            r.end()?;
+            let (kind, runs) = decode_refs(body)?;
             StoredBlob::Refs(kind, runs)
         }
     })
+}
+
+/// The runs a stored blob references, or `None` for any other blob. Looks at the tag before
+/// anything else, so a JSON or bytes blob is neither checksummed nor copied; a reference blob
+/// is checked in full (a damaged one is `None` here and an error where it is decoded).
+pub(crate) fn blob_runs(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    if bytes.first() != Some(&TAG_BLOB_MESSAGE_REFS_V1) {
+        return None;
+    }
+    let (_, body) = open(bytes, &[TAG_BLOB_MESSAGE_REFS_V1]).ok()?;
+    decode_refs(body).ok().map(|(_, runs)| runs)
+}
+
+/// The body of a `0x34` blob: its kind and runs `(first_seq, len)`.
+fn decode_refs(body: &[u8]) -> CResult<(MessagesKind, Vec<(u64, u64)>)> {
+    let mut r = Reader::new(body);
+    let kind = match r.u8()? {
+        1 => MessagesKind::Write,
+        2 => MessagesKind::Overwrite,
+        3 => MessagesKind::Snapshot,
+        x => return Err(CodecError::Invalid(format!("unknown messages kind {x}"))),
+    };
+    let n = r.count()?;
+    let mut runs = Vec::with_capacity(n);
+    let mut prev_end: i64 = 0;
+    for _ in 0..n {
+        let start = prev_end.wrapping_add(r.zigzag()?);
+        let len = r.varint()?;
+        let start_u = u64::try_from(start)
+            .map_err(|_| CodecError::Invalid("negative message sequence".into()))?;
+        if len == 0 || start_u.checked_add(len).is_none() {
+            return Err(CodecError::Invalid("bad message run".into()));
+        }
+        runs.push((start_u, len));
+        prev_end = start.wrapping_add(len as i64);
+    }
+    r.end()?;
+    Ok((kind, runs))
 }
 
 pub(crate) fn encode_body(json: &[u8]) -> Vec<u8> {

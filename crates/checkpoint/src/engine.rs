@@ -81,18 +81,33 @@ impl BodyRow {
 /// What a write that stores a message list checks in its transaction, so that a stale message
 /// index never makes it reference the wrong bytes.
 ///
-/// Body numbers are per thread, and a thread deleted (or copied onto) by another process may
-/// number new bodies with numbers this process's index still maps to other messages. Each
-/// thread has an epoch in the store, bumped by `delete_thread` and by `copy_thread` onto it;
-/// an index remembers the epoch it was loaded at, and a write carrying another epoch fails
-/// with [`Error::Conflict`] (the engine then reloads the index and retries once).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Body numbers are per thread, and a process's index maps message hashes (and remembered
+/// item pointers) to numbers. Each thread has an epoch in the store, bumped in the same
+/// transaction as anything that removes bodies or brings other ones under existing numbers:
+/// `delete_thread`, `copy_thread` onto the thread, and garbage collection of unreferenced
+/// bodies. An index remembers the epoch it was loaded at; as long as the thread's epoch is
+/// that one, every body the index names is stored with the bytes it maps. A write carrying
+/// another epoch fails with [`Error::Conflict`], and the engine reloads the index and retries
+/// once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct IndexGuard {
     /// The epoch the writer's index was loaded at; `None` when the write stores no message list.
     pub(crate) epoch: Option<u64>,
-    /// Runs `(first_seq, len)` of bodies stored earlier that the write references: each must
-    /// still exist (another process may have pruned them).
-    pub(crate) required: Vec<(u64, u64)>,
+}
+
+impl IndexGuard {
+    /// Checks the guard against the thread's epoch `now`, read in the write's transaction.
+    pub(crate) fn check(self, thread: &ThreadId, now: u64) -> Result<()> {
+        match self.epoch {
+            Some(indexed) if indexed != now => Err(Error::Conflict {
+                thread_id: thread.clone(),
+                detail: format!(
+                    "this process indexed the thread's message bodies at epoch {indexed}, but the thread's bodies were deleted, collected or copied onto since (epoch {now})"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// What `get_tuple` reads: a checkpoint row, its value blobs, its writes and the message
@@ -117,9 +132,7 @@ pub(crate) fn record_keys(row: &CheckpointRow) -> Vec<(ChannelName, ChannelVersi
 pub(crate) fn referenced_runs<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<(u64, u64)> {
     let mut runs = Vec::new();
     for bytes in values {
-        if let Ok(StoredBlob::Refs(_, r)) = codec::decode_blob(bytes) {
-            runs.extend(r);
-        }
+        runs.extend(codec::blob_runs(bytes).unwrap_or_default());
     }
     merge_runs(&runs)
 }
@@ -297,6 +310,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Every write value of a thread (for message garbage collection).
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
     async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
+    /// Deletes the bodies `seqs` and bumps the thread's epoch ([`IndexGuard`]), in one transaction.
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()>;
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats>;
     /// Overwrites one payload column of every row of a thread (the conformance suite's damage).
@@ -352,8 +366,9 @@ struct MsgIndex {
 /// is [`Arc::ptr_eq`] to the remembered item at the same position is the same bytes. That
 /// holds because we keep a clone of every remembered `Arc`: its allocation cannot be freed
 /// and reused for other bytes while we hold it, and a shared `Arc<[u8]>` cannot be mutated.
-/// Nothing is trusted beyond that: a different `Arc` is hashed as before, and the numbers
-/// taken by pointer are checked to still exist in the writing transaction (`required`).
+/// Nothing is trusted beyond that: a different `Arc` is hashed as before, and a write naming
+/// remembered numbers carries the index's epoch ([`IndexGuard`]), so it fails if the bodies
+/// were deleted or collected since.
 ///
 /// It lives in the thread's [`MsgIndex`], so whatever drops or reloads the hash index
 /// (a failed commit, `delete_thread`, `copy_thread`, pruning, `delete_for_runs`) drops it too.
@@ -417,13 +432,12 @@ struct Encoding {
     /// Bodies first stored by this call, by hash.
     fresh: HashMap<u128, u64>,
     new_rows: Vec<MessageRow>,
-    /// Runs of sequence numbers stored earlier that the values reference.
-    reused: Vec<(u64, u64)>,
     /// The next sequence number to give a new body.
     next_seq: u64,
     /// The last snapshot list encoded, to remember after the commit.
     last_snapshot: Option<SnapshotUpdate>,
     /// Items that went through the hash path (tests check the pointer path skips it).
+    #[cfg(test)]
     hashed: usize,
 }
 
@@ -441,15 +455,6 @@ fn pinned_bytes(items: &[Arc<[u8]>]) -> usize {
         .iter()
         .map(|i| i.len() + std::mem::size_of::<Arc<[u8]>>() + std::mem::size_of::<u64>())
         .sum()
-}
-
-impl Encoding {
-    fn reuse(&mut self, seq: u64) {
-        match self.reused.last_mut() {
-            Some((start, len)) if start.checked_add(*len) == Some(seq) => *len += 1,
-            _ => self.reused.push((seq, 1)),
-        }
-    }
 }
 
 type IndexSlot = Arc<tokio::sync::Mutex<Option<MsgIndex>>>;
@@ -658,18 +663,16 @@ impl<B: Backend> Engine<B> {
                         if prefix == pos {
                             prefix += 1;
                         }
-                        enc.reuse(s);
                         seqs.push(s);
                         continue;
                     }
-                    enc.hashed += 1;
+                    #[cfg(test)]
+                    {
+                        enc.hashed += 1;
+                    }
                     let h = xxh3_128(item);
                     let seq = match (index.and_then(|i| i.by_hash.get(&h)), enc.fresh.get(&h)) {
-                        (Some(&s), _) => {
-                            enc.reuse(s);
-                            s
-                        }
-                        (None, Some(&s)) => s,
+                        (Some(&s), _) | (None, Some(&s)) => s,
                         (None, None) => {
                             let s = enc.next_seq;
                             enc.next_seq += 1;
@@ -780,14 +783,12 @@ impl<B: Backend> Engine<B> {
             let Encoding {
                 fresh,
                 new_rows,
-                reused,
                 last_snapshot,
                 next_seq,
                 ..
             } = enc;
             let guard_of_write = IndexGuard {
                 epoch: guard.as_ref().map(|i| i.epoch),
-                required: merge_runs(&reused),
             };
             match commit(encoded, new_rows, guard_of_write).await {
                 Ok(v) => {
@@ -1082,15 +1083,11 @@ impl<B: Backend> Engine<B> {
                 break;
             }
         }
-        self.assemble(selected, true).await
+        self.assemble(selected).await
     }
 
-    /// Loads blobs (only `with_values`), message bodies and writes for decoded rows, keeping their order.
-    async fn assemble(
-        &self,
-        rows: Vec<Decoded>,
-        with_values: bool,
-    ) -> Result<Vec<CheckpointTuple>> {
+    /// Loads blobs, message bodies and writes for decoded rows, keeping their order.
+    async fn assemble(&self, rows: Vec<Decoded>) -> Result<Vec<CheckpointTuple>> {
         // Group by (thread, namespace) so that each group costs one query per table.
         let mut groups: BTreeMap<(ThreadId, CheckpointNs), Vec<usize>> = BTreeMap::new();
         for (i, d) in rows.iter().enumerate() {
@@ -1102,22 +1099,18 @@ impl<B: Backend> Engine<B> {
         let mut values: Vec<BTreeMap<ChannelName, Blob>> = vec![BTreeMap::new(); rows.len()];
         let mut writes: Vec<Vec<PendingWrite>> = vec![Vec::new(); rows.len()];
         for ((thread, ns), members) in groups {
-            let blob_rows = if with_values {
-                let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
-                    .iter()
-                    .flat_map(|&i| {
-                        rows[i]
-                            .checkpoint
-                            .channel_versions
-                            .iter()
-                            .map(|(c, v)| (c.clone(), *v))
-                    })
-                    .collect();
-                let keys: Vec<_> = keys.into_iter().collect();
-                self.backend.blobs(&thread, &ns, &keys).await?
-            } else {
-                Vec::new()
-            };
+            let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
+                .iter()
+                .flat_map(|&i| {
+                    rows[i]
+                        .checkpoint
+                        .channel_versions
+                        .iter()
+                        .map(|(c, v)| (c.clone(), *v))
+                })
+                .collect();
+            let keys: Vec<_> = keys.into_iter().collect();
+            let blob_rows = self.backend.blobs(&thread, &ns, &keys).await?;
             let ids: Vec<CheckpointId> = members.iter().map(|&i| rows[i].row.id).collect();
             let write_rows = self.backend.writes(&thread, &ns, &ids).await?;
             let group = decode_group(&thread, &rows, &members, blob_rows, write_rows)?;
@@ -1509,14 +1502,11 @@ impl<B: Backend> Engine<B> {
             .into_iter()
             .map(|m| m.seq)
             .collect();
-        // Writers number new bodies above the thread's highest stored number. Deleting that body
-        // would let a later write reuse its number while another process's index still maps
-        // other bytes to it, and the existence check of reused bodies counts rows, so it would
-        // pass. Keeping the newest body, referenced or not, means numbers are never reused.
-        let newest = seqs.iter().copied().max();
+        // Deleting bodies bumps the thread's epoch (in the backend's transaction), so another
+        // process's index that still names them fails its next write and reloads.
         let dead_messages: Vec<u64> = seqs
             .into_iter()
-            .filter(|s| !referenced.contains(s) && Some(*s) != newest)
+            .filter(|s| !referenced.contains(s))
             .collect();
         if !dead_messages.is_empty() {
             self.backend.delete_messages(thread, &dead_messages).await?;
@@ -1854,27 +1844,6 @@ fn into_tuples(
         });
     }
     out
-}
-
-/// The error for bodies a write refers to that are no longer stored.
-pub(crate) fn missing_bodies(thread: &ThreadId, start: u64, len: u64) -> Error {
-    Error::Conflict {
-        thread_id: thread.clone(),
-        detail: format!(
-            "message bodies {start}..{} referenced by this process's index are gone (deleted or pruned by another process)",
-            start.saturating_add(len)
-        ),
-    }
-}
-
-/// The error for a write whose message index predates a delete or copy of its thread.
-pub(crate) fn stale_index(thread: &ThreadId, indexed: u64, now: u64) -> Error {
-    Error::Conflict {
-        thread_id: thread.clone(),
-        detail: format!(
-            "this process indexed the thread's message bodies at epoch {indexed}, but the thread was deleted or copied onto since (epoch {now})"
-        ),
-    }
 }
 
 /// The error for a `copy_thread` onto a target that stores other bytes under a body number the
@@ -2288,11 +2257,12 @@ mod tests {
                     .unwrap(),
                 _ => e.delete_for_runs(&[RunId::new("old")]).await.unwrap(),
             }
-            // Every body is unreferenced; the newest stays so that its number is never reused.
+            // Every body is unreferenced: all are collected (the epoch bump keeps their numbers
+            // from being trusted by a stale index).
             assert_eq!(
                 stored(&e, "t").await.1.len(),
-                1,
-                "{how}: bodies collected but the newest"
+                0,
+                "{how}: every body collected"
             );
             assert_eq!(remembered(&e, "t").await, None, "{how}");
             let c = put_snapshot(&e, &kept, 2, &list).await.unwrap();

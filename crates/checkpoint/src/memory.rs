@@ -50,24 +50,8 @@ impl MemoryBackend {
     }
 }
 
-fn check_guard(t: &Tables, thread: &ThreadId, guard: &IndexGuard) -> Result<()> {
-    let now = t.epochs.get(thread).copied().unwrap_or(0);
-    if let Some(indexed) = guard.epoch
-        && indexed != now
-    {
-        return Err(crate::engine::stale_index(thread, indexed, now));
-    }
-    for &(start, len) in &guard.required {
-        let end = start.saturating_add(len);
-        let found = t
-            .messages
-            .range((thread.clone(), start)..(thread.clone(), end))
-            .count() as u64;
-        if found != len {
-            return Err(crate::engine::missing_bodies(thread, start, len));
-        }
-    }
-    Ok(())
+fn check_guard(t: &Tables, thread: &ThreadId, guard: IndexGuard) -> Result<()> {
+    guard.check(thread, t.epochs.get(thread).copied().unwrap_or(0))
 }
 
 fn row(k: &CpKey, v: &CpValue) -> CheckpointRow {
@@ -246,7 +230,7 @@ impl Backend for MemoryBackend {
         guard: IndexGuard,
     ) -> Result<()> {
         let mut t = self.lock();
-        check_guard(&t, &row.thread_id, &guard)?;
+        check_guard(&t, &row.thread_id, guard)?;
         for m in &messages {
             if t.messages.contains_key(&(row.thread_id.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -297,7 +281,7 @@ impl Backend for MemoryBackend {
         {
             return Ok(false);
         }
-        check_guard(&t, thread, &guard)?;
+        check_guard(&t, thread, guard)?;
         for m in &messages {
             if t.messages.contains_key(&(thread.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {
@@ -442,6 +426,7 @@ impl Backend for MemoryBackend {
         for s in seqs {
             t.messages.remove(&(thread.clone(), *s));
         }
+        *t.epochs.entry(thread.clone()).or_insert(0) += 1;
         Ok(())
     }
 

@@ -3,8 +3,8 @@
 //! Tables live in one schema (default `public`, configurable so tests and tenants can
 //! isolate themselves). Migrations are numbered and recorded in `antler_migrations`,
 //! applied under an advisory lock so that concurrent processes do not race.
-//! Each `put`/`put_writes` is one atomic statement (data-modifying CTEs), so one round
-//! trip; reads batch keys with `unnest`, and a `get_tuple` reads the checkpoint row and its
+//! Each `put`/`put_writes` is one atomic statement (data-modifying CTEs, the message-store
+//! epoch check included), so one round trip; reads batch keys with `unnest`, and a `get_tuple` reads the checkpoint row and its
 //! writes in one statement, so it costs three round trips (two without message lists) and
 //! the history walk three per page of ancestors.
 
@@ -42,7 +42,7 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE IF NOT EXISTS {s}.messages (
         thread_id TEXT NOT NULL, seq BIGINT NOT NULL, body BYTEA NOT NULL,
         PRIMARY KEY (thread_id, seq));",
-    // 2: message-store epochs, bumped by delete_thread and copy_thread (engine::IndexGuard).
+    // 2: message-store epochs (engine::IndexGuard).
     "CREATE TABLE IF NOT EXISTS {s}.thread_epochs (thread_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);",
 ];
 
@@ -121,52 +121,6 @@ pub(crate) struct PgBackend {
 }
 
 impl PgBackend {
-    /// Checks that every body in the runs is still stored. A separate round trip, only for
-    /// writes that reference bodies stored earlier (snapshots): a concurrent prune by another
-    /// process between this check and the write is not excluded (runs of one thread are
-    /// expected to be serialised, architecture.md "Scale-out").
-    async fn check_required(
-        &self,
-        c: &deadpool_postgres::Object,
-        thread: &ThreadId,
-        runs: &[(u64, u64)],
-    ) -> Result<()> {
-        if runs.is_empty() {
-            return Ok(());
-        }
-        let ctx = format!("postgres: thread {thread}: checking message bodies");
-        let st = c
-            .prepare_cached(&self.sql(
-                "SELECT r.lo, r.hi, (SELECT COUNT(*) FROM {s}.messages m WHERE m.thread_id = $1 AND m.seq >= r.lo AND m.seq < r.hi)
-                   FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)",
-            ))
-            .await
-            .map_err(pg_err(ctx.clone()))?;
-        let lo = runs
-            .iter()
-            .map(|(s, _)| i64_of(*s, "message sequence"))
-            .collect::<Result<Vec<_>>>()?;
-        let hi = runs
-            .iter()
-            .map(|(s, l)| i64_of(s.saturating_add(*l), "message sequence"))
-            .collect::<Result<Vec<_>>>()?;
-        for row in c
-            .query(&st, &[&thread.as_str(), &lo, &hi])
-            .await
-            .map_err(pg_err(ctx))?
-        {
-            let (lo, hi, found): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-            if found != hi - lo {
-                return Err(crate::engine::missing_bodies(
-                    thread,
-                    u64_of(lo, "message sequence")?,
-                    u64_of(hi - lo, "message sequence")?,
-                ));
-            }
-        }
-        Ok(())
-    }
-
     async fn read_epoch(&self, c: &deadpool_postgres::Object, thread: &ThreadId) -> Result<u64> {
         let ctx = format!("postgres: thread {thread}: reading its epoch");
         let row = c
@@ -185,19 +139,16 @@ impl PgBackend {
         &self,
         c: &deadpool_postgres::Object,
         thread: &ThreadId,
-        guard: &IndexGuard,
+        guard: IndexGuard,
         other: Error,
     ) -> Error {
-        if let Some(indexed) = guard.epoch {
-            match self.read_epoch(c, thread).await {
-                Ok(now) if now != indexed => {
-                    return crate::engine::stale_index(thread, indexed, now);
-                }
-                Ok(_) => {}
-                Err(e) => return e,
-            }
+        if guard.epoch.is_none() {
+            return other;
         }
-        other
+        match self.read_epoch(c, thread).await {
+            Ok(now) => guard.check(thread, now).err().unwrap_or(other),
+            Err(e) => e,
+        }
     }
 
     fn sql(&self, template: &str) -> String {
@@ -680,8 +631,6 @@ impl Backend for PgBackend {
             row.thread_id, row.id
         );
         let c = self.client(&ctx).await?;
-        self.check_required(&c, &row.thread_id, &guard.required)
-            .await?;
         let st = c
             .prepare_cached(&self.sql(&format!(
                 "WITH {fresh},
@@ -753,7 +702,7 @@ impl Backend for PgBackend {
                         row.id
                     ),
                 };
-                Err(self.guard_failure(&c, &row.thread_id, &guard, clash).await)
+                Err(self.guard_failure(&c, &row.thread_id, guard, clash).await)
             }
             Err(e) => Err(conflict_or(&row.thread_id, ctx)(e)),
         }
@@ -768,10 +717,9 @@ impl Backend for PgBackend {
         messages: Vec<MessageRow>,
         guard: IndexGuard,
     ) -> Result<bool> {
-        // One statement: the existence check, the message bodies and both kinds of writes.
+        // One statement: the checkpoint and epoch checks, the message bodies and both kinds of writes.
         let ctx = format!("postgres: thread {thread}: writing writes of checkpoint {checkpoint}");
         let c = self.client(&ctx).await?;
-        self.check_required(&c, thread, &guard.required).await?;
         let st = c
             .prepare_cached(&self.sql(&format!(
                 "WITH {fresh},
@@ -831,7 +779,7 @@ impl Backend for PgBackend {
             Ok(row) => Ok(row.get(0)),
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
                 let other = conflict_or(thread, ctx)(e);
-                Err(self.guard_failure(&c, thread, &guard, other).await)
+                Err(self.guard_failure(&c, thread, guard, other).await)
             }
             Err(e) => Err(conflict_or(thread, ctx)(e)),
         }
@@ -997,18 +945,22 @@ impl Backend for PgBackend {
 
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting messages");
-        let c = self.client(&ctx).await?;
+        let mut c = self.client(&ctx).await?;
         let seqs = seqs
             .iter()
             .map(|s| i64_of(*s, "message sequence"))
             .collect::<Result<Vec<_>>>()?;
-        c.execute(
+        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        tx.execute(
             &self.sql("DELETE FROM {s}.messages WHERE thread_id = $1 AND seq = ANY($2::bigint[])"),
             &[&thread.as_str(), &seqs],
         )
         .await
-        .map_err(pg_err(ctx))?;
-        Ok(())
+        .map_err(pg_err(ctx.clone()))?;
+        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        tx.commit().await.map_err(pg_err(ctx))
     }
 
     #[cfg(feature = "test-util")]

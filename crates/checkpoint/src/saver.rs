@@ -63,6 +63,10 @@ pub trait Saver: Send + Sync {
     /// snapshot of thousands of messages is neither fetched nor decoded).
     /// Pending writes come back complete, message lists included.
     ///
+    /// The default implementation calls `get_tuple` and drops the values, so it returns the
+    /// right tuple but does read them (and reports their corruption); the savers of this
+    /// crate override it.
+    ///
     /// # Errors
     /// The same as [`get_tuple`](Saver::get_tuple) (mode gate, corrupt record, metadata
     /// or write), except that the value blobs and their message bodies are not read,
@@ -70,7 +74,13 @@ pub trait Saver: Send + Sync {
     async fn get_tuple_without_values(
         &self,
         config: &CheckpointConfig,
-    ) -> Result<Option<CheckpointTuple>>;
+    ) -> Result<Option<CheckpointTuple>> {
+        let mut tuple = self.get_tuple(config).await?;
+        if let Some(t) = tuple.as_mut() {
+            t.checkpoint.channel_values.clear();
+        }
+        Ok(tuple)
+    }
 
     /// The addressed checkpoint followed by its ancestors along parent pointers, nearest
     /// first, at most `limit` tuples, each without channel values and without pending writes.

@@ -22,7 +22,7 @@ use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
 
 /// Schema migrations; index + 1 = the `user_version` after applying it.
 const MIGRATIONS: &[&str] = &[
-    // 1: the five data tables of docs/checkpoint-format.md.
+    // 1: the store's configuration and the four data tables of docs/checkpoint-format.md.
     "CREATE TABLE antler_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
      CREATE TABLE checkpoints (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BLOB NOT NULL,
@@ -40,7 +40,7 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE messages (
         thread_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,
         PRIMARY KEY (thread_id, seq)) WITHOUT ROWID;",
-    // 2: message-store epochs, bumped by delete_thread and copy_thread (engine::IndexGuard).
+    // 2: message-store epochs (engine::IndexGuard).
     "CREATE TABLE thread_epochs (thread_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;",
 ];
 
@@ -165,7 +165,6 @@ fn insert_messages(
     Ok(())
 }
 
-/// Checks that every body in the runs is still stored (inside the writing transaction).
 /// The thread's message-store epoch (0 without a row).
 fn read_epoch(c: &Connection, thread: &str) -> Result<u64> {
     let epoch: Option<i64> = c
@@ -177,6 +176,7 @@ fn read_epoch(c: &Connection, thread: &str) -> Result<u64> {
     epoch.map_or(Ok(0), |e| u64_of(e, "thread epoch"))
 }
 
+/// Bumps the thread's message-store epoch (see [`IndexGuard`]).
 fn bump_epoch(tx: &rusqlite::Transaction<'_>, thread: &str) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO thread_epochs (thread_id, epoch) VALUES (?1, 1)
@@ -190,47 +190,11 @@ fn bump_epoch(tx: &rusqlite::Transaction<'_>, thread: &str) -> Result<()> {
 }
 
 /// Checks a write's [`IndexGuard`] inside its transaction.
-fn check_guard(
-    tx: &rusqlite::Transaction<'_>,
-    thread: &ThreadId,
-    guard: &IndexGuard,
-) -> Result<()> {
-    if let Some(indexed) = guard.epoch {
-        let now = read_epoch(tx, thread.as_str())?;
-        if now != indexed {
-            return Err(crate::engine::stale_index(thread, indexed, now));
-        }
+fn check_guard(tx: &rusqlite::Transaction<'_>, thread: &ThreadId, guard: IndexGuard) -> Result<()> {
+    if guard.epoch.is_none() {
+        return Ok(());
     }
-    check_required(tx, thread, &guard.required)
-}
-
-fn check_required(
-    tx: &rusqlite::Transaction<'_>,
-    thread: &ThreadId,
-    runs: &[(u64, u64)],
-) -> Result<()> {
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT COUNT(*) FROM messages WHERE thread_id = ?1 AND seq >= ?2 AND seq < ?3",
-        )
-        .map_err(sql_err(format!(
-            "sqlite: thread {thread}: checking message bodies"
-        )))?;
-    for &(start, len) in runs {
-        let end = i64_of(start.saturating_add(len), "message sequence")?;
-        let found: i64 = stmt
-            .query_row(
-                params![thread.as_str(), i64_of(start, "message sequence")?, end],
-                |r| r.get(0),
-            )
-            .map_err(sql_err(format!(
-                "sqlite: thread {thread}: checking message bodies"
-            )))?;
-        if u64::try_from(found).ok() != Some(len) {
-            return Err(crate::engine::missing_bodies(thread, start, len));
-        }
-    }
-    Ok(())
+    guard.check(thread, read_epoch(tx, thread.as_str())?)
 }
 
 /// The addressed checkpoint row, or the latest of the namespace.
@@ -586,7 +550,7 @@ impl Backend for SqliteBackend {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
             let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
-            check_guard(&tx, &row.thread_id, &guard)?;
+            check_guard(&tx, &row.thread_id, guard)?;
             insert_messages(&tx, &row.thread_id, &messages)?;
             {
                 let mut stmt = tx
@@ -637,7 +601,7 @@ impl Backend for SqliteBackend {
             if exists.is_none() {
                 return Ok(false);
             }
-            check_guard(&tx, &thread, &guard)?;
+            check_guard(&tx, &thread, guard)?;
             insert_messages(&tx, &thread, &messages)?;
             for w in &writes {
                 let verb = if w.idx < 0 { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };
@@ -821,6 +785,7 @@ impl Backend for SqliteBackend {
                 )
                 .map_err(sql_err(ctx.clone()))?;
             }
+            bump_epoch(&tx, &thread)?;
             tx.commit().map_err(sql_err(ctx))
         })
         .await
@@ -900,6 +865,11 @@ pub struct SqliteOptions {
     /// page cache, so a cold read of a long conversation otherwise copies every page it
     /// touches into newly allocated cache memory; mapped pages are read in place from the
     /// operating system's cache. Writes still go through SQLite's normal path (and the WAL).
+    ///
+    /// The trade-off SQLite documents for memory-mapped I/O: an I/O error while reading a
+    /// mapped page, or the file truncated underneath by another program, stops the process
+    /// with `SIGBUS` instead of returning [`Error::Backend`]. Set 0 for a database on
+    /// storage that can fail that way (a network file system, say).
     pub mmap_size: u64,
 }
 

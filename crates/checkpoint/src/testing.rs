@@ -105,7 +105,8 @@ macro_rules! conformance_suite {
             antler_ancestors_parent_cycle_is_error,
             antler_ancestors_damaged_metadata_is_error,
             antler_ancestors_are_mode_gated,
-            antler_ancestors_default_implementation_agrees
+            antler_ancestors_default_implementation_agrees,
+            antler_copy_thread_refuses_other_bodies_under_the_same_numbers
         );
     };
 }
@@ -129,7 +130,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 115;
+pub const CASE_COUNT: usize = 116;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -1686,13 +1687,19 @@ pub async fn antler_history_missing_parent_is_error(saver: &dyn Saver) {
     assert!(err.to_string().contains(&ghost.to_string()), "{err}");
 }
 
-/// A parent cycle is an error, not an endless walk.
-pub async fn antler_history_parent_cycle_is_error(saver: &dyn Saver) {
+/// Two checkpoints `a` and `b` of thread `t` whose parent pointers form a cycle (`a` → `b` →
+/// `a`), each listing `channel` at version 1 if given.
+async fn put_parent_cycle(
+    saver: &dyn Saver,
+    channel: Option<&str>,
+) -> (CheckpointId, CheckpointId) {
     let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
     for (id, parent) in [(a, b), (b, a)] {
         let mut cp = Checkpoint::empty();
         cp.id = id;
-        cp.channel_versions.insert("m".into(), 1.into());
+        if let Some(c) = channel {
+            cp.channel_versions.insert(c.into(), 1.into());
+        }
         saver
             .put(
                 &cfg("t", "", Some(parent)),
@@ -1703,6 +1710,12 @@ pub async fn antler_history_parent_cycle_is_error(saver: &dyn Saver) {
             .await
             .unwrap();
     }
+    (a, b)
+}
+
+/// A parent cycle is an error, not an endless walk.
+pub async fn antler_history_parent_cycle_is_error(saver: &dyn Saver) {
+    let (a, _) = put_parent_cycle(saver, Some("m")).await;
     let err = saver
         .delta_channel_history(&cfg("t", "", Some(a)), &["m".into()])
         .await
@@ -1758,6 +1771,49 @@ pub async fn antler_history_unknown_checkpoint_is_error(saver: &dyn Saver) {
     assert_eq!(err.kind(), ErrorKind::NotFound);
     let h = history(saver, &cfg("t", "", None), &["m"]).await;
     assert!(h["m"].seed.is_none() && h["m"].writes.is_empty());
+}
+
+/// `copy_thread` onto a thread that stores other message bodies under the numbers the source
+/// uses fails with a conflict naming the target, and copies nothing; a copy onto a thread
+/// without bodies (or with the same ones) succeeds.
+pub async fn antler_copy_thread_refuses_other_bodies_under_the_same_numbers(saver: &dyn Saver) {
+    let put_list = |thread: &'static str, text: &'static str| async move {
+        let list = [json!({"type": "human", "content": text, "id": "1"})];
+        let blob = Blob::messages(MessagesKind::Snapshot, &list).unwrap();
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 1.into());
+        cp.channel_values.insert("messages".into(), blob.clone());
+        let c = put_all(
+            saver,
+            cfg(thread, "", None),
+            cp,
+            CheckpointMetadata::default(),
+        )
+        .await;
+        (c, blob)
+    };
+    put_list("src", "from the source").await;
+    let (own, own_blob) = put_list("dst", "the target's own").await;
+    let err = saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+    assert!(err.to_string().contains("dst"), "{err}");
+    assert_eq!(
+        get(saver, &own).await.checkpoint.channel_values["messages"],
+        own_blob
+    );
+    assert_eq!(count(saver, ListQuery::thread("dst")).await, 1);
+    saver
+        .copy_thread(&thread("src"), &thread("new"))
+        .await
+        .unwrap();
+    // The same bodies again: nothing collides.
+    saver
+        .copy_thread(&thread("src"), &thread("new"))
+        .await
+        .unwrap();
 }
 
 /// Message lists round-trip item by item, including repeated and shared items.
@@ -2052,6 +2108,8 @@ pub async fn antler_get_tuple_without_values_is_get_tuple_minus_values(saver: &d
     let cs = valued_thread(saver, "t").await;
     for at in [&cs[0], &cs[1], &cfg("t", "", None)] {
         assert_without_values_matches(saver, at).await;
+        // The trait's default gives the same tuple.
+        assert_without_values_matches(&Defaults(saver), at).await;
     }
     let bare = saver
         .get_tuple_without_values(&cs[1])
@@ -2172,23 +2230,17 @@ pub async fn antler_get_tuple_without_values_reads_every_write(saver: &dyn Saver
 // ---- get_ancestors_without_values ----------------------------------------------------------
 
 /// A saver that forwards every required method to the wrapped one and keeps the trait's
-/// default `get_ancestors_without_values`, so that every case below holds the default
-/// implementation to the same expectations as the saver's own.
-struct DefaultAncestors<'a>(&'a dyn Saver);
+/// defaults (`get_tuple_without_values`, `get_ancestors_without_values`), so that the cases
+/// hold the default implementations to the same expectations as the saver's own.
+struct Defaults<'a>(&'a dyn Saver);
 
 #[async_trait::async_trait]
-impl Saver for DefaultAncestors<'_> {
+impl Saver for Defaults<'_> {
     async fn get_tuple(
         &self,
         config: &CheckpointConfig,
     ) -> crate::Result<Option<crate::model::CheckpointTuple>> {
         self.0.get_tuple(config).await
-    }
-    async fn get_tuple_without_values(
-        &self,
-        config: &CheckpointConfig,
-    ) -> crate::Result<Option<crate::model::CheckpointTuple>> {
-        self.0.get_tuple_without_values(config).await
     }
     async fn list(&self, query: &ListQuery) -> crate::Result<Vec<crate::model::CheckpointTuple>> {
         self.0.list(query).await
@@ -2246,7 +2298,7 @@ impl Saver for DefaultAncestors<'_> {
 /// default one; both must succeed and agree.
 async fn chain_ids(saver: &dyn Saver, at: &CheckpointConfig, limit: usize) -> Vec<CheckpointId> {
     let own = saver.get_ancestors_without_values(at, limit).await.unwrap();
-    let default = DefaultAncestors(saver)
+    let default = Defaults(saver)
         .get_ancestors_without_values(at, limit)
         .await
         .unwrap();
@@ -2280,7 +2332,7 @@ pub async fn antler_ancestors_nearest_first_without_values_or_writes(saver: &dyn
             .all(|t| t.checkpoint.channel_values.is_empty())
     );
     assert!(!get(saver, &cs[1]).await.pending_writes.is_empty());
-    for s in [saver, &DefaultAncestors(saver)] {
+    for s in [saver, &Defaults(saver)] {
         for at in [&cs[1], &cfg("t", "", None)] {
             let got = s.get_ancestors_without_values(at, 10).await.unwrap();
             assert_eq!(got, expected);
@@ -2393,22 +2445,9 @@ pub async fn antler_ancestors_of_an_unknown_checkpoint_are_empty(saver: &dyn Sav
 /// Parent pointers that cycle are an error naming thread and checkpoint once the chain
 /// would repeat a checkpoint; a limit that stops before the repeat returns the chain.
 pub async fn antler_ancestors_parent_cycle_is_error(saver: &dyn Saver) {
-    let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
-    for (id, parent) in [(a, b), (b, a)] {
-        let mut cp = Checkpoint::empty();
-        cp.id = id;
-        saver
-            .put(
-                &cfg("t", "", Some(parent)),
-                cp,
-                CheckpointMetadata::default(),
-                &ChannelVersions::new(),
-            )
-            .await
-            .unwrap();
-    }
+    let (a, b) = put_parent_cycle(saver, None).await;
     assert_eq!(chain_ids(saver, &cfg("t", "", Some(a)), 2).await, [a, b]);
-    for s in [saver, &DefaultAncestors(saver)] {
+    for s in [saver, &Defaults(saver)] {
         for limit in [3, 10, usize::MAX] {
             let err = s
                 .get_ancestors_without_values(&cfg("t", "", Some(a)), limit)
@@ -2437,7 +2476,7 @@ pub async fn antler_ancestors_damaged_metadata_is_error(saver: &dyn Saver) {
     )
     .await;
     let single = saver.get_tuple_without_values(&cs[2]).await.unwrap_err();
-    for s in [saver, &DefaultAncestors(saver)] {
+    for s in [saver, &Defaults(saver)] {
         for at in [&cs[2], &cs[0], &cfg("t-meta", "", None)] {
             let err = s.get_ancestors_without_values(at, 10).await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
@@ -2461,7 +2500,7 @@ pub async fn antler_ancestors_are_mode_gated(saver: &dyn Saver) {
         ..CheckpointMetadata::default()
     };
     tamper(saver, "t", Tamper::Metadata(delta)).await;
-    for s in [saver, &DefaultAncestors(saver)] {
+    for s in [saver, &Defaults(saver)] {
         for at in [&cs[1], &cfg("t", "", None)] {
             if saver.store_config().mode == crate::mode::ChannelMode::Full {
                 let single = saver.get_tuple_without_values(at).await.unwrap_err();

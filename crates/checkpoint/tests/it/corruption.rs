@@ -98,10 +98,7 @@ struct Fixture {
 }
 
 async fn fixture() -> (SqliteSaver, Fixture) {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("corrupt-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("store.db");
+    let path = crate::temp_db("corrupt", "store.db");
     let saver = SqliteSaver::open(
         &path,
         StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
@@ -456,44 +453,48 @@ async fn put_snapshot(
         .unwrap()
 }
 
-/// Garbage collection never lets a body's number be reused: another process (a second saver on
-/// the same file) prunes the thread, a third numbers new bodies from what is stored, and this
-/// saver, whose index still maps a collected body to its old number, must not end up pointing
-/// at the third saver's body (the existence check of reused bodies counts rows).
+/// Stores a root checkpoint of `thread` whose `messages` value at `version` is the snapshot `list`.
+async fn put_list(
+    saver: &dyn Saver,
+    thread: &str,
+    version: u64,
+    list: &[Message],
+) -> CheckpointConfig {
+    let blob =
+        antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list).unwrap();
+    put_snapshot(saver, thread, version, blob).await
+}
+
+/// A collected body's number is never trusted again: another process (a second saver on the
+/// same file) prunes the thread, a third numbers new bodies from what is stored (reusing the
+/// collected numbers), and this saver, whose index still maps a collected body to its old
+/// number, must not end up pointing at the third saver's body (the prune bumped the thread's
+/// epoch, so this saver's write fails its check and reloads).
 #[test]
 fn collected_body_numbers_are_never_reused() {
     antler_checkpoint::testing::block_on(async {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("reuse-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("store.db");
+        let path = crate::temp_db("reuse", "store.db");
         let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
         let m = |id: &str| Message::human(format!("text of {id}")).with_id(id);
-        async fn put(saver: &SqliteSaver, version: u64, list: &[Message]) -> CheckpointConfig {
-            let blob =
-                antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
-                    .unwrap();
-            put_snapshot(saver, "t-reuse", version, blob).await
-        }
         let a = SqliteSaver::open(&path, config).await.unwrap();
-        put(&a, 1, &[m("1"), m("2"), m("3")]).await;
+        put_list(&a, "t-reuse", 1, &[m("1"), m("2"), m("3")]).await;
         // The newest root references only "1": pruning leaves "2" and "3" unreferenced.
-        put(&a, 2, &[m("1")]).await;
+        put_list(&a, "t-reuse", 2, &[m("1")]).await;
         let b = SqliteSaver::open(&path, config).await.unwrap();
         b.prune(&["t-reuse".into()], PruneStrategy::KeepLatest)
             .await
             .unwrap();
         let c = SqliteSaver::open(&path, config).await.unwrap();
-        put(&c, 3, &[m("1"), m("x")]).await;
-        let last = put(&a, 4, &[m("1"), m("2")]).await;
+        put_list(&c, "t-reuse", 3, &[m("1"), m("x")]).await;
+        let last = put_list(&a, "t-reuse", 4, &[m("1"), m("2")]).await;
         assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
     });
 }
 
 /// A thread deleted and written again by another process numbers its new bodies from the
 /// start; a saver that still holds its index of the deleted thread must not reuse those
-/// numbers for its own messages (the existence check of reused bodies would pass, and the list
-/// would silently name the other process's bytes). `open` opens another saver ("process") on
+/// numbers for its own messages (every number it names exists again, so without the epoch
+/// check the list would silently name the other process's bytes). `open` opens another saver ("process") on
 /// the same store.
 async fn deleted_thread_numbers<S, O, OF>(open: O)
 where
@@ -503,18 +504,12 @@ where
 {
     let m = |id: &str| Message::human(format!("text of {id}")).with_id(id);
     let x = |id: &str| Message::ai(format!("another process wrote {id}")).with_id(id);
-    async fn put(saver: &dyn Saver, version: u64, list: &[Message]) -> CheckpointConfig {
-        let blob =
-            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
-                .unwrap();
-        put_snapshot(saver, "t-renumber", version, blob).await
-    }
     let a = open().await;
-    put(&a, 1, &[m("1"), m("2"), m("3")]).await;
+    put_list(&a, "t-renumber", 1, &[m("1"), m("2"), m("3")]).await;
     let b = open().await;
     b.delete_thread(&"t-renumber".into()).await.unwrap();
-    put(&b, 1, &[x("1"), x("2"), x("3")]).await;
-    let last = put(&a, 2, &[m("1"), m("2")]).await;
+    put_list(&b, "t-renumber", 1, &[x("1"), x("2"), x("3")]).await;
+    let last = put_list(&a, "t-renumber", 2, &[m("1"), m("2")]).await;
     let c = open().await;
     assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
     let first = CheckpointConfig::latest("t-renumber").with_checkpoint_id(
@@ -531,33 +526,22 @@ where
         vec![x("1"), x("2"), x("3")]
     );
     // A copy onto a thread renumbers it the same way: the copy brings the source's numbers.
-    async fn put_on(
-        saver: &dyn Saver,
-        thread: &str,
-        version: u64,
-        list: &[Message],
-    ) -> CheckpointConfig {
-        let blob =
-            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, list)
-                .unwrap();
-        put_snapshot(saver, thread, version, blob).await
-    }
     // Here the target was pruned, not deleted: its bodies 1 and 2 were collected (3, the
     // highest, is kept), so the source's 1 and 2 land without colliding.
-    put_on(&a, "t-dst", 1, &[m("1"), m("2"), m("3")]).await;
-    put_on(&a, "t-dst", 2, &[m("3")]).await;
+    put_list(&a, "t-dst", 1, &[m("1"), m("2"), m("3")]).await;
+    put_list(&a, "t-dst", 2, &[m("3")]).await;
     b.prune(&["t-dst".into()], PruneStrategy::KeepLatest)
         .await
         .unwrap();
-    put_on(&b, "t-src", 1, &[x("1"), x("2")]).await;
+    put_list(&b, "t-src", 1, &[x("1"), x("2")]).await;
     b.copy_thread(&"t-src".into(), &"t-dst".into())
         .await
         .unwrap();
-    let last = put_on(&a, "t-dst", 3, &[m("1"), m("2")]).await;
+    let last = put_list(&a, "t-dst", 3, &[m("1"), m("2")]).await;
     assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
     // A copy onto a thread that stores other bytes under the source's numbers would change what
     // the target's lists say: refused, and the target is untouched.
-    let own = put_on(&c, "t-other", 1, &[x("own")]).await;
+    let own = put_list(&c, "t-other", 1, &[x("own")]).await;
     let err = c
         .copy_thread(&"t-src".into(), &"t-other".into())
         .await
@@ -577,10 +561,7 @@ where
 #[test]
 fn a_deleted_thread_rewritten_elsewhere_never_lends_its_numbers() {
     antler_checkpoint::testing::block_on(async {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("renumber-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("store.db");
+        let path = crate::temp_db("renumber", "store.db");
         let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
         let p = &path;
         deleted_thread_numbers(|| async move { SqliteSaver::open(p, config).await.unwrap() }).await;
@@ -606,15 +587,13 @@ fn a_deleted_thread_rewritten_elsewhere_never_lends_its_numbers_on_postgres() {
 }
 
 /// The same, when the new snapshot is made of the very `Arc`s this saver stored before (the
-/// delta channel's cached messages, which the saver takes by pointer without hashing): the
-/// bodies taken by pointer are checked too, so they are re-stored, never left dangling.
+/// delta channel's cached messages, which the saver takes by pointer without hashing): a write
+/// of numbers taken by pointer carries the epoch too, so the bodies are re-stored, never left
+/// dangling.
 #[test]
 fn a_remembered_snapshot_never_leaves_dangling_references() {
     antler_checkpoint::testing::block_on(async {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("remembered-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("store.db");
+        let path = crate::temp_db("remembered", "store.db");
         let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
         let a = SqliteSaver::open(&path, config).await.unwrap();
         let b = SqliteSaver::open(&path, config).await.unwrap();

@@ -22,10 +22,7 @@ fn f(n: u32) -> SnapshotFrequency {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("gate-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    crate::temp_db("gate", name)
 }
 
 #[test]

@@ -13,3 +13,11 @@ mod memory;
 mod postgres;
 mod send;
 mod sqlite;
+
+/// A fresh database path under cargo's per-target temporary directory (`prefix-<uuid>/name`).
+pub(crate) fn temp_db(prefix: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{prefix}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}

@@ -15,10 +15,7 @@ mod file {
     use antler_checkpoint::{Saver, SqliteSaver, StoreConfig};
 
     antler_checkpoint::conformance_suite!(|| async {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("antler-ck-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let saver = SqliteSaver::open(dir.join("store.db"), StoreConfig::full())
+        let saver = SqliteSaver::open(crate::temp_db("antler-ck", "store.db"), StoreConfig::full())
             .await
             .expect("open file");
         Some(Box::new(saver) as Box<dyn Saver>)
@@ -33,10 +30,7 @@ fn a_version_1_store_is_migrated_and_a_newer_one_refused() {
         CheckpointConfig, ErrorKind, SQLITE_SCHEMA_VERSION, Saver, SqliteSaver, StoreConfig,
     };
     antler_checkpoint::testing::block_on(async {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("antler-migrate-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("store.db");
+        let path = crate::temp_db("antler-migrate", "store.db");
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
         let stored = saver
             .put(
@@ -85,6 +79,5 @@ fn a_version_1_store_is_migrated_and_a_newer_one_refused() {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        let _ = std::fs::remove_dir_all(&dir);
     });
 }
