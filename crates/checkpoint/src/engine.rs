@@ -34,6 +34,110 @@ pub(crate) struct CheckpointRow {
     pub(crate) metadata: Vec<u8>,
 }
 
+/// Which checkpoint rows [`Backend::checkpoints`] returns, in list order: checkpoint id
+/// descending, then thread id and namespace descending (byte order), so that a page can
+/// resume after its last row even when two threads hold the same checkpoint id (copies).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RowScan<'a> {
+    /// Only this thread.
+    pub(crate) thread: Option<&'a ThreadId>,
+    /// Only this namespace.
+    pub(crate) ns: Option<&'a CheckpointNs>,
+    /// Only ids less than this one.
+    pub(crate) before: Option<CheckpointId>,
+    /// Only rows after this one in list order (the last row of the previous page).
+    pub(crate) after: Option<(&'a CheckpointId, &'a ThreadId, &'a CheckpointNs)>,
+    /// At most this many rows (all when `None`).
+    pub(crate) limit: Option<usize>,
+}
+
+impl<'a> RowScan<'a> {
+    /// Every checkpoint of `thread`, all namespaces.
+    pub(crate) fn thread(thread: &'a ThreadId) -> Self {
+        Self {
+            thread: Some(thread),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the row `(id, thread, ns)` is in the scan, ignoring `limit`.
+    pub(crate) fn admits(&self, id: CheckpointId, thread: &ThreadId, ns: &CheckpointNs) -> bool {
+        self.thread.is_none_or(|t| t == thread)
+            && self.ns.is_none_or(|n| n == ns)
+            && self.before.is_none_or(|b| id < b)
+            && self.after.is_none_or(|(a_id, a_thread, a_ns)| {
+                (id, thread.as_str(), ns.as_str()) < (*a_id, a_thread.as_str(), a_ns.as_str())
+            })
+    }
+}
+
+/// The `WHERE … ORDER BY … LIMIT` of a [`RowScan`] in SQL, for the database backends.
+///
+/// Only the conditions the scan uses are written (an `x IS NULL OR` form would keep SQLite
+/// off the primary-key index), and with a thread and a namespace fixed the order is the
+/// index's own (`checkpoint_id DESC`), so a page reads about as many rows as it returns.
+/// `param(i)` spells placeholder `i` (1-based) and `text(col)` a column compared in byte
+/// order; the caller binds, in order: thread, namespace, before, then the cursor's id,
+/// thread and namespace, each only when present, then the limit when there is one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn scan_sql(
+    scan: &RowScan<'_>,
+    param: impl Fn(usize) -> String,
+    text: impl Fn(&str) -> String,
+) -> String {
+    let mut conds = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        param(n)
+    };
+    if scan.thread.is_some() {
+        conds.push(format!("thread_id = {}", next()));
+    }
+    if scan.ns.is_some() {
+        conds.push(format!("checkpoint_ns = {}", next()));
+    }
+    if scan.before.is_some() {
+        conds.push(format!("checkpoint_id < {}", next()));
+    }
+    let fixed = scan.thread.is_some() && scan.ns.is_some();
+    if scan.after.is_some() {
+        let (id, t, ns) = (next(), next(), next());
+        conds.push(if fixed {
+            format!("checkpoint_id < {id}")
+        } else {
+            format!(
+                "(checkpoint_id < {id} OR (checkpoint_id = {id} AND ({tc} < {t} OR (thread_id = {t} AND {nc} < {ns}))))",
+                tc = text("thread_id"),
+                nc = text("checkpoint_ns"),
+            )
+        });
+    }
+    let mut sql = String::new();
+    if !conds.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conds.join(" AND "));
+    }
+    if fixed {
+        sql.push_str(" ORDER BY checkpoint_id DESC");
+    } else {
+        sql.push_str(&format!(
+            " ORDER BY checkpoint_id DESC, {} DESC, {} DESC",
+            text("thread_id"),
+            text("checkpoint_ns")
+        ));
+    }
+    if scan.limit.is_some() {
+        sql.push_str(&format!(" LIMIT {}", next()));
+    }
+    sql
+}
+
+/// The sort key of list order (see [`RowScan`]): sort ascending by it.
+pub(crate) fn list_order(id: CheckpointId, thread: &ThreadId, ns: &CheckpointNs) -> impl Ord {
+    std::cmp::Reverse((id, thread.as_str().to_owned(), ns.as_str().to_owned()))
+}
+
 /// One row of the blobs table (thread and namespace implied by the call).
 #[derive(Clone, Debug)]
 pub(crate) struct BlobRow {
@@ -195,13 +299,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ns: &CheckpointNs,
         id: Option<CheckpointId>,
     ) -> Result<Option<CheckpointRow>>;
-    /// Checkpoints, newest (greatest id) first.
-    async fn checkpoints(
-        &self,
-        thread: Option<&ThreadId>,
-        ns: Option<&CheckpointNs>,
-        before: Option<CheckpointId>,
-    ) -> Result<Vec<CheckpointRow>>;
+    /// The checkpoint rows of `scan`, in its list order (newest first).
+    async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>>;
     /// Up to `max` rows following parent pointers from `start` (inclusive); stops early at a missing row.
     async fn ancestors(
         &self,
@@ -467,6 +566,10 @@ const MAX_CACHED_INDEXES: usize = 256;
 /// a parent cycle (which the backends follow until their row limit) costs at most this many
 /// rows before the engine sees the repeat and fails.
 const ANCESTOR_PAGE: usize = 512;
+
+/// The most checkpoint rows one page of [`Engine::list`] asks for; pages start at the
+/// query's limit and grow fourfold while a metadata filter rejects rows.
+const LIST_PAGE: usize = 1024;
 
 /// The shared saver logic over a backend.
 pub(crate) struct Engine<B> {
@@ -1059,31 +1162,59 @@ impl<B: Backend> Engine<B> {
         Ok(into_tuples(rows, values, pending).pop())
     }
 
-    pub(crate) async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>> {
+    /// `list`, with values and pending writes when `values`; without either otherwise.
+    ///
+    /// Rows come from the backend in pages, so a limited list reads about `limit` rows
+    /// however long the thread is: the first page asks for `limit` rows (all rows when the
+    /// query has no limit), and each further page, needed only while the metadata filter
+    /// rejects rows, for four times as many, up to [`LIST_PAGE`].
+    pub(crate) async fn list(
+        &self,
+        query: &ListQuery,
+        values: bool,
+    ) -> Result<Vec<CheckpointTuple>> {
         if query.limit == Some(0) {
             return Ok(Vec::new());
         }
-        let rows = self
-            .backend
-            .checkpoints(
-                query.thread_id.as_ref(),
-                query.checkpoint_ns.as_ref(),
-                query.before,
-            )
-            .await?;
-        let mut selected = Vec::new();
-        for row in rows {
-            let decoded = self.decode_row(row)?;
-            if !decoded.metadata.matches(&query.filter) {
-                continue;
+        let mut selected: Vec<Decoded> = Vec::new();
+        let mut last: Option<(CheckpointId, ThreadId, CheckpointNs)> = None;
+        let mut page = query.limit.map(|l| l.min(LIST_PAGE));
+        'pages: loop {
+            let scan = RowScan {
+                thread: query.thread_id.as_ref(),
+                ns: query.checkpoint_ns.as_ref(),
+                before: query.before,
+                after: last.as_ref().map(|(id, t, n)| (id, t, n)),
+                limit: page,
+            };
+            let rows = self.backend.checkpoints(scan).await?;
+            let fetched = rows.len();
+            for row in rows {
+                last = Some((row.id, row.thread_id.clone(), row.ns.clone()));
+                let decoded = self.decode_row(row)?;
+                if !decoded.metadata.matches(&query.filter) {
+                    continue;
+                }
+                self.gate(&decoded.row.thread_id, decoded.row.id, &decoded.metadata)?;
+                selected.push(decoded);
+                if query.limit.is_some_and(|l| selected.len() >= l) {
+                    break 'pages;
+                }
             }
-            self.gate(&decoded.row.thread_id, decoded.row.id, &decoded.metadata)?;
-            selected.push(decoded);
-            if query.limit.is_some_and(|l| selected.len() >= l) {
-                break;
+            match page {
+                Some(p) if fetched >= p => page = Some(p.saturating_mul(4).min(LIST_PAGE)),
+                _ => break,
             }
         }
-        self.assemble(selected).await
+        if values {
+            return self.assemble(selected).await;
+        }
+        let n = selected.len();
+        Ok(into_tuples(
+            selected,
+            vec![BTreeMap::new(); n],
+            vec![Vec::new(); n],
+        ))
     }
 
     /// Loads blobs, message bodies and writes for decoded rows, keeping their order.
@@ -1516,7 +1647,7 @@ impl<B: Backend> Engine<B> {
 
     async fn decoded_thread(&self, thread: &ThreadId) -> Result<Vec<Decoded>> {
         self.backend
-            .checkpoints(Some(thread), None, None)
+            .checkpoints(RowScan::thread(thread))
             .await?
             .into_iter()
             .map(|r| self.decode_row(r))
@@ -1529,7 +1660,7 @@ impl<B: Backend> Engine<B> {
         }
         let runs: HashSet<&RunId> = run_ids.iter().collect();
         let mut threads: BTreeSet<ThreadId> = BTreeSet::new();
-        for row in self.backend.checkpoints(None, None, None).await? {
+        for row in self.backend.checkpoints(RowScan::default()).await? {
             let thread = row.thread_id.clone();
             let d = self.decode_row(row)?;
             if d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)) {
@@ -1921,7 +2052,13 @@ macro_rules! impl_saver {
                 &self,
                 query: &$crate::model::ListQuery,
             ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
-                self.engine.list(query).await
+                self.engine.list(query, true).await
+            }
+            async fn list_without_values(
+                &self,
+                query: &$crate::model::ListQuery,
+            ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
+                self.engine.list(query, false).await
             }
             async fn put(
                 &self,
@@ -2207,6 +2344,79 @@ mod tests {
         );
         assert_eq!(read_list(&e, &c).await, list);
         assert_eq!(stored(&e, "t").await.1.len(), 10);
+    }
+
+    /// `list` pages its rows: a limited list reads as many rows as it returns, however long
+    /// the thread, and a filtered one reads pages growing fourfold, never the whole thread
+    /// when the matches are recent; either way the result is the unpaged one.
+    #[tokio::test]
+    async fn a_limited_list_reads_pages_not_the_whole_thread() {
+        let e = engine();
+        let mut at = CheckpointConfig::latest("t");
+        for step in 0..200_u64 {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert("a".into(), ChannelVersion::new(step + 1));
+            cp.channel_values
+                .insert("a".into(), Blob::json(&step).unwrap());
+            let mut meta = CheckpointMetadata {
+                step: i64::try_from(step).unwrap(),
+                ..CheckpointMetadata::default()
+            };
+            if step % 50 == 0 {
+                meta.extra.insert("mark".into(), true.into());
+            }
+            let nv = cp.channel_versions.clone();
+            at = e.put(&at, cp, meta, &nv).await.unwrap();
+        }
+        let listed = || e.backend.rows_listed.load(Ordering::Relaxed);
+        let steps = |ts: &[CheckpointTuple]| ts.iter().map(|t| t.metadata.step).collect::<Vec<_>>();
+        let everything = e.list(&ListQuery::thread("t"), true).await.unwrap();
+        assert_eq!(everything.len(), 200);
+
+        let before = listed();
+        let five = ListQuery {
+            limit: Some(5),
+            ..ListQuery::thread("t")
+        };
+        let got = e.list(&five, true).await.unwrap();
+        assert_eq!(listed() - before, 5, "one page of five rows");
+        assert_eq!(got, everything[..5]);
+        let before = listed();
+        let in_ns = ListQuery {
+            checkpoint_ns: Some(CheckpointNs::root()),
+            ..five.clone()
+        };
+        assert_eq!(e.list(&in_ns, true).await.unwrap(), everything[..5]);
+        assert_eq!(listed() - before, 5);
+
+        // The two newest marks are steps 150 and 100: rows 199..=100, reached by pages of
+        // 2, 8, 32 and 128 rows (170 in all), never all 200.
+        let marked = ListQuery {
+            limit: Some(2),
+            filter: [("mark".to_owned(), serde_json::Value::Bool(true))]
+                .into_iter()
+                .collect(),
+            ..ListQuery::thread("t")
+        };
+        let before = listed();
+        let got = e.list(&marked, true).await.unwrap();
+        assert_eq!(steps(&got), [150, 100]);
+        assert_eq!(listed() - before, 170);
+        // Without a limit every row is read, in one page.
+        let before = listed();
+        let all_marks = e
+            .list(
+                &ListQuery {
+                    limit: None,
+                    ..marked
+                },
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(steps(&all_marks), [150, 100, 50, 0]);
+        assert_eq!(listed() - before, 200);
     }
 
     /// A thread whose remembered snapshot belongs to a checkpoint that pruning (or

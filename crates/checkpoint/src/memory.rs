@@ -9,8 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, StorageStats,
-    WriteRow, impl_saver,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    StorageStats, WriteRow, impl_saver, list_order,
 };
 use crate::error::Result;
 use crate::ids::{
@@ -39,9 +39,16 @@ struct Tables {
 #[derive(Default)]
 pub(crate) struct MemoryBackend {
     tables: Mutex<Tables>,
+    /// Checkpoint rows `checkpoints` has returned (what a paged list costs).
+    pub(crate) rows_listed: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryBackend {
+    fn count_listed(&self, n: usize) {
+        self.rows_listed
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Tables> {
         match self.tables.lock() {
             Ok(g) => g,
@@ -103,24 +110,41 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn checkpoints(
-        &self,
-        thread: Option<&ThreadId>,
-        ns: Option<&CheckpointNs>,
-        before: Option<CheckpointId>,
-    ) -> Result<Vec<CheckpointRow>> {
+    async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
         let t = self.lock();
-        let mut rows: Vec<CheckpointRow> = t
+        let limit = scan.limit.unwrap_or(usize::MAX);
+        if let (Some(thread), Some(ns)) = (scan.thread, scan.ns) {
+            // One namespace is a contiguous key range in id order: walk it backwards, so a
+            // page costs its own length, not the thread's.
+            let lo = (thread.clone(), ns.clone(), CheckpointId::from_u128(0));
+            let hi = (
+                thread.clone(),
+                ns.clone(),
+                CheckpointId::from_u128(u128::MAX),
+            );
+            let rows: Vec<CheckpointRow> = t
+                .checkpoints
+                .range(lo..=hi)
+                .rev()
+                .filter(|(k, _)| scan.admits(k.2, &k.0, &k.1))
+                .take(limit)
+                .map(|(k, v)| row(k, v))
+                .collect();
+            self.count_listed(rows.len());
+            return Ok(rows);
+        }
+        let mut keys: Vec<&(ThreadId, CheckpointNs, CheckpointId)> = t
             .checkpoints
-            .iter()
-            .filter(|(k, _)| {
-                thread.is_none_or(|th| &k.0 == th)
-                    && ns.is_none_or(|n| &k.1 == n)
-                    && before.is_none_or(|b| k.2 < b)
-            })
-            .map(|(k, v)| row(k, v))
+            .keys()
+            .filter(|k| scan.admits(k.2, &k.0, &k.1))
             .collect();
-        rows.sort_by_key(|r| std::cmp::Reverse(r.id));
+        keys.sort_by_key(|k| list_order(k.2, &k.0, &k.1));
+        let rows: Vec<CheckpointRow> = keys
+            .into_iter()
+            .take(limit)
+            .filter_map(|k| t.checkpoints.get_key_value(k).map(|(k, v)| row(k, v)))
+            .collect();
+        self.count_listed(rows.len());
         Ok(rows)
     }
 
@@ -517,6 +541,7 @@ impl MemorySaver {
         // Opening a fresh map never waits and never fails: the engine only reads the config back.
         let backend = MemoryBackend {
             tables: Mutex::new(tables),
+            ..MemoryBackend::default()
         };
         Self {
             engine: Engine::new_unchecked(backend, config),

@@ -14,8 +14,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, StorageStats,
-    TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -360,26 +360,42 @@ impl Backend for PgBackend {
         row.as_ref().map(to_row).transpose()
     }
 
-    async fn checkpoints(
-        &self,
-        thread: Option<&ThreadId>,
-        ns: Option<&CheckpointNs>,
-        before: Option<CheckpointId>,
-    ) -> Result<Vec<CheckpointRow>> {
+    async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
         let c = self.client("listing checkpoints").await?;
-        let sql = self.sql(&format!(
-            "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE ($1::text IS NULL OR thread_id = $1) AND ($2::text IS NULL OR checkpoint_ns = $2) AND ($3::bytea IS NULL OR checkpoint_id < $3) ORDER BY checkpoint_id DESC"
-        ));
-        let before = before.map(|b| b.to_bytes().to_vec());
+        // `COLLATE "C"` compares text in byte order, like `list_order`.
+        let tail = scan_sql(
+            &scan,
+            |i| format!("${i}"),
+            |col| format!(r#"{col} COLLATE "C""#),
+        );
+        let sql = format!("SELECT {ROW_COLS} FROM {}.checkpoints{tail}", self.s);
+        let thread = scan.thread.map(ThreadId::as_str);
+        let ns = scan.ns.map(CheckpointNs::as_str);
+        let before = scan.before.map(|b| b.to_bytes().to_vec());
+        let after = scan
+            .after
+            .map(|(id, t, n)| (id.to_bytes().to_vec(), t.as_str(), n.as_str()));
+        let limit = scan.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let mut args: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = Vec::new();
+        if let Some(t) = &thread {
+            args.push(t);
+        }
+        if let Some(n) = &ns {
+            args.push(n);
+        }
+        if let Some(b) = &before {
+            args.push(b);
+        }
+        if let Some((id, t, n)) = &after {
+            args.push(id);
+            args.push(t);
+            args.push(n);
+        }
+        if let Some(l) = &limit {
+            args.push(l);
+        }
         let rows = c
-            .query(
-                &sql,
-                &[
-                    &thread.map(ThreadId::as_str),
-                    &ns.map(CheckpointNs::as_str),
-                    &before,
-                ],
-            )
+            .query(&sql, &args)
             .await
             .map_err(pg_err("postgres: listing checkpoints"))?;
         rows.iter().map(to_row).collect()

@@ -44,7 +44,8 @@ use crate::model::{
 /// - **get_ancestors_without_values** is a chain of `get_tuple_without_values`
 ///   reads along parent pointers (the addressed checkpoint first), without
 ///   pending writes, in as few backend round trips as the saver can manage.
-/// - **list** returns newest first (by checkpoint id), filtered, then limited.
+/// - **list** returns newest first (by checkpoint id), filtered, then limited;
+///   **list_without_values** is the same list without values or pending writes.
 /// - **delete_for_runs**, **copy_thread** and **prune** keep every remaining
 ///   delta checkpoint readable (runtime-spec §5.8) or fail; they never
 ///   silently truncate history.
@@ -147,7 +148,32 @@ pub trait Saver: Send + Sync {
     }
 
     /// Checkpoints matching `query`, newest first.
+    ///
+    /// The savers of this crate read about `query.limit` checkpoint rows however long the
+    /// thread is (more only while `query.filter` rejects rows).
     async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>>;
+
+    /// [`list`](Saver::list) with every tuple's `channel_values` and `pending_writes` empty:
+    /// the ids, versions, versions seen, metadata and parents of the matching checkpoints.
+    ///
+    /// For a caller that scans records, not states (the graph runtime finding the greatest
+    /// channel version of a thread before it forks one): no value blob, message body or write
+    /// is read, so the cost is one small row per checkpoint.
+    ///
+    /// The default implementation calls `list` and drops the values and writes, so it returns
+    /// the right tuples but does read them; the savers of this crate override it.
+    ///
+    /// # Errors
+    /// The same as [`list`](Saver::list) (mode gate, corrupt record or metadata), except that
+    /// values and writes are not read, so their corruption is not detected here.
+    async fn list_without_values(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>> {
+        let mut tuples = self.list(query).await?;
+        for t in &mut tuples {
+            t.checkpoint.channel_values.clear();
+            t.pending_writes.clear();
+        }
+        Ok(tuples)
+    }
 
     /// Stores a checkpoint whose parent is `config.checkpoint_id`; see the trait docs.
     async fn put(

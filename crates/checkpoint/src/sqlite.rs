@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, StorageStats,
-    TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -402,21 +402,31 @@ impl Backend for SqliteBackend {
             .await
     }
 
-    async fn checkpoints(
-        &self,
-        thread: Option<&ThreadId>,
-        ns: Option<&CheckpointNs>,
-        before: Option<CheckpointId>,
-    ) -> Result<Vec<CheckpointRow>> {
-        let (thread, ns) = (thread.map(ToString::to_string), ns.map(ToString::to_string));
+    async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
+        // SQLite's BINARY collation compares text in byte order, like `list_order`.
+        let tail = scan_sql(&scan, |i| format!("?{i}"), str::to_owned);
+        let sql = format!("SELECT {ROW_COLS} FROM checkpoints{tail}");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        args.extend(scan.thread.map(|t| t.to_string().into()));
+        args.extend(scan.ns.map(|n| n.to_string().into()));
+        args.extend(scan.before.map(|b| id_bytes(b).to_vec().into()));
+        if let Some((id, t, n)) = scan.after {
+            args.extend([
+                id_bytes(*id).to_vec().into(),
+                t.to_string().into(),
+                n.to_string().into(),
+            ]);
+        }
+        args.extend(
+            scan.limit
+                .map(|l| i64::try_from(l).unwrap_or(i64::MAX).into()),
+        );
         self.run(move |c| {
             let mut stmt = c
-                .prepare_cached(&format!(
-                    "SELECT {ROW_COLS} FROM checkpoints WHERE (?1 IS NULL OR thread_id = ?1) AND (?2 IS NULL OR checkpoint_ns = ?2) AND (?3 IS NULL OR checkpoint_id < ?3) ORDER BY checkpoint_id DESC"
-                ))
+                .prepare_cached(&sql)
                 .map_err(sql_err("sqlite: listing checkpoints"))?;
             let rows = stmt
-                .query_map(params![thread, ns, before.map(id_bytes)], read_row)
+                .query_map(rusqlite::params_from_iter(args), read_row)
                 .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
                 .map_err(sql_err("sqlite: listing checkpoints"))?;
             rows.into_iter().map(to_row).collect()

@@ -106,7 +106,9 @@ macro_rules! conformance_suite {
             antler_ancestors_damaged_metadata_is_error,
             antler_ancestors_are_mode_gated,
             antler_ancestors_default_implementation_agrees,
-            antler_copy_thread_refuses_other_bodies_under_the_same_numbers
+            antler_copy_thread_refuses_other_bodies_under_the_same_numbers,
+            antler_list_without_values_is_list_minus_values_and_writes,
+            antler_list_pages_agree_with_the_whole_list
         );
     };
 }
@@ -130,7 +132,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 116;
+pub const CASE_COUNT: usize = 118;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2225,6 +2227,109 @@ pub async fn antler_get_tuple_without_values_reads_every_write(saver: &dyn Saver
         assert_eq!(full.kind(), ErrorKind::Corrupt, "{full}");
         assert!(bare.to_string().contains("t-writes"), "{bare}");
     }
+}
+
+// ---- list paging and list_without_values ---------------------------------------------------
+
+/// Two threads with the same checkpoint ids (one a copy of the other), two namespaces, a
+/// third thread, writes on some checkpoints; returns the queries the list cases run.
+async fn list_fixture(saver: &dyn Saver) -> Vec<ListQuery> {
+    let root = chain(saver, "a", "", 6, Some("r1")).await;
+    chain(saver, "a", "sub", 3, Some("r1")).await;
+    write(saver, &root[2], "t1", "~1", &[("a", json!("w"))]).await;
+    write(saver, &root[5], "t2", "~2", &[("a", json!("x"))]).await;
+    saver.copy_thread(&thread("a"), &thread("b")).await.unwrap();
+    chain(saver, "c", "", 4, Some("r2")).await;
+    let loops: serde_json::Map<String, Value> =
+        [("source".to_owned(), json!("loop"))].into_iter().collect();
+    vec![
+        ListQuery::default(),
+        ListQuery::thread("a"),
+        ListQuery {
+            checkpoint_ns: Some(CheckpointNs::root()),
+            ..ListQuery::thread("a")
+        },
+        ListQuery {
+            checkpoint_ns: Some(CheckpointNs::new("sub")),
+            ..ListQuery::default()
+        },
+        ListQuery {
+            filter: loops.clone(),
+            ..ListQuery::default()
+        },
+        ListQuery {
+            filter: loops,
+            before: root[4].checkpoint_id,
+            ..ListQuery::thread("b")
+        },
+        ListQuery {
+            before: root[3].checkpoint_id,
+            ..ListQuery::default()
+        },
+    ]
+}
+
+/// Where a listed tuple lives: thread, namespace, id.
+fn keys(tuples: &[crate::model::CheckpointTuple]) -> Vec<(String, String, CheckpointId)> {
+    tuples
+        .iter()
+        .map(|t| {
+            (
+                t.config.thread_id.to_string(),
+                t.config.checkpoint_ns.to_string(),
+                t.checkpoint.id,
+            )
+        })
+        .collect()
+}
+
+/// `list_without_values` lists the same checkpoints as `list`, in the same order, with the
+/// same records, metadata and parents, but without channel values or pending writes (through
+/// the saver's own implementation and the trait's default).
+pub async fn antler_list_without_values_is_list_minus_values_and_writes(saver: &dyn Saver) {
+    for q in list_fixture(saver).await {
+        let mut expected = saver.list(&q).await.unwrap();
+        assert!(!expected.is_empty(), "{q:?}");
+        for t in &mut expected {
+            t.checkpoint.channel_values.clear();
+            t.pending_writes.clear();
+        }
+        for s in [saver, &Defaults(saver)] {
+            assert_eq!(s.list_without_values(&q).await.unwrap(), expected, "{q:?}");
+        }
+    }
+}
+
+/// Every limit gives a prefix of the unlimited list, whatever the filter, `before`, thread
+/// and namespace (the savers read limited lists in pages); checkpoints with the same id in
+/// two threads (a copy) list in descending thread order.
+pub async fn antler_list_pages_agree_with_the_whole_list(saver: &dyn Saver) {
+    for q in list_fixture(saver).await {
+        let whole = keys(&saver.list(&q).await.unwrap());
+        for limit in 1..=whole.len() + 1 {
+            let page = ListQuery {
+                limit: Some(limit),
+                ..q.clone()
+            };
+            let got = keys(&saver.list(&page).await.unwrap());
+            assert_eq!(got, whole[..limit.min(whole.len())], "{page:?}");
+        }
+    }
+    let all = keys(&saver.list(&ListQuery::default()).await.unwrap());
+    assert_eq!(all.len(), 6 + 3 + 6 + 3 + 4);
+    for pair in all.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(
+            a.2 > b.2
+                || (a.2 == b.2 && (a.0.as_str(), a.1.as_str()) > (b.0.as_str(), b.1.as_str())),
+            "list order: {a:?} before {b:?}"
+        );
+    }
+    assert!(
+        all.windows(2)
+            .any(|p| p[0].2 == p[1].2 && p[0].0 == "b" && p[1].0 == "a"),
+        "the copy's checkpoints list next to their originals"
+    );
 }
 
 // ---- get_ancestors_without_values ----------------------------------------------------------
