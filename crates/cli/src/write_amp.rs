@@ -435,6 +435,60 @@ struct Measured {
     window: usize,
     /// Saver driver only: how many snapshots were stored.
     snapshots: Option<usize>,
+    /// Graph driver only: history and fork costs on a long thread.
+    history: Option<HistoryCosts>,
+}
+
+/// What reading a page of history and forking cost at the end of a run, each through a
+/// freshly opened saver (medians of 5): the operations that must not grow with the thread.
+struct HistoryCosts {
+    /// `get_state_history_with(limit 10)`.
+    page10_ms: f64,
+    /// `update_state` on the thread's middle checkpoint (a fork: its floor scans the records).
+    fork_ms: f64,
+}
+
+/// Measures [`HistoryCosts`]. Runs last: each fork adds a checkpoint to the thread.
+async fn history_and_fork(
+    o: &Options,
+    store: &Store,
+    saver: &dyn Saver,
+    cfg: &RunConfig,
+    thread: &ThreadId,
+) -> Result<HistoryCosts, BoxError> {
+    let all = saver
+        .list_without_values(&ListQuery::thread(thread.clone()))
+        .await?;
+    let middle = all
+        .get(all.len() / 2)
+        .map(|t| antler::graph::CheckpointId::new(t.checkpoint.id.to_string()))
+        .ok_or("the thread has no checkpoint")?;
+    let (mut page, mut fork) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
+        let began = Instant::now();
+        let got = fresh
+            .get_state_history_with(cfg, &antler::graph::HistoryQuery::limit(10))
+            .await?;
+        page.push(began.elapsed().as_secs_f64() * 1e3);
+        if got.len() != 10.min(all.len()) {
+            return Err(format!("a history page of 10 returned {}", got.len()).into());
+        }
+        let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
+        let began = Instant::now();
+        fresh
+            .update_state(
+                &cfg.clone().with_checkpoint(middle.clone()),
+                Update::new(),
+                None,
+            )
+            .await?;
+        fork.push(began.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(HistoryCosts {
+        page10_ms: median(&page),
+        fork_ms: median(&fork),
+    })
 }
 
 /// Samples the stored bytes before each of the last 10 turns (and after the last one).
@@ -519,6 +573,10 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     out.insert("max_replayed_window_checkpoints".into(), json!(m.window));
     if let Some(n) = m.snapshots {
         out.insert("snapshots".into(), json!(n));
+    }
+    if let Some(h) = &m.history {
+        out.insert("history_page10_ms_cold".into(), json!(h.page10_ms));
+        out.insert("fork_ms_cold".into(), json!(h.fork_ms));
     }
     out.insert(
         "persisted_breakdown".into(),
@@ -651,8 +709,10 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
             }
         }
     }
+    let history = history_and_fork(o, store, saver.as_ref(), &cfg, thread).await?;
     drop(graph);
     Ok(Measured {
+        history: Some(history),
         invoke_ms,
         new_data_bytes,
         growth: growth.deltas,
@@ -870,6 +930,7 @@ async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
         head_replayed,
         window,
         snapshots: Some(snapshots),
+        history: None,
     })
 }
 

@@ -164,6 +164,40 @@ pub trait Checkpointer: Send + Sync {
     }
     /// All checkpoints of the thread, newest first.
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
+    /// The ids of the thread's checkpoints older than `before` (all when `None`), newest first,
+    /// at most `limit`: a page of history without reading any state.
+    ///
+    /// The default filters [`Checkpointer::list`], which reads every checkpoint with its values;
+    /// the checkpointers of this crate read only the page's rows.
+    async fn list_ids(
+        &self,
+        scope: &Scope,
+        before: Option<&CheckpointId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<CheckpointId>> {
+        Ok(self
+            .list(scope)
+            .await?
+            .into_iter()
+            .map(|t| t.checkpoint.id)
+            .filter(|id| before.is_none_or(|b| id < b))
+            .take(limit.unwrap_or(usize::MAX))
+            .collect())
+    }
+    /// The greatest channel version of any checkpoint of the thread (0 for none): a new branch's
+    /// versions must exceed it.
+    ///
+    /// The default reads [`Checkpointer::list`]; the checkpointers of this crate read the
+    /// records only, never a value.
+    async fn max_version(&self, scope: &Scope) -> Result<u64> {
+        Ok(self
+            .list(scope)
+            .await?
+            .iter()
+            .flat_map(|t| t.checkpoint.versions.values().copied())
+            .max()
+            .unwrap_or(0))
+    }
     /// Stores a checkpoint.
     async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()>;
     /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
@@ -275,6 +309,38 @@ impl Checkpointer for MemoryCheckpointer {
             .rev()
             .map(|c| tuple_of(t, c))
             .collect())
+    }
+
+    async fn list_ids(
+        &self,
+        scope: &Scope,
+        before: Option<&CheckpointId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<CheckpointId>> {
+        let g = self.lock();
+        let Some(t) = g.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let older = match before {
+            Some(b) => t.checkpoints.range(..b),
+            None => t.checkpoints.range::<CheckpointId, _>(..),
+        };
+        Ok(older
+            .rev()
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+
+    async fn max_version(&self, scope: &Scope) -> Result<u64> {
+        let g = self.lock();
+        Ok(g.get(scope).map_or(0, |t| {
+            t.checkpoints
+                .values()
+                .flat_map(|c| c.versions.values().copied())
+                .max()
+                .unwrap_or(0)
+        }))
     }
 
     async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()> {

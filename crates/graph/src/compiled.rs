@@ -571,6 +571,34 @@ pub struct TaskSnapshot {
     pub error: Option<String>,
 }
 
+/// Which checkpoints [`CompiledGraph::get_state_history_with`] returns: those older than
+/// `before`, newest first, at most `limit` (LangGraph's `before` and `limit`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistoryQuery {
+    /// Only checkpoints older than this one (the last snapshot of the previous page).
+    pub before: Option<CheckpointId>,
+    /// At most this many snapshots.
+    pub limit: Option<usize>,
+}
+
+impl HistoryQuery {
+    /// The newest `limit` checkpoints.
+    pub fn limit(limit: usize) -> Self {
+        Self {
+            before: None,
+            limit: Some(limit),
+        }
+    }
+
+    /// Only checkpoints older than `id`.
+    #[must_use]
+    pub fn before(mut self, id: CheckpointId) -> Self {
+        self.before = Some(id);
+        self
+    }
+}
+
 /// A checkpoint as seen by `get_state`.
 #[derive(Clone, Debug)]
 pub struct StateSnapshot {
@@ -844,11 +872,29 @@ impl CompiledGraph {
     }
 
     /// Every checkpoint of the thread, newest first (all branches).
+    ///
+    /// Each snapshot holds its whole state, so the whole history of a long thread is large;
+    /// [`get_state_history_with`](Self::get_state_history_with) reads a page of it.
     pub async fn get_state_history(&self, config: &RunConfig) -> Result<Vec<StateSnapshot>> {
+        self.get_state_history_with(config, &HistoryQuery::default())
+            .await
+    }
+
+    /// The checkpoints of the thread that `query` selects, newest first (all branches).
+    ///
+    /// With a limit, the cost is that of `limit` [`get_state`](Self::get_state) reads of
+    /// older checkpoints however long the thread is; walk further back by passing the last
+    /// snapshot's id as the next query's `before`.
+    pub async fn get_state_history_with(
+        &self,
+        config: &RunConfig,
+        query: &HistoryQuery,
+    ) -> Result<Vec<StateSnapshot>> {
         crate::run::history(
             &self.g,
             self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
             config,
+            query,
         )
         .await
     }

@@ -65,8 +65,9 @@ pub use checkpointer::{
     PendingWrite, Scope, Source,
 };
 pub use compiled::{
-    CheckpointEvent, CompiledGraph, Durability, Input, RunConfig, RunOutcome, StateSnapshot,
-    StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot, TaskStatus,
+    CheckpointEvent, CompiledGraph, Durability, HistoryQuery, Input, RunConfig, RunOutcome,
+    StateSnapshot, StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot,
+    TaskStatus,
 };
 pub use error::{BoxError, BuildError, Error, ErrorKind, Result};
 pub use ids::{CheckpointId, END, InterruptId, NodeId, START, TaskId, ThreadId};

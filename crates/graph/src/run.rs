@@ -12,9 +12,9 @@ use crate::checkpointer::{
     RESUME, Scope, Source, is_control, new_checkpoint_id,
 };
 use crate::compiled::{
-    ChanKind, CheckpointEvent, Durability, Graph, Input, NodeImpl, Packet, RunConfig, RunOutcome,
-    StateSnapshot, StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind, TaskSnapshot,
-    TaskStatus,
+    ChanKind, CheckpointEvent, Durability, Graph, HistoryQuery, Input, NodeImpl, Packet, RunConfig,
+    RunOutcome, StateSnapshot, StreamEvent, StreamItem, StreamModes, TaskEvent, TaskKind,
+    TaskSnapshot, TaskStatus,
 };
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId};
@@ -431,13 +431,7 @@ impl Live {
 
 /// The greatest channel version of any checkpoint of the scope (for a new branch's `floor`).
 pub(crate) async fn thread_max_version(cp: &dyn Checkpointer, scope: &Scope) -> Result<u64> {
-    Ok(cp
-        .list(scope)
-        .await?
-        .iter()
-        .flat_map(|t| t.checkpoint.versions.values().copied())
-        .max()
-        .unwrap_or(0))
+    cp.max_version(scope).await
 }
 
 /// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
@@ -1637,10 +1631,32 @@ pub(crate) async fn history(
     g: &Graph,
     cp: &dyn Checkpointer,
     cfg: &RunConfig,
+    query: &HistoryQuery,
 ) -> Result<Vec<StateSnapshot>> {
+    let scope = cfg.scope();
     let mut out = Vec::new();
-    for t in cp.list(&cfg.scope()).await? {
-        out.push(snapshot_of(g, cp, &cfg.scope(), &t).await?);
+    if query.limit.is_none() {
+        // The whole history: one bulk read beats a read per checkpoint.
+        for t in cp.list(&scope).await? {
+            if query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b) {
+                out.push(snapshot_of(g, cp, &scope, &t).await?);
+            }
+        }
+        return Ok(out);
+    }
+    // A page: its ids first (no state read), then each checkpoint as `get_state` reads it.
+    for id in cp
+        .list_ids(&scope, query.before.as_ref(), query.limit)
+        .await?
+    {
+        let t =
+            cp.get_tuple(&scope, Some(&id))
+                .await?
+                .ok_or_else(|| Error::CheckpointNotFound {
+                    thread: cfg.thread_id.to_string(),
+                    checkpoint: id.to_string(),
+                })?;
+        out.push(snapshot_of(g, cp, &scope, &t).await?);
     }
     Ok(out)
 }

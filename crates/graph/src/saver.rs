@@ -288,6 +288,15 @@ struct Ahead {
     ended: bool,
 }
 
+/// Every checkpoint of `scope`.
+fn scope_query(scope: &Scope) -> cp::ListQuery {
+    cp::ListQuery {
+        thread_id: Some(cp::ThreadId::new(scope.thread.as_str())),
+        checkpoint_ns: Some(cp::CheckpointNs::new(scope.ns.as_str())),
+        ..cp::ListQuery::default()
+    }
+}
+
 fn parent_of(t: &cp::CheckpointTuple) -> Option<cp::CheckpointId> {
     t.parent_config.as_ref().and_then(|p| p.checkpoint_id)
 }
@@ -582,13 +591,50 @@ impl Checkpointer for SaverCheckpointer {
         true
     }
 
-    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
+    async fn list_ids(
+        &self,
+        scope: &Scope,
+        before: Option<&CheckpointId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<CheckpointId>> {
         let query = cp::ListQuery {
-            thread_id: Some(cp::ThreadId::new(scope.thread.as_str())),
-            checkpoint_ns: Some(cp::CheckpointNs::new(scope.ns.as_str())),
-            ..cp::ListQuery::default()
+            before: before.map(parse_id).transpose()?,
+            limit,
+            ..scope_query(scope)
         };
-        let raws = self.saver.list(&query).await.map_err(storage)?;
+        let raws = self
+            .saver
+            .list_without_values(&query)
+            .await
+            .map_err(storage)?;
+        Ok(raws
+            .iter()
+            .map(|t| CheckpointId::new(t.checkpoint.id.to_string()))
+            .collect())
+    }
+
+    async fn max_version(&self, scope: &Scope) -> Result<u64> {
+        let raws = self
+            .saver
+            .list_without_values(&scope_query(scope))
+            .await
+            .map_err(storage)?;
+        // A relative record lists only the entries that differ from its parent, so every
+        // version of a completed record appears in the record that set it: the greatest raw
+        // entry is the greatest version, and no chain needs completing.
+        Ok(raws
+            .iter()
+            .flat_map(|t| t.checkpoint.channel_versions.values().map(|v| v.get()))
+            .max()
+            .unwrap_or(0))
+    }
+
+    async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {
+        let raws = self
+            .saver
+            .list(&scope_query(scope))
+            .await
+            .map_err(storage)?;
         let at: HashMap<cp::CheckpointId, usize> = raws
             .iter()
             .enumerate()

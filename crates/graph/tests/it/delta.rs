@@ -453,20 +453,8 @@ async fn relative_records_read_back_identically_from_a_cold_adapter() {
         cp::SnapshotFrequency::new(3).unwrap(),
     )));
     let warm = Arc::new(SaverCheckpointer::new(saver.clone()));
-    let graph = chat(3, true)
-        .compile()
-        .unwrap()
-        .with_checkpointer(warm.clone());
+    let (graph, _) = forked_thread(warm.clone(), 12).await;
     let cfg = RunConfig::new("t");
-    let mut heads = Vec::new();
-    for i in 0..12 {
-        let out = graph.invoke(human(i), &cfg).await.unwrap();
-        heads.push(out.checkpoint_id.unwrap());
-    }
-    graph
-        .invoke(human(50), &cfg.clone().with_checkpoint(heads[4].clone()))
-        .await
-        .unwrap();
     graph.update_state(&cfg, human(60), None).await.unwrap();
     graph.invoke(human(61), &cfg).await.unwrap();
 
@@ -942,19 +930,19 @@ async fn relative_depths(
     out
 }
 
-/// A thread of 12 turns with a fork, written through a `SaverCheckpointer` over `saver`;
-/// returns the writing (warm) adapter.
-async fn relative_thread(
-    saver: Arc<dyn antler_checkpoint::Saver>,
-) -> Arc<antler_graph::SaverCheckpointer> {
-    let warm = Arc::new(antler_graph::SaverCheckpointer::new(saver));
+/// Runs `turns` turns of the chat graph (F = 3) on thread `t` of `store`, then a fork from the
+/// fifth head; returns the graph and the heads of the turns.
+async fn forked_thread(
+    store: Arc<dyn antler_graph::Checkpointer>,
+    turns: usize,
+) -> (antler_graph::CompiledGraph, Vec<antler_graph::CheckpointId>) {
     let graph = chat(3, true)
         .compile()
         .expect("the chat graph compiles")
-        .with_checkpointer(warm.clone());
+        .with_checkpointer(store);
     let cfg = RunConfig::new("t");
     let mut heads = Vec::new();
-    for i in 0..12 {
+    for i in 0..turns {
         heads.push(
             graph
                 .invoke(human(i), &cfg)
@@ -968,6 +956,16 @@ async fn relative_thread(
         .invoke(human(50), &cfg.clone().with_checkpoint(heads[4].clone()))
         .await
         .expect("a fork runs");
+    (graph, heads)
+}
+
+/// A thread of 12 turns with a fork, written through a `SaverCheckpointer` over `saver`;
+/// returns the writing (warm) adapter.
+async fn relative_thread(
+    saver: Arc<dyn antler_checkpoint::Saver>,
+) -> Arc<antler_graph::SaverCheckpointer> {
+    let warm = Arc::new(antler_graph::SaverCheckpointer::new(saver));
+    forked_thread(warm.clone(), 12).await;
     warm
 }
 
@@ -1091,4 +1089,86 @@ async fn a_cold_read_with_a_missing_ancestor_or_no_full_record_fails() {
         err.to_string().contains("no full record within the bound"),
         "{err}"
     );
+}
+
+/// A page of history (`limit`, `before`) is the matching slice of the whole history, on the
+/// in-process checkpointer and through a saver, with a fork and an `update_state` on the
+/// thread; walking pages with `before` visits every checkpoint once. The fork floor each
+/// checkpointer computes from its records alone is the greatest version of any checkpoint.
+#[tokio::test]
+async fn a_page_of_history_is_a_slice_of_the_whole() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, HistoryQuery, SaverCheckpointer, Scope, StateSnapshot};
+
+    type Key4 = (String, Option<String>, i64, String, Option<Vec<Message>>);
+    fn keys(snaps: &[StateSnapshot]) -> Vec<Key4> {
+        snaps
+            .iter()
+            .map(|s| {
+                (
+                    s.checkpoint_id.to_string(),
+                    s.parent_id.as_ref().map(ToString::to_string),
+                    s.step,
+                    format!("{:?}", s.source),
+                    s.values.get(&MESSAGES).cloned(),
+                )
+            })
+            .collect()
+    }
+
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    let stores: [Arc<dyn Checkpointer>; 2] = [
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(SaverCheckpointer::new(saver)),
+    ];
+    for store in stores {
+        let (graph, heads) = forked_thread(store.clone(), 9).await;
+        let cfg = RunConfig::new("t");
+        graph.update_state(&cfg, human(60), None).await.unwrap();
+        graph.invoke(human(61), &cfg).await.unwrap();
+
+        let whole = keys(&graph.get_state_history(&cfg).await.unwrap());
+        assert!(whole.len() > 20, "{}", whole.len());
+        for limit in [1, 2, 5, whole.len(), whole.len() + 3] {
+            let page = graph
+                .get_state_history_with(&cfg, &HistoryQuery::limit(limit))
+                .await
+                .unwrap();
+            assert_eq!(
+                keys(&page),
+                whole[..limit.min(whole.len())],
+                "limit {limit}"
+            );
+        }
+        let mut walked = Vec::new();
+        let mut query = HistoryQuery::limit(4);
+        loop {
+            let page = graph.get_state_history_with(&cfg, &query).await.unwrap();
+            let Some(last) = page.last() else { break };
+            query = HistoryQuery::limit(4).before(last.checkpoint_id.clone());
+            walked.extend(keys(&page));
+        }
+        assert_eq!(walked, whole);
+        let older = HistoryQuery::default().before(heads[3].clone());
+        let got = keys(&graph.get_state_history_with(&cfg, &older).await.unwrap());
+        let at = whole
+            .iter()
+            .position(|k| k.0 == heads[3].to_string())
+            .unwrap();
+        assert_eq!(got, whole[at + 1..]);
+
+        let scope = Scope::root("t");
+        let from_list = store
+            .list(&scope)
+            .await
+            .unwrap()
+            .iter()
+            .flat_map(|t| t.checkpoint.versions.values().copied())
+            .max()
+            .unwrap();
+        assert_eq!(store.max_version(&scope).await.unwrap(), from_list);
+        assert_eq!(store.max_version(&Scope::root("nobody")).await.unwrap(), 0);
+    }
 }
