@@ -382,6 +382,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> Result<bool>;
     /// The thread's message-store epoch (0 for a thread never deleted or copied onto).
     async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64>;
+    /// One more than the greatest stored message sequence number of the thread (1 for none).
+    async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64>;
     /// Deletes every row of the thread and bumps its message-store epoch, in one transaction.
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()>;
     /// Deletes checkpoints and their writes.
@@ -451,8 +453,15 @@ impl Column {
 struct MsgIndex {
     /// The thread's epoch when the index was loaded (see [`IndexGuard`]).
     epoch: u64,
-    next_seq: u64,
+    /// The next free sequence number; `None` until the first write of an index seeded by a
+    /// read (which reads it then).
+    next_seq: Option<u64>,
+    /// Hash → a sequence number storing those bytes: every stored body when `complete`;
+    /// otherwise the bodies reads fetched (a stored body it lacks is stored again under a new
+    /// number: a duplicate, never a wrong reference).
     by_hash: HashMap<u128, u64>,
+    /// Loaded from every stored body, not seeded by reads.
+    complete: bool,
     /// The last snapshot list this process stored for the thread; see [`Remembered`].
     last_snapshot: Option<Remembered>,
 }
@@ -739,10 +748,61 @@ impl<B: Backend> Engine<B> {
         }
         Ok(MsgIndex {
             epoch,
-            next_seq,
+            next_seq: Some(next_seq),
             by_hash,
+            complete: true,
             last_snapshot: None,
         })
+    }
+
+    /// The first half of seeding a thread's message index from a read: unless a complete
+    /// index of the thread is loaded, the thread's epoch, read before the read fetches any
+    /// body (a delete, copy or collection after this bumps the epoch, and the seeded index's
+    /// first write fails its guard and reloads, as a loaded index's would).
+    ///
+    /// Without it, a process's first write on a thread loads and hashes every body of the
+    /// thread, right after the reads that rebuilt the thread's state fetched the ones that
+    /// matter: the state's messages, which the next snapshot stores again.
+    async fn seed_epoch(&self, thread: &ThreadId) -> Result<Option<(IndexSlot, u64)>> {
+        let slot = self.slot(thread);
+        // A busy slot is being loaded or written: leave it alone.
+        let wanted = slot
+            .try_lock()
+            .is_ok_and(|g| g.as_ref().is_none_or(|i| !i.complete));
+        if !wanted {
+            return Ok(None);
+        }
+        let epoch = self.backend.thread_epoch(thread).await?;
+        Ok(Some((slot, epoch)))
+    }
+
+    /// The second half: indexes the (checked) bodies the read fetched. Reads at the same
+    /// epoch add up (a head read, then the history walk that finds the messages' snapshot);
+    /// a seed from another epoch replaces the stale one.
+    fn seed_index(seed: Option<(IndexSlot, u64)>, bodies: &Bodies) {
+        let Some((slot, epoch)) = seed else {
+            return;
+        };
+        if bodies.items.is_empty() {
+            return;
+        }
+        let Ok(mut guard) = slot.try_lock() else {
+            return;
+        };
+        let index = match &mut *guard {
+            Some(i) if i.complete => return,
+            Some(i) if i.epoch == epoch => i,
+            other => other.insert(MsgIndex {
+                epoch,
+                next_seq: None,
+                by_hash: HashMap::with_capacity(bodies.items.len()),
+                complete: false,
+                last_snapshot: None,
+            }),
+        };
+        for (seq, item) in bodies.seqs.iter().zip(&bodies.items) {
+            index.by_hash.entry(xxh3_128(item)).or_insert(*seq);
+        }
     }
 
     /// Encodes a value; message lists are split into bodies (new ones appended to
@@ -872,8 +932,15 @@ impl<B: Backend> Engine<B> {
             if guard.is_none() {
                 *guard = Some(self.load_index(thread, cp).await?);
             }
+            if let Some(index) = guard.as_mut()
+                && index.next_seq.is_none()
+            {
+                // Seeded by a read. A number taken by another writer since is a unique
+                // violation, i.e. a conflict, after which the index is loaded in full.
+                index.next_seq = Some(self.backend.next_message_seq(thread).await?);
+            }
             let mut enc = Encoding {
-                next_seq: guard.as_ref().map_or(1, |i| i.next_seq),
+                next_seq: guard.as_ref().and_then(|i| i.next_seq).unwrap_or(1),
                 ..Encoding::default()
             };
             let encoded: Vec<Vec<u8>> = values
@@ -897,7 +964,7 @@ impl<B: Backend> Engine<B> {
                 Ok(v) => {
                     if let Some(index) = guard.as_mut() {
                         index.by_hash.extend(fresh);
-                        index.next_seq = next_seq;
+                        index.next_seq = Some(next_seq);
                         if let Some(update) = last_snapshot {
                             self.remember(index, update);
                         }
@@ -1125,6 +1192,11 @@ impl<B: Backend> Engine<B> {
         config: &CheckpointConfig,
         with_values: bool,
     ) -> Result<Option<CheckpointTuple>> {
+        let seed = if with_values {
+            self.seed_epoch(&config.thread_id).await?
+        } else {
+            None
+        };
         let Some(fetched) = self
             .backend
             .tuple_rows(
@@ -1148,6 +1220,7 @@ impl<B: Backend> Engine<B> {
         let rows = vec![decoded];
         let group = decode_group(&config.thread_id, &rows, &[0], blobs, writes)?;
         let bodies = Bodies::from_rows(&config.thread_id, rows[0].row.id, bodies)?;
+        Self::seed_index(seed, &bodies);
         let mut values = vec![BTreeMap::new()];
         let mut pending = vec![Vec::new()];
         finish_group(
@@ -1333,7 +1406,13 @@ impl<B: Backend> Engine<B> {
                 writes.push((c.clone(), w, p));
             }
         }
+        let seed = if runs.is_empty() {
+            None
+        } else {
+            self.seed_epoch(thread).await?
+        };
         let bodies = self.fetch_bodies(thread, target.id, &runs).await?;
+        Self::seed_index(seed, &bodies);
         for (c, (cp, p)) in seeds {
             if let Some(h) = out.get_mut(&c) {
                 h.seed = Some(resolve(thread, cp, &p, &bodies)?);
@@ -2344,6 +2423,47 @@ mod tests {
         );
         assert_eq!(read_list(&e, &c).await, list);
         assert_eq!(stored(&e, "t").await.1.len(), 10);
+    }
+
+    /// A process with no index of a thread (here: one that forgot it) that reads the thread's
+    /// head and then stores the next snapshot loads no body to index them: the read seeded the
+    /// index, so the snapshot references the stored bodies (its items are new allocations, so
+    /// they are hashed, not taken by pointer), stores only its new item, under a fresh number.
+    #[tokio::test]
+    async fn a_read_seeds_the_index_so_the_first_write_loads_no_body() {
+        let e = engine();
+        let list = items(&texts(30));
+        let first = put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
+            .await
+            .unwrap();
+        // A body the head does not reference: the seeded index does not know it.
+        let gone = items(&["dropped".to_owned()]);
+        let mut with_gone = list.clone();
+        with_gone.extend(gone.iter().cloned());
+        let second = put_snapshot(&e, &first, 2, &with_gone).await.unwrap();
+        let head = put_snapshot(&e, &second, 3, &list).await.unwrap();
+        assert_eq!(stored(&e, "t").await.1.len(), 31);
+
+        e.forget_index(&ThreadId::new("t"));
+        let loads = || e.backend.message_loads.load(Ordering::Relaxed);
+        let before = loads();
+        let mut next = deep_copy(&read_list(&e, &head).await);
+        next.extend(items(&["new".to_owned()]));
+        let newest = put_snapshot(&e, &head, 4, &next).await.unwrap();
+        assert_eq!(loads(), before, "the write loaded the thread's bodies");
+        assert_eq!(read_list(&e, &newest).await, next);
+        let seqs: Vec<u64> = stored(&e, "t").await.1.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs.len(), 32, "only the new body is stored");
+        assert_eq!(seqs.last(), Some(&32), "under the next free number");
+        // The body the seed did not know is stored again when reused: a duplicate, never a
+        // wrong reference.
+        let before = loads();
+        let mut again = next.clone();
+        again.extend(deep_copy(&gone));
+        let last = put_snapshot(&e, &newest, 5, &again).await.unwrap();
+        assert_eq!(loads(), before);
+        assert_eq!(read_list(&e, &last).await, again);
+        assert_eq!(stored(&e, "t").await.1.len(), 33);
     }
 
     /// `list` pages its rows: a limited list reads as many rows as it returns, however long

@@ -41,6 +41,8 @@ pub(crate) struct MemoryBackend {
     tables: Mutex<Tables>,
     /// Checkpoint rows `checkpoints` has returned (what a paged list costs).
     pub(crate) rows_listed: std::sync::atomic::AtomicUsize,
+    /// Calls of `all_messages` (what loading a thread's message index costs).
+    pub(crate) message_loads: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryBackend {
@@ -235,7 +237,17 @@ impl Backend for MemoryBackend {
         Ok(out)
     }
 
+    async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {
+        let t = self.lock();
+        Ok(t.messages
+            .range((thread.clone(), 0)..=(thread.clone(), u64::MAX))
+            .next_back()
+            .map_or(1, |((_, seq), _)| seq.saturating_add(1)))
+    }
+
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
+        self.message_loads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let t = self.lock();
         Ok(t.messages
             .range((thread.clone(), 0)..=(thread.clone(), u64::MAX))

@@ -614,6 +614,19 @@ impl Backend for PgBackend {
         }))
     }
 
+    async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {
+        let ctx = format!("postgres: thread {thread}: reading message numbers");
+        let c = self.client(&ctx).await?;
+        let row = c
+            .query_one(
+                &self.sql("SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = $1"),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        Ok(u64_of(row.get(0), "message sequence")?.saturating_add(1))
+    }
+
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
         let ctx = format!("postgres: thread {thread}: reading messages");
         let c = self.client(&ctx).await?;

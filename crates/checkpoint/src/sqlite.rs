@@ -525,6 +525,20 @@ impl Backend for SqliteBackend {
         }))
     }
 
+    async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            let max: i64 = c
+                .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE thread_id = ?1")
+                .and_then(|mut s| s.query_row([&thread], |r| r.get(0)))
+                .map_err(sql_err(format!(
+                    "sqlite: thread {thread}: reading message numbers"
+                )))?;
+            Ok(u64_of(max, "message sequence")?.saturating_add(1))
+        })
+        .await
+    }
+
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
         let thread = thread.to_string();
         self.run(move |c| {

@@ -439,16 +439,19 @@ struct Measured {
     history: Option<HistoryCosts>,
 }
 
-/// What reading a page of history and forking cost at the end of a run, each through a
-/// freshly opened saver (medians of 5): the operations that must not grow with the thread.
+/// What a first turn, a page of history and a fork cost at the end of a run, each through a
+/// freshly opened saver and graph (medians of 5): what a process that did not write the
+/// thread pays, which must not grow with the thread beyond reading its state.
 struct HistoryCosts {
+    /// One invoke (a turn of the workload) on the thread's head.
+    invoke_ms: f64,
     /// `get_state_history_with(limit 10)`.
     page10_ms: f64,
     /// `update_state` on the thread's middle checkpoint (a fork: its floor scans the records).
     fork_ms: f64,
 }
 
-/// Measures [`HistoryCosts`]. Runs last: each fork adds a checkpoint to the thread.
+/// Measures [`HistoryCosts`]. Runs last: each turn and fork adds checkpoints to the thread.
 async fn history_and_fork(
     o: &Options,
     store: &Store,
@@ -463,7 +466,13 @@ async fn history_and_fork(
         .get(all.len() / 2)
         .map(|t| antler::graph::CheckpointId::new(t.checkpoint.id.to_string()))
         .ok_or("the thread has no checkpoint")?;
-    let (mut page, mut fork) = (Vec::new(), Vec::new());
+    let (mut invoke, mut page, mut fork) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
+        let began = Instant::now();
+        fresh.invoke(Update::new(), cfg).await?;
+        invoke.push(began.elapsed().as_secs_f64() * 1e3);
+    }
     for _ in 0..5 {
         let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
         let began = Instant::now();
@@ -486,6 +495,7 @@ async fn history_and_fork(
         fork.push(began.elapsed().as_secs_f64() * 1e3);
     }
     Ok(HistoryCosts {
+        invoke_ms: median(&invoke),
         page10_ms: median(&page),
         fork_ms: median(&fork),
     })
@@ -575,6 +585,7 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         out.insert("snapshots".into(), json!(n));
     }
     if let Some(h) = &m.history {
+        out.insert("invoke_ms_cold".into(), json!(h.invoke_ms));
         out.insert("history_page10_ms_cold".into(), json!(h.page10_ms));
         out.insert("fork_ms_cold".into(), json!(h.fork_ms));
     }

@@ -556,6 +556,15 @@ where
             .len(),
         1
     );
+    // A process whose index comes from a read (it never wrote the thread) holds the epoch of
+    // that read: a delete and rewrite elsewhere after it makes its first write reload.
+    let head = put_list(&c, "t-seeded", 1, &[m("1"), m("2"), m("3")]).await;
+    let d = open().await;
+    assert_eq!(read(&d, &head).await.unwrap(), vec![m("1"), m("2"), m("3")]);
+    b.delete_thread(&"t-seeded".into()).await.unwrap();
+    put_list(&b, "t-seeded", 1, &[x("1"), x("2"), x("3")]).await;
+    let last = put_list(&d, "t-seeded", 2, &[m("1"), m("2")]).await;
+    assert_eq!(read(&c, &last).await.unwrap(), vec![m("1"), m("2")]);
 }
 
 #[test]

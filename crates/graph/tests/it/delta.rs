@@ -1172,3 +1172,58 @@ async fn a_page_of_history_is_a_slice_of_the_whole() {
         assert_eq!(store.max_version(&Scope::root("nobody")).await.unwrap(), 0);
     }
 }
+
+/// A process that opens a thread cold and runs one turn stores only that turn's messages:
+/// the reads that rebuild the state seed the saver's message index (head and history walk),
+/// so the turn's writes and the next snapshot reference the stored bodies instead of storing
+/// them again, without loading every body of the thread first.
+#[tokio::test]
+async fn a_cold_turn_stores_only_its_new_messages() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+
+    let dir = std::env::temp_dir().join(format!("antler-graph-cold-turn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let _ = std::fs::remove_file(&path);
+    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap());
+    let open = || async { Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap()) };
+    let bodies = |s: Arc<cp::SqliteSaver>| async move {
+        s.storage_stats(&cp::ThreadId::new("t"))
+            .await
+            .unwrap()
+            .message_bytes
+    };
+    let cfg = RunConfig::new("t");
+    let warm = open().await;
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(warm.clone())));
+    for i in 10..40 {
+        graph.invoke(human(i), &cfg).await.unwrap();
+    }
+    let before = bodies(warm.clone()).await;
+    graph.invoke(human(40), &cfg).await.unwrap();
+    let warm_turn = bodies(warm.clone()).await - before;
+    // Three cold turns: each on a fresh saver and graph (they land on a snapshot turn too).
+    for i in 41..44 {
+        let before = bodies(warm.clone()).await;
+        let cold = chat(3, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(open().await)));
+        cold.invoke(human(i), &cfg).await.unwrap();
+        assert_eq!(bodies(warm.clone()).await - before, warm_turn, "turn {i}");
+    }
+    let state = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(open().await)))
+        .get_state(&cfg)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state.values.get(&MESSAGES).map(Vec::len), Some(68));
+    let _ = std::fs::remove_dir_all(&dir);
+}
