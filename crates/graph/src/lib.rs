@@ -15,8 +15,9 @@
 //!   ([`StateGraph::add_subgraph`]) in their own checkpoint namespace.
 //! - Persistence through the [`Checkpointer`] seam: [`MemoryCheckpointer`], or any
 //!   `antler_checkpoint::Saver` through [`SaverCheckpointer`]; [`Durability`] sync / async / exit;
-//!   time travel ([`CompiledGraph::get_state_history`], [`RunConfig::with_checkpoint`],
-//!   [`CompiledGraph::update_state`]); a per-thread hot-state cache.
+//!   time travel ([`CompiledGraph::get_state_history`], pages of it with
+//!   [`CompiledGraph::get_state_history_with`] and a [`HistoryQuery`],
+//!   [`RunConfig::with_checkpoint`], [`CompiledGraph::update_state`]); a per-thread hot-state cache.
 //! - Streaming ([`CompiledGraph::stream`]): values, updates, custom and debug events.
 //!
 //! This crate knows channels, checkpoints and nodes; it never learns that middleware hooks exist.
