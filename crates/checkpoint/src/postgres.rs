@@ -49,9 +49,19 @@ const MIGRATIONS: &[&str] = &[
 /// The `fresh` CTE of the write statements: 1, or a run-time division by zero when the epoch
 /// the writer's index was loaded at (the parameter `$E`, NULL for a write without a message
 /// list) is not the thread's epoch.
-const FRESH_CTE: &str = "fresh AS (
-    SELECT 1 / (CASE WHEN $E::bigint IS NULL
-                       OR COALESCE((SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1), 0) = $E::bigint
+///
+/// A write with a message list locks the thread's epoch row (creating it at 0) with an upsert
+/// that changes nothing: unlike a read, which sees the statement's snapshot, `ON CONFLICT DO
+/// UPDATE` waits for a concurrent delete, copy or collection that holds the row and then reads
+/// the latest committed epoch. Those bump the epoch first in their transactions, so either
+/// they commit first and the write sees the new epoch and fails, or the write commits first
+/// and their deletes, which run after the bump, see its rows.
+const FRESH_CTE: &str = "epoch_lock AS (
+    INSERT INTO {s}.thread_epochs (thread_id, epoch) SELECT $1, 0 WHERE $E::bigint IS NOT NULL
+    ON CONFLICT (thread_id) DO UPDATE SET epoch = {s}.thread_epochs.epoch
+    RETURNING epoch),
+ fresh AS (
+    SELECT 1 / (CASE WHEN $E::bigint IS NULL OR (SELECT epoch FROM epoch_lock) = $E::bigint
                      THEN 1 ELSE 0 END) AS ok)";
 
 /// The SQL that bumps thread $1's epoch.
@@ -818,6 +828,11 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: deleting");
         let mut c = self.client(&ctx).await?;
         let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        // The bump first: it locks the epoch row, so a write of the thread either committed
+        // before (and the deletes below see its rows) or waits and fails on the new epoch.
+        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         for table in ["checkpoints", "blobs", "writes", "messages"] {
             tx.execute(
                 &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1")),
@@ -826,9 +841,6 @@ impl Backend for PgBackend {
             .await
             .map_err(pg_err(ctx.clone()))?;
         }
-        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
-            .await
-            .map_err(pg_err(ctx.clone()))?;
         tx.commit().await.map_err(pg_err(ctx))
     }
 
@@ -863,6 +875,11 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: copying thread {source} to {target}");
         let mut c = self.client(&ctx).await?;
         let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        // The bump first, as in `delete_thread`: the collision check below then sees every
+        // body a write of the target committed.
+        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&target.as_str()])
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         let collides: bool = tx
             .query_one(
                 &self.sql(
@@ -877,9 +894,6 @@ impl Backend for PgBackend {
         if collides {
             return Err(crate::engine::body_collision(source, target));
         }
-        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&target.as_str()])
-            .await
-            .map_err(pg_err(ctx.clone()))?;
         for sql in [
             "INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
              ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
@@ -980,15 +994,16 @@ impl Backend for PgBackend {
             .map(|s| i64_of(*s, "message sequence"))
             .collect::<Result<Vec<_>>>()?;
         let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        // The bump first, as in `delete_thread`.
+        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         tx.execute(
             &self.sql("DELETE FROM {s}.messages WHERE thread_id = $1 AND seq = ANY($2::bigint[])"),
             &[&thread.as_str(), &seqs],
         )
         .await
         .map_err(pg_err(ctx.clone()))?;
-        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
-            .await
-            .map_err(pg_err(ctx.clone()))?;
         tx.commit().await.map_err(pg_err(ctx))
     }
 

@@ -623,3 +623,58 @@ fn a_remembered_snapshot_never_leaves_dangling_references() {
         assert_eq!(read(&b, &c).await.unwrap(), channel.value());
     });
 }
+
+/// On PostgreSQL a write of a message list waits for a delete of its thread that is in
+/// progress in another process, then sees the delete's epoch, reloads and stores its bodies
+/// again; before, the write checked the epoch in its statement's snapshot, committed while the
+/// delete ran, and kept a checkpoint naming the bodies the delete removed (read: `Corrupt`).
+#[test]
+fn a_write_racing_a_delete_on_postgres_waits_and_renumbers() {
+    antler_checkpoint::testing::block_on(async {
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let Some((saver, options)) = crate::postgres::fresh(config).await else {
+            return;
+        };
+        let m = |id: &str| Message::human(format!("text of {id}")).with_id(id);
+        put_list(&saver, "t-race", 1, &[m("1"), m("2"), m("3")]).await;
+
+        // Another process deletes the thread as `delete_thread` does, and holds the
+        // transaction open.
+        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let conn = tokio::spawn(conn);
+        let tx = other.transaction().await.unwrap();
+        let s = format!("\"{}\"", options.schema);
+        tx.execute(
+            &format!("UPDATE {s}.thread_epochs SET epoch = epoch + 1 WHERE thread_id = $1"),
+            &[&"t-race"],
+        )
+        .await
+        .unwrap();
+        for table in ["checkpoints", "blobs", "writes", "messages"] {
+            tx.execute(
+                &format!("DELETE FROM {s}.{table} WHERE thread_id = $1"),
+                &[&"t-race"],
+            )
+            .await
+            .unwrap();
+        }
+        let saver = std::sync::Arc::new(saver);
+        let writer = {
+            let saver = saver.clone();
+            tokio::spawn(async move { put_list(&*saver, "t-race", 2, &[m("1"), m("2")]).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!writer.is_finished(), "the write waits for the delete");
+        tx.commit().await.unwrap();
+        let last = writer.await.unwrap();
+        assert_eq!(read(&*saver, &last).await.unwrap(), vec![m("1"), m("2")]);
+        drop(other);
+        let _ = conn.await;
+        let Ok(saver) = std::sync::Arc::try_unwrap(saver) else {
+            panic!("the writer task has finished")
+        };
+        saver.drop_schema().await.unwrap();
+    });
+}
