@@ -77,7 +77,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         .enumerate()
         .skip(usize::try_from(current).unwrap_or(0))
     {
-        let tx = conn.transaction().map_err(sql_err("sqlite: migration"))?;
+        let tx = write_tx(conn).map_err(sql_err("sqlite: migration"))?;
         tx.execute_batch(sql)
             .map_err(sql_err(format!("sqlite: migration {}", i + 1)))?;
         tx.pragma_update(None, "user_version", i as i64 + 1)
@@ -187,6 +187,17 @@ fn bump_epoch(tx: &rusqlite::Transaction<'_>, thread: &str) -> Result<()> {
         "sqlite: thread {thread}: bumping its epoch"
     )))?;
     Ok(())
+}
+
+/// A transaction that writes: it takes the database's write lock when it begins (waiting up
+/// to the busy timeout for another connection's write), so what it reads first (the epoch,
+/// a checkpoint's existence) is read under that lock.
+///
+/// A deferred transaction that reads and then writes cannot upgrade its lock once another
+/// connection committed after its read began (`SQLITE_BUSY`, which waiting does not resolve):
+/// two processes writing one file failed at random (`two_savers_on_one_sqlite_file_write_concurrently`).
+fn write_tx(c: &mut Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
 }
 
 /// Checks a write's [`IndexGuard`] inside its transaction.
@@ -372,9 +383,7 @@ impl Backend for SqliteBackend {
 
     async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
         self.run(move |c| {
-            let tx = c
-                .transaction()
-                .map_err(sql_err("sqlite: recording store configuration"))?;
+            let tx = write_tx(c).map_err(sql_err("sqlite: recording store configuration"))?;
             for (k, v) in [
                 ("channel_mode", mode.as_str().to_owned()),
                 ("snapshot_frequency", frequency.to_string()),
@@ -573,7 +582,7 @@ impl Backend for SqliteBackend {
     ) -> Result<()> {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             check_guard(&tx, &row.thread_id, guard)?;
             insert_messages(&tx, &row.thread_id, &messages)?;
             {
@@ -617,7 +626,7 @@ impl Backend for SqliteBackend {
         let (thread, ns) = (thread.clone(), ns.clone());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: writing writes of checkpoint {checkpoint}");
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             let exists: Option<i64> = tx
                 .prepare_cached("SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3")
                 .and_then(|mut s| s.query_row(params![thread.as_str(), ns.as_str(), id_bytes(checkpoint)], |r| r.get(0)).optional())
@@ -652,7 +661,7 @@ impl Backend for SqliteBackend {
         let thread = thread.to_string();
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting");
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             for table in ["checkpoints", "blobs", "writes", "messages"] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE thread_id = ?1"),
@@ -675,7 +684,7 @@ impl Backend for SqliteBackend {
         let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting checkpoints");
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             for id in ids {
                 for table in ["checkpoints", "writes"] {
                     tx.execute(&format!("DELETE FROM {table} WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"), params![thread, ns, id_bytes(id)])
@@ -691,7 +700,7 @@ impl Backend for SqliteBackend {
         let (source, target) = (source.to_string(), target.to_string());
         self.run(move |c| {
             let ctx = format!("sqlite: copying thread {source} to {target}");
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             let collides: bool = tx
                 .query_row(
                     "SELECT EXISTS (SELECT 1 FROM messages s JOIN messages t ON t.thread_id = ?2 AND t.seq = s.seq
@@ -758,7 +767,7 @@ impl Backend for SqliteBackend {
         let (thread, keys) = (thread.to_string(), keys.to_vec());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting blobs");
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             for (ns, ch, v) in keys {
                 tx.execute(
                     "DELETE FROM blobs WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?4",
@@ -801,7 +810,7 @@ impl Backend for SqliteBackend {
         let (thread, seqs) = (thread.to_string(), seqs.to_vec());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting messages");
-            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             for s in seqs {
                 tx.execute(
                     "DELETE FROM messages WHERE thread_id = ?1 AND seq = ?2",

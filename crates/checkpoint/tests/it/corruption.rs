@@ -678,3 +678,48 @@ fn a_write_racing_a_delete_on_postgres_waits_and_renumbers() {
         saver.drop_schema().await.unwrap();
     });
 }
+
+/// Two savers on one SQLite file (two processes) writing message lists of their own threads at
+/// the same time: every write succeeds. A write transaction that read first (the epoch check)
+/// and then wrote could not upgrade its lock once the other saver had committed in between
+/// (`SQLITE_BUSY`, which waiting does not resolve), so writes failed at random.
+#[test]
+fn two_savers_on_one_sqlite_file_write_concurrently() {
+    let path = crate::temp_db("concurrent", "store.db");
+    let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+    // The savers' statements run on tokio's blocking pool, so the two tasks write in parallel.
+    antler_checkpoint::testing::block_on(async {
+        let mut tasks = Vec::new();
+        for who in ["a", "b"] {
+            let saver = SqliteSaver::open(&path, config).await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let thread = format!("t-{who}");
+                let mut list = Vec::new();
+                for i in 0..150_u64 {
+                    list.push(Message::human(format!("{who} {i}")).with_id(format!("{who}{i}")));
+                    let blob = antler_checkpoint::Blob::messages(
+                        antler_checkpoint::MessagesKind::Snapshot,
+                        &list,
+                    )
+                    .unwrap();
+                    let mut cp = Checkpoint::empty();
+                    cp.channel_versions.insert("messages".into(), (i + 1).into());
+                    cp.channel_values.insert("messages".into(), blob);
+                    let nv = cp.channel_versions.clone();
+                    saver
+                        .put(
+                            &CheckpointConfig::latest(thread.as_str()),
+                            cp,
+                            CheckpointMetadata::default(),
+                            &nv,
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("{who}: write {i}: {e}"));
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
