@@ -576,8 +576,9 @@ const MAX_CACHED_INDEXES: usize = 256;
 /// rows before the engine sees the repeat and fails.
 const ANCESTOR_PAGE: usize = 512;
 
-/// The most checkpoint rows one page of [`Engine::list`] asks for; pages start at the
-/// query's limit and grow fourfold while a metadata filter rejects rows.
+/// The most checkpoint rows one page of [`Engine::list`] asks for (pages start at the
+/// query's limit and grow fourfold while a metadata filter rejects rows), and the page of the
+/// store-wide scan of `delete_for_runs`.
 const LIST_PAGE: usize = 1024;
 
 /// The shared saver logic over a backend.
@@ -1739,11 +1740,27 @@ impl<B: Backend> Engine<B> {
         }
         let runs: HashSet<&RunId> = run_ids.iter().collect();
         let mut threads: BTreeSet<ThreadId> = BTreeSet::new();
-        for row in self.backend.checkpoints(RowScan::default()).await? {
-            let thread = row.thread_id.clone();
-            let d = self.decode_row(row)?;
-            if d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)) {
-                threads.insert(thread);
+        // Run ids live in the metadata payload, so finding the runs' threads scans the store;
+        // in pages, so memory stays bounded however large the store is.
+        let mut last: Option<(CheckpointId, ThreadId, CheckpointNs)> = None;
+        loop {
+            let scan = RowScan {
+                after: last.as_ref().map(|(id, t, n)| (id, t, n)),
+                limit: Some(LIST_PAGE),
+                ..RowScan::default()
+            };
+            let rows = self.backend.checkpoints(scan).await?;
+            let fetched = rows.len();
+            for row in rows {
+                last = Some((row.id, row.thread_id.clone(), row.ns.clone()));
+                let thread = row.thread_id.clone();
+                let d = self.decode_row(row)?;
+                if d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)) {
+                    threads.insert(thread);
+                }
+            }
+            if fetched < LIST_PAGE {
+                break;
             }
         }
         for thread in threads {
@@ -2464,6 +2481,41 @@ mod tests {
         assert_eq!(loads(), before);
         assert_eq!(read_list(&e, &last).await, again);
         assert_eq!(stored(&e, "t").await.1.len(), 33);
+    }
+
+    /// `delete_for_runs` scans the store in pages and finds a run whose checkpoints are
+    /// beyond the first page (the oldest of the store).
+    #[tokio::test]
+    async fn delete_for_runs_finds_runs_past_the_first_page() {
+        let e = engine();
+        let put = |run: &'static str, parent: CheckpointConfig| {
+            let e = &e;
+            async move {
+                let mut cp = Checkpoint::empty();
+                cp.channel_versions.insert("a".into(), 1.into());
+                cp.channel_values.insert("a".into(), Blob::json(&1).unwrap());
+                let nv = cp.channel_versions.clone();
+                let meta = CheckpointMetadata {
+                    run_id: Some(RunId::new(run)),
+                    ..CheckpointMetadata::default()
+                };
+                e.put(&parent, cp, meta, &nv).await.unwrap()
+            }
+        };
+        let old = put("r1", CheckpointConfig::latest("old")).await;
+        let mut at = CheckpointConfig::latest("new");
+        for _ in 0..LIST_PAGE + 10 {
+            at = put("r2", at).await;
+        }
+        let before = e.backend.rows_listed.load(Ordering::Relaxed);
+        e.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+        assert!(e.get_tuple(&old).await.unwrap().is_none());
+        assert!(e.get_tuple(&at).await.unwrap().is_some());
+        // Two pages of the store, then the old thread's own rows.
+        assert_eq!(
+            e.backend.rows_listed.load(Ordering::Relaxed) - before,
+            LIST_PAGE + 11 + 1
+        );
     }
 
     /// `list` pages its rows: a limited list reads as many rows as it returns, however long
