@@ -221,6 +221,8 @@ pub(crate) struct TupleRows {
     pub(crate) blobs: Vec<BlobRow>,
     pub(crate) writes: Vec<WriteRow>,
     pub(crate) bodies: Vec<BodyRow>,
+    /// The thread's epoch, read before the bodies (what seeding the message index needs).
+    pub(crate) epoch: u64,
 }
 
 /// The `(channel, version)` keys of a checkpoint row's record; none if the record does not
@@ -328,8 +330,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
     /// The rows `get_tuple` needs: the addressed (or latest) checkpoint row, its value blobs
     /// (only `with_values`), its writes, and the message bodies those blobs and writes
-    /// reference. A backend may override this to read them in one transaction or one round
-    /// trip; the default makes the four calls.
+    /// reference, and the thread's epoch read before the bodies. A backend may override this
+    /// to read them in one transaction or one round trip; the default makes the five calls.
     async fn tuple_rows(
         &self,
         thread: &ThreadId,
@@ -337,6 +339,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         id: Option<CheckpointId>,
         with_values: bool,
     ) -> Result<Option<TupleRows>> {
+        let epoch = self.thread_epoch(thread).await?;
         let Some(row) = self.checkpoint(thread, ns, id).await? else {
             return Ok(None);
         };
@@ -357,6 +360,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
             blobs,
             writes,
             bodies,
+            epoch,
         }))
     }
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
@@ -756,7 +760,8 @@ impl<B: Backend> Engine<B> {
         })
     }
 
-    /// The first half of seeding a thread's message index from a read: unless a complete
+    /// The first half of seeding a thread's message index from a read (`get_tuple` gets the
+    /// epoch from the backend's `tuple_rows` instead): unless a complete
     /// index of the thread is loaded, the thread's epoch, read before the read fetches any
     /// body (a delete, copy or collection after this bumps the epoch, and the seeded index's
     /// first write fails its guard and reloads, as a loaded index's would).
@@ -765,16 +770,21 @@ impl<B: Backend> Engine<B> {
     /// thread, right after the reads that rebuilt the thread's state fetched the ones that
     /// matter: the state's messages, which the next snapshot stores again.
     async fn seed_epoch(&self, thread: &ThreadId) -> Result<Option<(IndexSlot, u64)>> {
+        let Some(slot) = self.seed_slot(thread) else {
+            return Ok(None);
+        };
+        let epoch = self.backend.thread_epoch(thread).await?;
+        Ok(Some((slot, epoch)))
+    }
+
+    /// The thread's index slot when seeding it would help: no complete index is loaded and
+    /// nobody is loading or writing it.
+    fn seed_slot(&self, thread: &ThreadId) -> Option<IndexSlot> {
         let slot = self.slot(thread);
-        // A busy slot is being loaded or written: leave it alone.
         let wanted = slot
             .try_lock()
             .is_ok_and(|g| g.as_ref().is_none_or(|i| !i.complete));
-        if !wanted {
-            return Ok(None);
-        }
-        let epoch = self.backend.thread_epoch(thread).await?;
-        Ok(Some((slot, epoch)))
+        wanted.then_some(slot)
     }
 
     /// The second half: indexes the (checked) bodies the read fetched. Reads at the same
@@ -1193,11 +1203,6 @@ impl<B: Backend> Engine<B> {
         config: &CheckpointConfig,
         with_values: bool,
     ) -> Result<Option<CheckpointTuple>> {
-        let seed = if with_values {
-            self.seed_epoch(&config.thread_id).await?
-        } else {
-            None
-        };
         let Some(fetched) = self
             .backend
             .tuple_rows(
@@ -1215,13 +1220,18 @@ impl<B: Backend> Engine<B> {
             blobs,
             writes,
             bodies,
+            epoch,
         } = fetched;
         let decoded = self.decode_row(row)?;
         self.gate(&config.thread_id, decoded.row.id, &decoded.metadata)?;
         let rows = vec![decoded];
         let group = decode_group(&config.thread_id, &rows, &[0], blobs, writes)?;
         let bodies = Bodies::from_rows(&config.thread_id, rows[0].row.id, bodies)?;
-        Self::seed_index(seed, &bodies);
+        if with_values && !bodies.items.is_empty() {
+            // The backend read the epoch before the bodies.
+            let seed = self.seed_slot(&config.thread_id).map(|slot| (slot, epoch));
+            Self::seed_index(seed, &bodies);
+        }
         let mut values = vec![BTreeMap::new()];
         let mut pending = vec![Vec::new()];
         finish_group(

@@ -204,10 +204,12 @@ const MESSAGES_SQL: &str = "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::b
      WHERE x.thread_id = $1 AND x.seq >= r.lo AND x.seq < r.hi ORDER BY x.seq) m";
 
 /// The rows of a checkpoint and of its writes, told apart by the first column (0: the
-/// checkpoint, 1: a write); `{cp}` selects the checkpoint.
+/// checkpoint, with the thread's epoch in the seventh column; 1: a write); `{cp}` selects the
+/// checkpoint. It runs before the statement that reads the bodies, so the epoch is read first.
 const HEAD_SQL: &str = "WITH cp AS ({cp})
 SELECT 0::int2, checkpoint_id, parent_id, record, metadata,
-       NULL::text, NULL::int8, NULL::text, NULL::text, NULL::bytea FROM cp
+       NULL::text, COALESCE((SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1), 0)::int8,
+       NULL::text, NULL::text, NULL::bytea FROM cp
 UNION ALL
 SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bytea,
        w.task_id, w.idx, w.channel, w.task_path, w.value
@@ -562,9 +564,11 @@ impl Backend for PgBackend {
         }
         .map_err(pg_err(ctx.clone()))?;
         let mut row = None;
+        let mut epoch = 0;
         let mut pending = Vec::new();
         for r in &rows {
             if r.get::<_, i16>(0) == 0 {
+                epoch = u64_of(r.get(6), "thread epoch")?;
                 let parent: Option<&[u8]> = r.get(2);
                 row = Some(CheckpointRow {
                     thread_id: thread.clone(),
@@ -621,6 +625,7 @@ impl Backend for PgBackend {
             blobs,
             writes,
             bodies,
+            epoch,
         }))
     }
 

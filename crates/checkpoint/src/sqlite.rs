@@ -513,6 +513,8 @@ impl Backend for SqliteBackend {
         let (thread, ns) = (thread.to_string(), ns.to_string());
         // One trip to the blocking pool for the four reads, instead of four.
         let rows = self.run(move |c| {
+            // The epoch before the bodies (see `TupleRows::epoch`).
+            let epoch = read_epoch(c, &thread)?;
             let Some(row) = read_checkpoint(c, &thread, &ns, id)? else {
                 return Ok(None);
             };
@@ -524,13 +526,14 @@ impl Backend for SqliteBackend {
             let writes = read_writes(c, &thread, &ns, &[row.id])?;
             let runs = runs_of_rows(&blobs, &writes);
             let bodies = read_bodies(c, &thread, &runs)?;
-            Ok(Some((row, blobs, writes, bodies)))
+            Ok(Some((row, blobs, writes, bodies, epoch)))
         });
-        Ok(rows.await?.map(|(row, blobs, writes, bodies)| TupleRows {
+        Ok(rows.await?.map(|(row, blobs, writes, bodies, epoch)| TupleRows {
             row,
             blobs,
             writes,
             bodies: bodies.check(),
+            epoch,
         }))
     }
 
