@@ -2503,7 +2503,8 @@ mod tests {
             async move {
                 let mut cp = Checkpoint::empty();
                 cp.channel_versions.insert("a".into(), 1.into());
-                cp.channel_values.insert("a".into(), Blob::json(&1).unwrap());
+                cp.channel_values
+                    .insert("a".into(), Blob::json(&1).unwrap());
                 let nv = cp.channel_versions.clone();
                 let meta = CheckpointMetadata {
                     run_id: Some(RunId::new(run)),

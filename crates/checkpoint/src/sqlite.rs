@@ -528,13 +528,15 @@ impl Backend for SqliteBackend {
             let bodies = read_bodies(c, &thread, &runs)?;
             Ok(Some((row, blobs, writes, bodies, epoch)))
         });
-        Ok(rows.await?.map(|(row, blobs, writes, bodies, epoch)| TupleRows {
-            row,
-            blobs,
-            writes,
-            bodies: bodies.check(),
-            epoch,
-        }))
+        Ok(rows
+            .await?
+            .map(|(row, blobs, writes, bodies, epoch)| TupleRows {
+                row,
+                blobs,
+                writes,
+                bodies: bodies.check(),
+                epoch,
+            }))
     }
 
     async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {

@@ -703,7 +703,8 @@ fn two_savers_on_one_sqlite_file_write_concurrently() {
                     )
                     .unwrap();
                     let mut cp = Checkpoint::empty();
-                    cp.channel_versions.insert("messages".into(), (i + 1).into());
+                    cp.channel_versions
+                        .insert("messages".into(), (i + 1).into());
                     cp.channel_values.insert("messages".into(), blob);
                     let nv = cp.channel_versions.clone();
                     saver
