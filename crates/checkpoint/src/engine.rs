@@ -34,9 +34,7 @@ pub(crate) struct CheckpointRow {
     pub(crate) metadata: Vec<u8>,
 }
 
-/// Which checkpoint rows [`Backend::checkpoints`] returns, in list order: checkpoint id
-/// descending, then thread id and namespace descending (byte order), so that a page can
-/// resume after its last row even when two threads hold the same checkpoint id (copies).
+/// Which checkpoint rows [`Backend::checkpoints`] returns, and in which order.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RowScan<'a> {
     /// Only this thread.
@@ -45,10 +43,26 @@ pub(crate) struct RowScan<'a> {
     pub(crate) ns: Option<&'a CheckpointNs>,
     /// Only ids less than this one.
     pub(crate) before: Option<CheckpointId>,
-    /// Only rows after this one in list order (the last row of the previous page).
+    /// Only rows after this one in the scan's order (the last row of the previous page).
     pub(crate) after: Option<(&'a CheckpointId, &'a ThreadId, &'a CheckpointNs)>,
     /// At most this many rows (all when `None`).
     pub(crate) limit: Option<usize>,
+    /// The order of the rows.
+    pub(crate) order: ScanOrder,
+}
+
+/// The order of a [`RowScan`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ScanOrder {
+    /// `list` order: checkpoint id descending, then thread id and namespace descending (byte
+    /// order), so that a page resumes exactly even when two threads hold the same checkpoint
+    /// id (copies).
+    #[default]
+    List,
+    /// The backend's primary-key order, `(thread, namespace, id)` ascending as the backend
+    /// compares them: for scans that visit every row and need no particular order, which the
+    /// primary key then serves page by page.
+    Key,
 }
 
 impl<'a> RowScan<'a> {
@@ -60,57 +74,91 @@ impl<'a> RowScan<'a> {
         }
     }
 
-    /// Whether the row `(id, thread, ns)` is in the scan, ignoring `limit`.
+    /// Whether the row `(id, thread, ns)` is in the scan, ignoring `limit` (the memory
+    /// backend's reading: byte order for text).
     pub(crate) fn admits(&self, id: CheckpointId, thread: &ThreadId, ns: &CheckpointNs) -> bool {
         self.thread.is_none_or(|t| t == thread)
             && self.ns.is_none_or(|n| n == ns)
             && self.before.is_none_or(|b| id < b)
             && self.after.is_none_or(|(a_id, a_thread, a_ns)| {
-                (id, thread.as_str(), ns.as_str()) < (*a_id, a_thread.as_str(), a_ns.as_str())
+                let (row, cursor) = (
+                    (thread.as_str(), ns.as_str(), id),
+                    (a_thread.as_str(), a_ns.as_str(), *a_id),
+                );
+                match self.order {
+                    ScanOrder::List => (id, row.0, row.1) < (*a_id, cursor.0, cursor.1),
+                    ScanOrder::Key => row > cursor,
+                }
             })
     }
 }
 
-/// The `WHERE … ORDER BY … LIMIT` of a [`RowScan`] in SQL, for the database backends.
+/// A value [`scan_sql`] binds to a placeholder.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) enum ScanArg {
+    Text(String),
+    Bytes(Vec<u8>),
+    Int(i64),
+}
+
+/// The `WHERE … ORDER BY … LIMIT` of a [`RowScan`] in SQL, for the database backends, and the
+/// values of its placeholders in order.
 ///
-/// Only the conditions the scan uses are written (an `x IS NULL OR` form would keep SQLite
-/// off the primary-key index), and with a thread and a namespace fixed the order is the
-/// index's own (`checkpoint_id DESC`), so a page reads about as many rows as it returns.
-/// `param(i)` spells placeholder `i` (1-based) and `text(col)` a column compared in byte
-/// order; the caller binds, in order: thread, namespace, before, then the cursor's id,
-/// thread and namespace, each only when present, then the limit when there is one.
+/// Only the conditions the scan uses are written, each value bound once (an `x IS NULL OR`
+/// form would keep SQLite off the primary-key index, and PostgreSQL refuses a placeholder it
+/// cannot type). With a thread and a namespace fixed, list order is the primary key's own
+/// (`checkpoint_id DESC`), so a page reads about as many rows as it returns; a thread alone
+/// is sorted across its namespaces. `param(i)` spells placeholder `i` (1-based) and
+/// `text(col)` a column compared in byte order.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn scan_sql(
     scan: &RowScan<'_>,
     param: impl Fn(usize) -> String,
     text: impl Fn(&str) -> String,
-) -> String {
+) -> (String, Vec<ScanArg>) {
     let mut conds = Vec::new();
-    let mut n = 0;
-    let mut next = || {
-        n += 1;
-        param(n)
+    let mut args = Vec::new();
+    let mut bind = |arg: ScanArg| {
+        args.push(arg);
+        param(args.len())
     };
-    if scan.thread.is_some() {
-        conds.push(format!("thread_id = {}", next()));
+    if let Some(t) = scan.thread {
+        conds.push(format!(
+            "thread_id = {}",
+            bind(ScanArg::Text(t.to_string()))
+        ));
     }
-    if scan.ns.is_some() {
-        conds.push(format!("checkpoint_ns = {}", next()));
+    if let Some(n) = scan.ns {
+        conds.push(format!(
+            "checkpoint_ns = {}",
+            bind(ScanArg::Text(n.to_string()))
+        ));
     }
-    if scan.before.is_some() {
-        conds.push(format!("checkpoint_id < {}", next()));
+    if let Some(b) = scan.before {
+        conds.push(format!(
+            "checkpoint_id < {}",
+            bind(ScanArg::Bytes(b.to_bytes().to_vec()))
+        ));
     }
     let fixed = scan.thread.is_some() && scan.ns.is_some();
-    if scan.after.is_some() {
-        let (id, t, ns) = (next(), next(), next());
-        conds.push(if fixed {
-            format!("checkpoint_id < {id}")
-        } else {
-            format!(
-                "(checkpoint_id < {id} OR (checkpoint_id = {id} AND ({tc} < {t} OR (thread_id = {t} AND {nc} < {ns}))))",
-                tc = text("thread_id"),
-                nc = text("checkpoint_ns"),
-            )
+    if let Some((a_id, a_thread, a_ns)) = scan.after {
+        let id = bind(ScanArg::Bytes(a_id.to_bytes().to_vec()));
+        conds.push(match scan.order {
+            ScanOrder::List if fixed => format!("checkpoint_id < {id}"),
+            ScanOrder::List => {
+                let t = bind(ScanArg::Text(a_thread.to_string()));
+                let n = bind(ScanArg::Text(a_ns.to_string()));
+                format!(
+                    "(checkpoint_id < {id} OR (checkpoint_id = {id} AND ({tc} < {t} OR (thread_id = {t} AND {nc} < {n}))))",
+                    tc = text("thread_id"),
+                    nc = text("checkpoint_ns"),
+                )
+            }
+            ScanOrder::Key => {
+                let t = bind(ScanArg::Text(a_thread.to_string()));
+                let n = bind(ScanArg::Text(a_ns.to_string()));
+                format!("(thread_id, checkpoint_ns, checkpoint_id) > ({t}, {n}, {id})")
+            }
         });
     }
     let mut sql = String::new();
@@ -118,19 +166,20 @@ pub(crate) fn scan_sql(
         sql.push_str(" WHERE ");
         sql.push_str(&conds.join(" AND "));
     }
-    if fixed {
-        sql.push_str(" ORDER BY checkpoint_id DESC");
-    } else {
-        sql.push_str(&format!(
+    match scan.order {
+        ScanOrder::List if fixed => sql.push_str(" ORDER BY checkpoint_id DESC"),
+        ScanOrder::List => sql.push_str(&format!(
             " ORDER BY checkpoint_id DESC, {} DESC, {} DESC",
             text("thread_id"),
             text("checkpoint_ns")
-        ));
+        )),
+        ScanOrder::Key => sql.push_str(" ORDER BY thread_id, checkpoint_ns, checkpoint_id"),
     }
-    if scan.limit.is_some() {
-        sql.push_str(&format!(" LIMIT {}", next()));
+    if let Some(l) = scan.limit {
+        let l = bind(ScanArg::Int(i64::try_from(l).unwrap_or(i64::MAX)));
+        sql.push_str(&format!(" LIMIT {l}"));
     }
-    sql
+    (sql, args)
 }
 
 /// The sort key of list order (see [`RowScan`]): sort ascending by it.
@@ -241,6 +290,26 @@ pub(crate) fn referenced_runs<'a>(values: impl IntoIterator<Item = &'a [u8]>) ->
         runs.extend(codec::blob_runs(bytes).unwrap_or_default());
     }
     merge_runs(&runs)
+}
+
+/// Those of `seqs` that none of `payloads` (a thread's value blobs and write values)
+/// references: what body collection may delete, decided again inside its transaction.
+pub(crate) fn unreferenced<'a>(
+    seqs: &[u64],
+    payloads: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<u64> {
+    let runs = referenced_runs(payloads);
+    seqs.iter()
+        .copied()
+        .filter(|&s| {
+            // Runs are merged and sorted: the one that could hold `s` starts at or before it.
+            let i = runs.partition_point(|&(start, _)| start <= s);
+            i == 0 || {
+                let (start, len) = runs[i - 1];
+                s >= start.saturating_add(len)
+            }
+        })
+        .collect()
 }
 
 /// The merged runs of message bodies that value blobs and write rows reference.
@@ -415,7 +484,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Every write value of a thread (for message garbage collection).
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
     async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
-    /// Deletes the bodies `seqs` and bumps the thread's epoch ([`IndexGuard`]), in one transaction.
+    /// Bumps the thread's epoch ([`IndexGuard`]) and then deletes those of the bodies `seqs`
+    /// that no blob or write of the thread references ([`unreferenced`]), decided after the
+    /// bump, in one transaction: a write that committed since the caller chose `seqs` and
+    /// took one of them by hash keeps it, and a later one waits for the bump and fails.
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()>;
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats>;
     /// Overwrites one payload column of every row of a thread (the conformance suite's damage).
@@ -788,8 +860,9 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The second half: indexes the (checked) bodies the read fetched. Reads at the same
-    /// epoch add up (a head read, then the history walk that finds the messages' snapshot);
-    /// a seed from another epoch replaces the stale one.
+    /// epoch add up (a head read, then the history walk that finds the messages' snapshot,
+    /// and later reads that bring bodies another process stored); a seed from a newer epoch
+    /// replaces the stale one, an older one is dropped.
     fn seed_index(seed: Option<(IndexSlot, u64)>, bodies: &Bodies) {
         let Some((slot, epoch)) = seed else {
             return;
@@ -803,6 +876,8 @@ impl<B: Backend> Engine<B> {
         let index = match &mut *guard {
             Some(i) if i.complete => return,
             Some(i) if i.epoch == epoch => i,
+            // A read that began before the thread's last bump: its numbers are stale.
+            Some(i) if i.epoch > epoch => return,
             other => other.insert(MsgIndex {
                 epoch,
                 next_seq: None,
@@ -1270,6 +1345,7 @@ impl<B: Backend> Engine<B> {
                 before: query.before,
                 after: last.as_ref().map(|(id, t, n)| (id, t, n)),
                 limit: page,
+                order: ScanOrder::List,
             };
             let rows = self.backend.checkpoints(scan).await?;
             let fetched = rows.len();
@@ -1724,7 +1800,8 @@ impl<B: Backend> Engine<B> {
             .map(|m| m.seq)
             .collect();
         // Deleting bodies bumps the thread's epoch (in the backend's transaction), so another
-        // process's index that still names them fails its next write and reloads.
+        // process's index that still names them fails its next write and reloads; the backend
+        // checks the references again after the bump, for writes that committed meanwhile.
         let dead_messages: Vec<u64> = seqs
             .into_iter()
             .filter(|s| !referenced.contains(s))
@@ -1751,12 +1828,13 @@ impl<B: Backend> Engine<B> {
         let runs: HashSet<&RunId> = run_ids.iter().collect();
         let mut threads: BTreeSet<ThreadId> = BTreeSet::new();
         // Run ids live in the metadata payload, so finding the runs' threads scans the store;
-        // in pages, so memory stays bounded however large the store is.
+        // in pages (memory stays bounded) in primary-key order (each page is an index range).
         let mut last: Option<(CheckpointId, ThreadId, CheckpointNs)> = None;
         loop {
             let scan = RowScan {
                 after: last.as_ref().map(|(id, t, n)| (id, t, n)),
                 limit: Some(LIST_PAGE),
+                order: ScanOrder::Key,
                 ..RowScan::default()
             };
             let rows = self.backend.checkpoints(scan).await?;
@@ -2491,6 +2569,29 @@ mod tests {
         assert_eq!(loads(), before);
         assert_eq!(read_list(&e, &last).await, again);
         assert_eq!(stored(&e, "t").await.1.len(), 33);
+    }
+
+    /// Body collection decides again, after its epoch bump, which bodies are unreferenced: a
+    /// body a write took by hash after the collector chose it stays.
+    #[tokio::test]
+    async fn collection_keeps_bodies_referenced_since_it_chose_them() {
+        let e = engine();
+        let list = items(&texts(4));
+        put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
+            .await
+            .unwrap();
+        let thread = ThreadId::new("t");
+        let epoch = e.backend.thread_epoch(&thread).await.unwrap();
+        e.backend
+            .delete_messages(&thread, &[1, 2, 3, 4, 99])
+            .await
+            .unwrap();
+        assert_eq!(stored(&e, "t").await.1.len(), 4);
+        assert_eq!(e.backend.thread_epoch(&thread).await.unwrap(), epoch + 1);
+        assert_eq!(
+            unreferenced(&[1, 4, 5, 7], std::iter::empty()),
+            [1, 4, 5, 7]
+        );
     }
 
     /// `delete_for_runs` scans the store in pages and finds a run whose checkpoints are

@@ -4,13 +4,14 @@
 //! database savers because it stores the same encoded rows.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
-    StorageStats, WriteRow, impl_saver, list_order,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan, ScanOrder,
+    StorageStats, WriteRow, impl_saver, list_order, unreferenced,
 };
 use crate::error::Result;
 use crate::ids::{
@@ -115,6 +116,22 @@ impl Backend for MemoryBackend {
     async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
         let t = self.lock();
         let limit = scan.limit.unwrap_or(usize::MAX);
+        if scan.order == ScanOrder::Key {
+            // The map's own order; a page starts right after the cursor.
+            let start = match scan.after {
+                Some((id, thread, ns)) => Bound::Excluded((thread.clone(), ns.clone(), *id)),
+                None => Bound::Unbounded,
+            };
+            let rows: Vec<CheckpointRow> = t
+                .checkpoints
+                .range((start, Bound::Unbounded))
+                .filter(|(k, _)| scan.admits(k.2, &k.0, &k.1))
+                .take(limit)
+                .map(|(k, v)| row(k, v))
+                .collect();
+            self.count_listed(rows.len());
+            return Ok(rows);
+        }
         if let (Some(thread), Some(ns)) = (scan.thread, scan.ns) {
             // One namespace is a contiguous key range in id order: walk it backwards, so a
             // page costs its own length, not the thread's.
@@ -459,10 +476,22 @@ impl Backend for MemoryBackend {
 
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
         let mut t = self.lock();
-        for s in seqs {
-            t.messages.remove(&(thread.clone(), *s));
-        }
         *t.epochs.entry(thread.clone()).or_insert(0) += 1;
+        let payloads = t
+            .blobs
+            .iter()
+            .filter(|(k, _)| &k.0 == thread)
+            .map(|(_, v)| v.as_slice())
+            .chain(
+                t.writes
+                    .iter()
+                    .filter(|(k, _)| &k.0 == thread)
+                    .map(|(_, v)| v.2.as_slice()),
+            );
+        let dead = unreferenced(seqs, payloads);
+        for s in dead {
+            t.messages.remove(&(thread.clone(), s));
+        }
         Ok(())
     }
 

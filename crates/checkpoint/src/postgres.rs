@@ -14,8 +14,9 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan, ScanArg,
     StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
+    unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -374,40 +375,28 @@ impl Backend for PgBackend {
 
     async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
         let c = self.client("listing checkpoints").await?;
-        // `COLLATE "C"` compares text in byte order, like `list_order`.
-        let tail = scan_sql(
+        // `COLLATE "C"` compares text in byte order, like `list_order`; key order compares as
+        // the primary key does.
+        let (tail, args) = scan_sql(
             &scan,
             |i| format!("${i}"),
             |col| format!(r#"{col} COLLATE "C""#),
         );
         let sql = format!("SELECT {ROW_COLS} FROM {}.checkpoints{tail}", self.s);
-        let thread = scan.thread.map(ThreadId::as_str);
-        let ns = scan.ns.map(CheckpointNs::as_str);
-        let before = scan.before.map(|b| b.to_bytes().to_vec());
-        let after = scan
-            .after
-            .map(|(id, t, n)| (id.to_bytes().to_vec(), t.as_str(), n.as_str()));
-        let limit = scan.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
-        let mut args: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = Vec::new();
-        if let Some(t) = &thread {
-            args.push(t);
-        }
-        if let Some(n) = &ns {
-            args.push(n);
-        }
-        if let Some(b) = &before {
-            args.push(b);
-        }
-        if let Some((id, t, n)) = &after {
-            args.push(id);
-            args.push(t);
-            args.push(n);
-        }
-        if let Some(l) = &limit {
-            args.push(l);
-        }
+        let args: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = args
+            .into_iter()
+            .map(|a| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+                match a {
+                    ScanArg::Text(t) => Box::new(t),
+                    ScanArg::Bytes(b) => Box::new(b),
+                    ScanArg::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            args.iter().map(|a| a.as_ref() as _).collect();
         let rows = c
-            .query(&sql, &args)
+            .query(&sql, &refs)
             .await
             .map_err(pg_err("postgres: listing checkpoints"))?;
         rows.iter().map(to_row).collect()
@@ -767,8 +756,12 @@ impl Backend for PgBackend {
         let st = c
             .prepare_cached(&self.sql(&format!(
                 "WITH {fresh},
+                 -- The epoch row is locked (through `fresh`, a one-time filter evaluated
+                 -- before the scan) before the checkpoint row, in the order delete_thread
+                 -- takes them, so the two cannot deadlock.
                  cp AS (
-                    SELECT 1 FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 FOR SHARE),
+                    SELECT 1 FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+                       AND (SELECT ok FROM fresh) = 1 FOR SHARE),
                  m AS (
                     INSERT INTO {{s}}.messages (thread_id, seq, body)
                     SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1),
@@ -994,15 +987,25 @@ impl Backend for PgBackend {
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting messages");
         let mut c = self.client(&ctx).await?;
-        let seqs = seqs
-            .iter()
-            .map(|s| i64_of(*s, "message sequence"))
-            .collect::<Result<Vec<_>>>()?;
         let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
-        // The bump first, as in `delete_thread`.
+        // The bump first, as in `delete_thread`: writes of message lists now wait for this
+        // transaction, and the references read below include every one committed before.
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx.clone()))?;
+        let payloads = tx
+            .query(
+                &self.sql(
+                    "SELECT data FROM {s}.blobs WHERE thread_id = $1 UNION ALL SELECT value FROM {s}.writes WHERE thread_id = $1",
+                ),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let seqs = unreferenced(seqs, payloads.iter().map(|r| r.get::<_, &[u8]>(0)))
+            .into_iter()
+            .map(|s| i64_of(s, "message sequence"))
+            .collect::<Result<Vec<_>>>()?;
         tx.execute(
             &self.sql("DELETE FROM {s}.messages WHERE thread_id = $1 AND seq = ANY($2::bigint[])"),
             &[&thread.as_str(), &seqs],

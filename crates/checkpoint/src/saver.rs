@@ -149,8 +149,9 @@ pub trait Saver: Send + Sync {
 
     /// Checkpoints matching `query`, newest first.
     ///
-    /// The savers of this crate read about `query.limit` checkpoint rows however long the
-    /// thread is (more only while `query.filter` rejects rows).
+    /// Given a thread and a namespace, the savers of this crate read about `query.limit`
+    /// checkpoint rows however long the thread is (more only while `query.filter` rejects
+    /// rows); a wider query pages too, but the database sorts the rows it spans for each page.
     async fn list(&self, query: &ListQuery) -> Result<Vec<CheckpointTuple>>;
 
     /// [`list`](Saver::list) with every tuple's `channel_values` and `pending_writes` empty:

@@ -11,8 +11,9 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan, ScanArg,
     StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
+    unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -61,9 +62,35 @@ fn id_from(thread: &str, bytes: Vec<u8>) -> Result<CheckpointId> {
 
 use crate::engine::columns::{i64_of, u64_of};
 
+/// How long a connection waits for another one's lock.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Switches the database to WAL. Switching needs exclusive access, and SQLite reports a
+/// concurrent opener's lock as `SQLITE_BUSY` without consulting the busy timeout, so two
+/// processes opening a new file at once retry here for up to [`BUSY_TIMEOUT`]; once the file
+/// is in WAL mode the pragma needs no lock.
+fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Applies pending migrations; refuses a newer schema.
+///
+/// One transaction under the write lock, which reads the version it starts from: two
+/// processes opening a new file at once apply each migration once (the second finds it done).
 fn migrate(conn: &mut Connection) -> Result<()> {
-    let current: i64 = conn
+    let tx = write_tx(conn).map_err(sql_err("sqlite: migration"))?;
+    let current: i64 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(sql_err("sqlite: reading schema version"))?;
     if current > SQLITE_SCHEMA_VERSION {
@@ -72,19 +99,20 @@ fn migrate(conn: &mut Connection) -> Result<()> {
             supported: SQLITE_SCHEMA_VERSION,
         });
     }
+    if current == SQLITE_SCHEMA_VERSION {
+        return Ok(());
+    }
     for (i, sql) in MIGRATIONS
         .iter()
         .enumerate()
         .skip(usize::try_from(current).unwrap_or(0))
     {
-        let tx = write_tx(conn).map_err(sql_err("sqlite: migration"))?;
         tx.execute_batch(sql)
             .map_err(sql_err(format!("sqlite: migration {}", i + 1)))?;
         tx.pragma_update(None, "user_version", i as i64 + 1)
             .map_err(sql_err("sqlite: migration"))?;
-        tx.commit().map_err(sql_err("sqlite: migration"))?;
     }
-    Ok(())
+    tx.commit().map_err(sql_err("sqlite: migration"))
 }
 
 pub(crate) struct SqliteBackend {
@@ -413,23 +441,16 @@ impl Backend for SqliteBackend {
 
     async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
         // SQLite's BINARY collation compares text in byte order, like `list_order`.
-        let tail = scan_sql(&scan, |i| format!("?{i}"), str::to_owned);
+        let (tail, args) = scan_sql(&scan, |i| format!("?{i}"), str::to_owned);
         let sql = format!("SELECT {ROW_COLS} FROM checkpoints{tail}");
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        args.extend(scan.thread.map(|t| t.to_string().into()));
-        args.extend(scan.ns.map(|n| n.to_string().into()));
-        args.extend(scan.before.map(|b| id_bytes(b).to_vec().into()));
-        if let Some((id, t, n)) = scan.after {
-            args.extend([
-                id_bytes(*id).to_vec().into(),
-                t.to_string().into(),
-                n.to_string().into(),
-            ]);
-        }
-        args.extend(
-            scan.limit
-                .map(|l| i64::try_from(l).unwrap_or(i64::MAX).into()),
-        );
+        let args: Vec<rusqlite::types::Value> = args
+            .into_iter()
+            .map(|a| match a {
+                ScanArg::Text(t) => t.into(),
+                ScanArg::Bytes(b) => b.into(),
+                ScanArg::Int(i) => i.into(),
+            })
+            .collect();
         self.run(move |c| {
             let mut stmt = c
                 .prepare_cached(&sql)
@@ -816,14 +837,24 @@ impl Backend for SqliteBackend {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting messages");
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
-            for s in seqs {
+            bump_epoch(&tx, &thread)?;
+            // Under the write lock: the references as they are now.
+            let payloads: Vec<Vec<u8>> = tx
+                .prepare_cached(
+                    "SELECT data FROM blobs WHERE thread_id = ?1 UNION ALL SELECT value FROM writes WHERE thread_id = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_map([&thread], |r| r.get(0))
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                })
+                .map_err(sql_err(ctx.clone()))?;
+            for s in unreferenced(&seqs, payloads.iter().map(Vec::as_slice)) {
                 tx.execute(
                     "DELETE FROM messages WHERE thread_id = ?1 AND seq = ?2",
                     params![thread, i64_of(s, "message sequence")?],
                 )
                 .map_err(sql_err(ctx.clone()))?;
             }
-            bump_epoch(&tx, &thread)?;
             tx.commit().map_err(sql_err(ctx))
         })
         .await
@@ -956,15 +987,14 @@ impl SqliteSaver {
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
             let ctx = format!("sqlite: opening {}", p.display());
             let mut conn = Connection::open(&p).map_err(sql_err(ctx.clone()))?;
-            conn.pragma_update(None, "journal_mode", "WAL")
+            conn.busy_timeout(BUSY_TIMEOUT)
                 .map_err(sql_err(ctx.clone()))?;
+            set_wal(&conn).map_err(sql_err(ctx.clone()))?;
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(sql_err(ctx.clone()))?;
             // SQLite clamps the request to its compile-time maximum; 0 turns mapping off.
             let mmap = i64::try_from(options.mmap_size).unwrap_or(i64::MAX);
             conn.pragma_update(None, "mmap_size", mmap)
-                .map_err(sql_err(ctx.clone()))?;
-            conn.busy_timeout(std::time::Duration::from_secs(5))
                 .map_err(sql_err(ctx))?;
             migrate(&mut conn)?;
             Ok(conn)
@@ -1057,6 +1087,72 @@ mod tests {
             })
             .await
             .unwrap()
+    }
+
+    /// Processes opening a new file at the same time all succeed, and the schema is current.
+    #[tokio::test]
+    async fn concurrent_opens_of_a_new_file_migrate_once() {
+        let dir = std::env::temp_dir().join(format!("antler-open-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        // Spawned, so that the opens run on the blocking pool at the same time.
+        let opens: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(SqliteSaver::open(path.clone(), StoreConfig::full())))
+            .collect();
+        for open in opens {
+            let saver = open.await.unwrap().unwrap();
+            let version: i64 = saver
+                .engine
+                .backend
+                .run(|c| {
+                    c.query_row("PRAGMA user_version", [], |r| r.get(0))
+                        .map_err(super::sql_err("test: PRAGMA user_version"))
+                })
+                .await
+                .unwrap();
+            assert_eq!(version, super::SQLITE_SCHEMA_VERSION);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// As the engine's test of the same name: SQLite decides again under its write lock.
+    #[tokio::test]
+    async fn collection_keeps_bodies_referenced_since_it_chose_them() {
+        use crate::blob::{Blob, MessagesKind};
+        use crate::engine::Backend;
+        use crate::ids::ThreadId;
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        let list: Vec<serde_json::Value> =
+            (0..4).map(|i| serde_json::json!(format!("m{i}"))).collect();
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 1.into());
+        cp.channel_values.insert(
+            "messages".into(),
+            Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
+        );
+        let nv = cp.channel_versions.clone();
+        saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                cp,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+        let backend = &saver.engine.backend;
+        let thread = ThreadId::new("t");
+        backend
+            .delete_messages(&thread, &[1, 2, 3, 4, 99])
+            .await
+            .unwrap();
+        assert_eq!(backend.all_messages(&thread).await.unwrap().len(), 4);
+        assert_eq!(backend.thread_epoch(&thread).await.unwrap(), 1);
     }
 
     #[tokio::test]

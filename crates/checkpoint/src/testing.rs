@@ -108,7 +108,8 @@ macro_rules! conformance_suite {
             antler_ancestors_default_implementation_agrees,
             antler_copy_thread_refuses_other_bodies_under_the_same_numbers,
             antler_list_without_values_is_list_minus_values_and_writes,
-            antler_list_pages_agree_with_the_whole_list
+            antler_list_pages_agree_with_the_whole_list,
+            antler_delete_for_runs_pages_through_a_large_store
         );
     };
 }
@@ -132,7 +133,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 118;
+pub const CASE_COUNT: usize = 119;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2258,6 +2259,11 @@ async fn list_fixture(saver: &dyn Saver) -> Vec<ListQuery> {
             ..ListQuery::default()
         },
         ListQuery {
+            filter: loops.clone(),
+            checkpoint_ns: Some(CheckpointNs::root()),
+            ..ListQuery::thread("a")
+        },
+        ListQuery {
             filter: loops,
             before: root[4].checkpoint_id,
             ..ListQuery::thread("b")
@@ -2330,6 +2336,26 @@ pub async fn antler_list_pages_agree_with_the_whole_list(saver: &dyn Saver) {
             .any(|p| p[0].2 == p[1].2 && p[0].0 == "b" && p[1].0 == "a"),
         "the copy's checkpoints list next to their originals"
     );
+}
+
+/// `delete_for_runs` finds a run's checkpoints however many other checkpoints the store
+/// holds (the savers scan it in pages of 1,024 rows).
+pub async fn antler_delete_for_runs_pages_through_a_large_store(saver: &dyn Saver) {
+    // Thread names around the run's thread in every order a page could end in.
+    for name in ["m0", "z9"] {
+        chain(saver, name, "", 520, Some("other")).await;
+    }
+    let doomed = chain(saver, "m5", "", 2, Some("doomed")).await;
+    chain(saver, "m5", "sub", 3, Some("other")).await;
+    saver
+        .delete_for_runs(&[RunId::new("doomed")])
+        .await
+        .unwrap();
+    for c in &doomed {
+        assert!(saver.get_tuple(c).await.unwrap().is_none());
+    }
+    assert_eq!(count(saver, ListQuery::thread("m5")).await, 3);
+    assert_eq!(count(saver, ListQuery::default()).await, 1043);
 }
 
 // ---- get_ancestors_without_values ----------------------------------------------------------
