@@ -665,13 +665,41 @@ fn a_write_racing_a_delete_on_postgres_waits_and_renumbers() {
             let saver = saver.clone();
             tokio::spawn(async move { put_list(&*saver, "t-race", 2, &[m("1"), m("2")]).await })
         };
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        // The write's statement waits for the delete's row lock (seen by the server), and
+        // is still waiting a moment later.
+        let (watcher, watcher_conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let watcher_conn = tokio::spawn(watcher_conn);
+        let mut waited = false;
+        for _ in 0..100 {
+            let n: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE wait_event_type = 'Lock' AND query LIKE '%epoch_lock%'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n > 0 {
+                waited = true;
+                break;
+            }
+            if writer.is_finished() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(waited, "the write waits for the delete's lock");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         assert!(!writer.is_finished(), "the write waits for the delete");
         tx.commit().await.unwrap();
         let last = writer.await.unwrap();
         assert_eq!(read(&*saver, &last).await.unwrap(), vec![m("1"), m("2")]);
-        drop(other);
+        drop((other, watcher));
         let _ = conn.await;
+        let _ = watcher_conn.await;
         let Ok(saver) = std::sync::Arc::try_unwrap(saver) else {
             panic!("the writer task has finished")
         };
