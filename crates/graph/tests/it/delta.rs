@@ -1227,3 +1227,81 @@ async fn a_cold_turn_stores_only_its_new_messages() {
     assert_eq!(state.values.get(&MESSAGES).map(Vec::len), Some(68));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A checkpointer whose history pages name a checkpoint that is gone by the time it is read
+/// (another process pruned it between the two calls).
+struct PrunedMeanwhile(MemoryCheckpointer);
+
+#[async_trait::async_trait]
+impl antler_graph::Checkpointer for PrunedMeanwhile {
+    async fn get_tuple(
+        &self,
+        s: &antler_graph::Scope,
+        id: Option<&antler_graph::CheckpointId>,
+    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
+        self.0.get_tuple(s, id).await
+    }
+    async fn list(
+        &self,
+        s: &antler_graph::Scope,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        self.0.list(s).await
+    }
+    async fn list_ids(
+        &self,
+        s: &antler_graph::Scope,
+        before: Option<&antler_graph::CheckpointId>,
+        limit: Option<usize>,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointId>> {
+        let mut ids = self.0.list_ids(s, before, limit).await?;
+        ids.insert(1, antler_graph::CheckpointId::new("pruned-meanwhile"));
+        Ok(ids)
+    }
+    async fn put(
+        &self,
+        s: &antler_graph::Scope,
+        c: antler_graph::CheckpointRecord,
+    ) -> antler_graph::Result<()> {
+        self.0.put(s, c).await
+    }
+    async fn put_writes(
+        &self,
+        s: &antler_graph::Scope,
+        c: &antler_graph::CheckpointId,
+        t: &antler_graph::TaskId,
+        p: &str,
+        w: Vec<(String, serde_json::Value)>,
+    ) -> antler_graph::Result<()> {
+        self.0.put_writes(s, c, t, p, w).await
+    }
+    async fn delta_history(
+        &self,
+        s: &antler_graph::Scope,
+        c: &antler_graph::CheckpointId,
+        ch: &[String],
+    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.0.delta_history(s, c, ch).await
+    }
+}
+
+/// A checkpoint deleted between listing a history page and reading it is left out of the
+/// page, not an error: it is no longer history.
+#[tokio::test]
+async fn a_history_page_skips_a_checkpoint_deleted_meanwhile() {
+    use antler_graph::HistoryQuery;
+
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(PrunedMeanwhile(MemoryCheckpointer::new())));
+    let cfg = RunConfig::new("t");
+    for i in 0..3 {
+        graph.invoke(human(i), &cfg).await.unwrap();
+    }
+    let page = graph
+        .get_state_history_with(&cfg, &HistoryQuery::limit(4))
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 4);
+    assert!(page.iter().all(|s| s.checkpoint_id.as_str() != "pruned-meanwhile"));
+}
