@@ -197,12 +197,12 @@ fn markdown(
          Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes.\n\
          Full mode runs up to T = {full_max_turns}; F does not apply to it. Runs took {elapsed:.1} s.\n"
     );
-    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms | cold peak B | max replayed |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} | {} | {} | {} |",
             r["saver"].as_str().unwrap_or("?"),
             r["mode"].as_str().unwrap_or("?"),
             if r["mode"] == "full" {
@@ -223,9 +223,19 @@ fn markdown(
             num(r, "get_state_ms_cold"),
             r["get_state_peak_bytes"],
             r["max_replayed_writes"],
+            opt_ms(r, "invoke_ms_cold"),
+            opt_ms(r, "history_page10_ms_cold"),
+            opt_ms(r, "fork_ms_cold"),
         );
     }
     s
+}
+
+/// A latency the graph driver reports and the saver driver does not: two decimals or `–`.
+fn opt_ms(r: &Value, key: &str) -> String {
+    r[key]
+        .as_f64()
+        .map_or_else(|| "–".to_owned(), |v| format!("{v:.2}"))
 }
 
 /// Amplification against T on a log scale, one polyline per (saver, mode, F).
