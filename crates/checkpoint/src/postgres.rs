@@ -126,19 +126,115 @@ fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
+/// The SQL of the statements on the read and write paths, with the schema filled in once (at
+/// connect) instead of formatted on every call; each is prepared once per connection.
+///
+/// Preparing all of them when the saver connects was tried: a cold `get_state`, first turn
+/// and fork of the write-amp workload at T = 2000 showed no difference beyond this machine's
+/// noise (three interleaved runs each), so statements are prepared on first use.
+struct HotSql {
+    checkpoint_by_id: String,
+    checkpoint_latest: String,
+    ancestors: String,
+    blobs: String,
+    writes: String,
+    messages: String,
+    head_by_id: String,
+    head_latest: String,
+    put: String,
+    put_writes: String,
+    epoch: String,
+    next_seq: String,
+}
+
+impl HotSql {
+    fn new(s: &str) -> Self {
+        let sql = |template: &str| template.replace("{s}", s);
+        Self {
+            checkpoint_by_id: sql(&format!("SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3")),
+            checkpoint_latest: sql(&format!(
+                "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY checkpoint_id DESC LIMIT 1"
+            )),
+            ancestors: sql(ANCESTORS_SQL),
+            blobs: sql(BLOBS_SQL),
+            writes: sql(WRITES_SQL),
+            messages: sql(MESSAGES_SQL),
+            head_by_id: sql(&HEAD_SQL.replace("{cp}", CP_BY_ID_SQL)),
+            head_latest: sql(&HEAD_SQL.replace("{cp}", CP_LATEST_SQL)),
+            put: sql(&format!(
+                "WITH {fresh},
+                 k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
+                 -- A version already stored with other bytes aborts the whole statement
+                 -- (a run-time division by zero, mapped to a version clash): never keep either silently.
+                 -- The divisor depends on a subquery so the planner cannot fold it.
+                 guard AS (
+                    SELECT 1 / (CASE WHEN EXISTS (
+                        SELECT 1 FROM k CROSS JOIN LATERAL (
+                            -- LIMIT 1 keeps this a primary-key lookup per key (a cached generic
+                            -- plan otherwise hashes every blob of the thread on each put).
+                            SELECT x.data FROM {{s}}.blobs x
+                             WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version LIMIT 1) x
+                         WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
+                 m AS (
+                    INSERT INTO {{s}}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1),
+                 b AS (
+                    INSERT INTO {{s}}.blobs (thread_id, checkpoint_ns, channel, version, data)
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING)
+                 INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
+                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
+                 SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
+                fresh = FRESH_CTE.replace("$E", "$12"),
+            )),
+            put_writes: sql(&format!(
+                "WITH {fresh},
+                 -- The epoch row is locked (through `fresh`, a one-time filter evaluated
+                 -- before the scan) before the checkpoint row, in the order delete_thread
+                 -- takes them, so the two cannot deadlock.
+                 cp AS (
+                    SELECT 1 FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+                       AND (SELECT ok FROM fresh) = 1 FOR SHARE),
+                 m AS (
+                    INSERT INTO {{s}}.messages (thread_id, seq, body)
+                    SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1),
+                 w AS (
+                    SELECT * FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])
+                        AS w(task_id, idx, channel, task_path, value)
+                     WHERE EXISTS (SELECT 1 FROM cp)),
+                 up AS (
+                    INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx < 0
+                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                    DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
+                 ins AS (
+                    INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
+                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx >= 0
+                    ON CONFLICT DO NOTHING)
+                 SELECT EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1",
+                fresh = FRESH_CTE.replace("$E", "$11"),
+            )),
+            epoch: sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1"),
+            next_seq: sql("SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = $1"),
+        }
+    }
+}
+
 pub(crate) struct PgBackend {
     pool: Pool,
     s: String,
+    hot: HotSql,
 }
 
 impl PgBackend {
     async fn read_epoch(&self, c: &deadpool_postgres::Object, thread: &ThreadId) -> Result<u64> {
         let ctx = format!("postgres: thread {thread}: reading its epoch");
+        let st = c
+            .prepare_cached(&self.hot.epoch)
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         let row = c
-            .query_opt(
-                &self.sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1"),
-                &[&thread.as_str()],
-            )
+            .query_opt(&st, &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx))?;
         row.map_or(Ok(0), |r| u64_of(r.get(0), "thread epoch"))
@@ -197,6 +293,25 @@ const BLOBS_SQL: &str = "SELECT k.channel, k.version, b.data FROM unnest($3::tex
     -- generic plan otherwise may hash every blob of the thread.
     SELECT data FROM {s}.blobs b
      WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version LIMIT 1) b";
+
+/// Up to $4 checkpoint rows along parent pointers from $3 (thread $1, namespace $2).
+const ANCESTORS_SQL: &str = "WITH RECURSIVE chain(checkpoint_id, parent_id, record, metadata, depth) AS (
+                    SELECT checkpoint_id, parent_id, record, metadata, 0 FROM {s}.checkpoints
+                     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+                    UNION ALL
+                    SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
+                      FROM chain CROSS JOIN LATERAL (
+                        -- LATERAL + LIMIT 1 keeps PostgreSQL on the primary key for each step;
+                        -- a plain join re-scans the thread per step (measured: 240 ms vs 2 ms for 512).
+                        SELECT x.checkpoint_id, x.parent_id, x.record, x.metadata FROM {s}.checkpoints x
+                         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = chain.parent_id LIMIT 1) c
+                     WHERE chain.depth + 1 < $4)
+                 SELECT checkpoint_id, parent_id, record, metadata, $1::text, $2::text FROM chain ORDER BY depth";
+
+/// The writes of the checkpoints $3 of thread $1, namespace $2.
+const WRITES_SQL: &str =
+    "SELECT checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes
+                  WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])";
 
 /// The message bodies of a thread ($1) in the runs `[lo, hi)` ($2, $3), in order.
 const MESSAGES_SQL: &str = "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
@@ -354,16 +469,18 @@ impl Backend for PgBackend {
         let row = match id {
             Some(id) => {
                 let st = c
-                    .prepare_cached(&self.sql(&format!("SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3")))
+                    .prepare_cached(&self.hot.checkpoint_by_id)
                     .await
                     .map_err(pg_err(ctx.clone()))?;
-                c.query_opt(&st, &[&thread.as_str(), &ns.as_str(), &id.to_bytes().as_slice()]).await
+                c.query_opt(
+                    &st,
+                    &[&thread.as_str(), &ns.as_str(), &id.to_bytes().as_slice()],
+                )
+                .await
             }
             None => {
                 let st = c
-                    .prepare_cached(&self.sql(&format!(
-                        "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY checkpoint_id DESC LIMIT 1"
-                    )))
+                    .prepare_cached(&self.hot.checkpoint_latest)
                     .await
                     .map_err(pg_err(ctx.clone()))?;
                 c.query_opt(&st, &[&thread.as_str(), &ns.as_str()]).await
@@ -395,8 +512,13 @@ impl Backend for PgBackend {
             .collect();
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             args.iter().map(|a| a.as_ref() as _).collect();
+        // A handful of shapes (which conditions are present): cached per connection.
+        let st = c
+            .prepare_cached(&sql)
+            .await
+            .map_err(pg_err("postgres: listing checkpoints"))?;
         let rows = c
-            .query(&sql, &refs)
+            .query(&st, &refs)
             .await
             .map_err(pg_err("postgres: listing checkpoints"))?;
         rows.iter().map(to_row).collect()
@@ -412,20 +534,7 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: walking ancestors");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(
-                "WITH RECURSIVE chain(checkpoint_id, parent_id, record, metadata, depth) AS (
-                    SELECT checkpoint_id, parent_id, record, metadata, 0 FROM {s}.checkpoints
-                     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
-                    UNION ALL
-                    SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
-                      FROM chain CROSS JOIN LATERAL (
-                        -- LATERAL + LIMIT 1 keeps PostgreSQL on the primary key for each step;
-                        -- a plain join re-scans the thread per step (measured: 240 ms vs 2 ms for 512).
-                        SELECT x.checkpoint_id, x.parent_id, x.record, x.metadata FROM {s}.checkpoints x
-                         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = chain.parent_id LIMIT 1) c
-                     WHERE chain.depth + 1 < $4)
-                 SELECT checkpoint_id, parent_id, record, metadata, $1::text, $2::text FROM chain ORDER BY depth",
-            ))
+            .prepare_cached(&self.hot.ancestors)
             .await
             .map_err(pg_err(ctx.clone()))?;
         let max = i32::try_from(max).unwrap_or(i32::MAX);
@@ -456,7 +565,7 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: reading blobs");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(BLOBS_SQL))
+            .prepare_cached(&self.hot.blobs)
             .await
             .map_err(pg_err(ctx.clone()))?;
         read_blobs(&c, &st, thread, ns, keys, ctx).await
@@ -474,10 +583,7 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: reading writes");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(
-                "SELECT checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes
-                  WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])",
-            ))
+            .prepare_cached(&self.hot.writes)
             .await
             .map_err(pg_err(ctx.clone()))?;
         let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
@@ -506,7 +612,7 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: reading messages");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(MESSAGES_SQL))
+            .prepare_cached(&self.hot.messages)
             .await
             .map_err(pg_err(ctx.clone()))?;
         read_bodies(&c, &st, thread, runs, ctx).await
@@ -521,19 +627,18 @@ impl Backend for PgBackend {
     ) -> Result<Option<TupleRows>> {
         let ctx = format!("postgres: thread {thread}: reading checkpoint");
         let c = self.client(&ctx).await?;
-        let cp_sql = if id.is_some() {
-            CP_BY_ID_SQL
+        let head_sql = if id.is_some() {
+            &self.hot.head_by_id
         } else {
-            CP_LATEST_SQL
+            &self.hot.head_latest
         };
-        let head_sql = self.sql(&HEAD_SQL.replace("{cp}", cp_sql));
-        let (blobs_sql, messages_sql) = (self.sql(BLOBS_SQL), self.sql(MESSAGES_SQL));
-        // On a fresh connection the three statements are prepared at once (one round trip,
-        // not three); afterwards they come from the connection's statement cache.
+        let (blobs_sql, messages_sql) = (&self.hot.blobs, &self.hot.messages);
+        // On a connection that was not warmed the three statements are prepared at once (one
+        // round trip, not three); afterwards they come from the connection's statement cache.
         let (head, blobs_st, messages_st) = tokio::join!(
-            c.prepare_cached(&head_sql),
-            c.prepare_cached(&blobs_sql),
-            c.prepare_cached(&messages_sql)
+            c.prepare_cached(head_sql),
+            c.prepare_cached(blobs_sql),
+            c.prepare_cached(messages_sql)
         );
         let (head, blobs_st, messages_st) = (
             head.map_err(pg_err(ctx.clone()))?,
@@ -621,11 +726,12 @@ impl Backend for PgBackend {
     async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {
         let ctx = format!("postgres: thread {thread}: reading message numbers");
         let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.hot.next_seq)
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         let row = c
-            .query_one(
-                &self.sql("SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = $1"),
-                &[&thread.as_str()],
-            )
+            .query_one(&st, &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx))?;
         Ok(u64_of(row.get(0), "message sequence")?.saturating_add(1))
@@ -665,32 +771,7 @@ impl Backend for PgBackend {
         );
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(&format!(
-                "WITH {fresh},
-                 k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
-                 -- A version already stored with other bytes aborts the whole statement
-                 -- (a run-time division by zero, mapped to a version clash): never keep either silently.
-                 -- The divisor depends on a subquery so the planner cannot fold it.
-                 guard AS (
-                    SELECT 1 / (CASE WHEN EXISTS (
-                        SELECT 1 FROM k CROSS JOIN LATERAL (
-                            -- LIMIT 1 keeps this a primary-key lookup per key (a cached generic
-                            -- plan otherwise hashes every blob of the thread on each put).
-                            SELECT x.data FROM {{s}}.blobs x
-                             WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version LIMIT 1) x
-                         WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
-                 m AS (
-                    INSERT INTO {{s}}.messages (thread_id, seq, body)
-                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1),
-                 b AS (
-                    INSERT INTO {{s}}.blobs (thread_id, checkpoint_ns, channel, version, data)
-                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING)
-                 INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
-                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
-                 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
-                 SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
-                fresh = FRESH_CTE.replace("$E", "$12"),
-            )))
+            .prepare_cached(&self.hot.put)
             .await
             .map_err(pg_err(ctx.clone()))?;
         let seqs = messages
@@ -754,33 +835,7 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: thread {thread}: writing writes of checkpoint {checkpoint}");
         let c = self.client(&ctx).await?;
         let st = c
-            .prepare_cached(&self.sql(&format!(
-                "WITH {fresh},
-                 -- The epoch row is locked (through `fresh`, a one-time filter evaluated
-                 -- before the scan) before the checkpoint row, in the order delete_thread
-                 -- takes them, so the two cannot deadlock.
-                 cp AS (
-                    SELECT 1 FROM {{s}}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
-                       AND (SELECT ok FROM fresh) = 1 FOR SHARE),
-                 m AS (
-                    INSERT INTO {{s}}.messages (thread_id, seq, body)
-                    SELECT $1, * FROM unnest($4::bigint[], $5::bytea[]) WHERE EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1),
-                 w AS (
-                    SELECT * FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bytea[])
-                        AS w(task_id, idx, channel, task_path, value)
-                     WHERE EXISTS (SELECT 1 FROM cp)),
-                 up AS (
-                    INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
-                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx < 0
-                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-                    DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
-                 ins AS (
-                    INSERT INTO {{s}}.writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value)
-                    SELECT $1, $2, $3, task_id, idx, channel, task_path, value FROM w WHERE idx >= 0
-                    ON CONFLICT DO NOTHING)
-                 SELECT EXISTS (SELECT 1 FROM cp) AND (SELECT ok FROM fresh) = 1",
-                fresh = FRESH_CTE.replace("$E", "$11"),
-            )))
+            .prepare_cached(&self.hot.put_writes)
             .await
             .map_err(pg_err(ctx.clone()))?;
         let seqs = messages
@@ -1104,9 +1159,11 @@ impl PostgresSaver {
             .max_size(options.pool_size.max(1))
             .build()
             .map_err(|e| Error::backend("postgres: building the pool", e))?;
+        let s = quote_ident(&options.schema);
         let backend = PgBackend {
             pool,
-            s: quote_ident(&options.schema),
+            hot: HotSql::new(&s),
+            s,
         };
         backend.migrate().await?;
         Ok(Self {

@@ -1303,5 +1303,8 @@ async fn a_history_page_skips_a_checkpoint_deleted_meanwhile() {
         .await
         .unwrap();
     assert_eq!(page.len(), 4);
-    assert!(page.iter().all(|s| s.checkpoint_id.as_str() != "pruned-meanwhile"));
+    assert!(
+        page.iter()
+            .all(|s| s.checkpoint_id.as_str() != "pruned-meanwhile")
+    );
 }
