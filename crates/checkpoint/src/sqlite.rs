@@ -1115,6 +1115,67 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The pages of a thread-and-namespace list and of the store-wide key-order scan are
+    /// primary-key ranges, read in index order (no scan of the thread, no sort).
+    #[tokio::test]
+    async fn list_pages_are_primary_key_ranges() {
+        use crate::engine::{RowScan, ScanOrder, scan_sql};
+        use crate::ids::{CheckpointId, CheckpointNs, ThreadId};
+
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        let (thread, ns, id) = (
+            ThreadId::new("t"),
+            CheckpointNs::root(),
+            CheckpointId::from_u128(7),
+        );
+        let scans = [
+            RowScan {
+                thread: Some(&thread),
+                ns: Some(&ns),
+                after: Some((&id, &thread, &ns)),
+                limit: Some(10),
+                ..RowScan::default()
+            },
+            RowScan {
+                after: Some((&id, &thread, &ns)),
+                limit: Some(10),
+                order: ScanOrder::Key,
+                ..RowScan::default()
+            },
+        ];
+        for scan in scans {
+            let (tail, _) = scan_sql(&scan, |i| format!("?{i}"), str::to_owned);
+            let sql = format!(
+                "EXPLAIN QUERY PLAN SELECT {} FROM checkpoints{tail}",
+                super::ROW_COLS
+            );
+            let plan: Vec<String> = saver
+                .engine
+                .backend
+                .run(move |c| {
+                    let mut st = c.prepare(&sql).map_err(super::sql_err("test: plan"))?;
+                    let n = st.parameter_count();
+                    let rows = st
+                        .query_map(
+                            rusqlite::params_from_iter(
+                                (0..n).map(|_| rusqlite::types::Value::Null),
+                            ),
+                            |r| r.get::<_, String>(3),
+                        )
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                        .map_err(super::sql_err("test: plan"))?;
+                    Ok(rows)
+                })
+                .await
+                .unwrap();
+            let plan = plan.join(" / ");
+            assert!(plan.contains("PRIMARY KEY"), "{scan:?}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{scan:?}: {plan}");
+        }
+    }
+
     /// As the engine's test of the same name: SQLite decides again under its write lock.
     #[tokio::test]
     async fn collection_keeps_bodies_referenced_since_it_chose_them() {
