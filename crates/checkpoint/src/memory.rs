@@ -42,14 +42,19 @@ pub(crate) struct MemoryBackend {
     tables: Mutex<Tables>,
     /// Checkpoint rows `checkpoints` has returned (what a paged list costs).
     pub(crate) rows_listed: std::sync::atomic::AtomicUsize,
+    /// Calls of `checkpoints`, and the most rows one returned.
+    pub(crate) scans: std::sync::atomic::AtomicUsize,
+    pub(crate) largest_scan: std::sync::atomic::AtomicUsize,
     /// Calls of `all_messages` (what loading a thread's message index costs).
     pub(crate) message_loads: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryBackend {
     fn count_listed(&self, n: usize) {
-        self.rows_listed
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        self.rows_listed.fetch_add(n, Relaxed);
+        self.scans.fetch_add(1, Relaxed);
+        self.largest_scan.fetch_max(n, Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, Tables> {
@@ -476,7 +481,6 @@ impl Backend for MemoryBackend {
 
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
         let mut t = self.lock();
-        *t.epochs.entry(thread.clone()).or_insert(0) += 1;
         let payloads = t
             .blobs
             .iter()
@@ -489,6 +493,11 @@ impl Backend for MemoryBackend {
                     .map(|(_, v)| v.2.as_slice()),
             );
         let dead = unreferenced(seqs, payloads);
+        if dead.is_empty() {
+            return Ok(());
+        }
+        // One lock: the bump and the deletes are one step, as a transaction would make them.
+        *t.epochs.entry(thread.clone()).or_insert(0) += 1;
         for s in dead {
             t.messages.remove(&(thread.clone(), s));
         }

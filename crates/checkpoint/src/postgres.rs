@@ -1061,6 +1061,10 @@ impl Backend for PgBackend {
             .into_iter()
             .map(|s| i64_of(s, "message sequence"))
             .collect::<Result<Vec<_>>>()?;
+        if seqs.is_empty() {
+            // Dropping the transaction rolls the bump back: nothing changed.
+            return Ok(());
+        }
         tx.execute(
             &self.sql("DELETE FROM {s}.messages WHERE thread_id = $1 AND seq = ANY($2::bigint[])"),
             &[&thread.as_str(), &seqs],

@@ -884,7 +884,9 @@ impl CompiledGraph {
     ///
     /// With a limit, the cost is that of `limit` [`get_state`](Self::get_state) reads of
     /// older checkpoints however long the thread is; walk further back by passing the last
-    /// snapshot's id as the next query's `before`.
+    /// snapshot's id as the next query's `before`, until a page comes back empty (a page can
+    /// be short without being the last: a checkpoint deleted between listing and reading it
+    /// is left out).
     pub async fn get_state_history_with(
         &self,
         config: &RunConfig,

@@ -645,6 +645,11 @@ fn a_write_racing_a_delete_on_postgres_waits_and_renumbers() {
             .unwrap();
         let conn = tokio::spawn(conn);
         let tx = other.transaction().await.unwrap();
+        let deleter: i32 = tx
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
         let s = format!("\"{}\"", options.schema);
         tx.execute(
             &format!("UPDATE {s}.thread_epochs SET epoch = epoch + 1 WHERE thread_id = $1"),
@@ -665,8 +670,8 @@ fn a_write_racing_a_delete_on_postgres_waits_and_renumbers() {
             let saver = saver.clone();
             tokio::spawn(async move { put_list(&*saver, "t-race", 2, &[m("1"), m("2")]).await })
         };
-        // The write's statement waits for the delete's row lock (seen by the server), and
-        // is still waiting a moment later.
+        // The write's statement waits for the delete's row lock (the server says the delete
+        // blocks it), and is still waiting a moment later.
         let (watcher, watcher_conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
             .await
             .unwrap();
@@ -676,8 +681,8 @@ fn a_write_racing_a_delete_on_postgres_waits_and_renumbers() {
             let n: i64 = watcher
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity
-                      WHERE wait_event_type = 'Lock' AND query LIKE '%epoch_lock%'",
-                    &[],
+                      WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%epoch_lock%'",
+                    &[&deleter],
                 )
                 .await
                 .unwrap()
