@@ -525,31 +525,73 @@ async fn relative_records_read_back_identically_from_a_cold_adapter() {
     );
 }
 
-/// Forwards to a `SaverCheckpointer` but takes every snapshot as JSON (the default capability).
-struct JsonOnly(antler_graph::SaverCheckpointer);
+/// A checkpointer that forwards to another, changing one behaviour for a test.
+struct Wrapped<C> {
+    inner: C,
+    /// Takes no encoded lists (so snapshots arrive as JSON) and checks none is sent.
+    json_only: bool,
+    /// History pages name a checkpoint that is gone by the time it is read (another process
+    /// pruned it between the two calls).
+    pruned_meanwhile: bool,
+}
+
+impl<C> Wrapped<C> {
+    fn json_only(inner: C) -> Self {
+        Self {
+            inner,
+            json_only: true,
+            pruned_meanwhile: false,
+        }
+    }
+
+    fn pruned_meanwhile(inner: C) -> Self {
+        Self {
+            inner,
+            json_only: false,
+            pruned_meanwhile: true,
+        }
+    }
+}
 
 #[async_trait::async_trait]
-impl antler_graph::Checkpointer for JsonOnly {
+impl<C: antler_graph::Checkpointer> antler_graph::Checkpointer for Wrapped<C> {
     async fn get_tuple(
         &self,
         s: &antler_graph::Scope,
         id: Option<&antler_graph::CheckpointId>,
     ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
-        self.0.get_tuple(s, id).await
+        self.inner.get_tuple(s, id).await
+    }
+    fn accepts_encoded_lists(&self) -> bool {
+        !self.json_only && self.inner.accepts_encoded_lists()
     }
     async fn list(
         &self,
         s: &antler_graph::Scope,
     ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
-        self.0.list(s).await
+        self.inner.list(s).await
+    }
+    async fn list_ids(
+        &self,
+        s: &antler_graph::Scope,
+        before: Option<&antler_graph::CheckpointId>,
+        limit: Option<usize>,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointId>> {
+        let mut ids = self.inner.list_ids(s, before, limit).await?;
+        if self.pruned_meanwhile {
+            ids.insert(1, antler_graph::CheckpointId::new("pruned-meanwhile"));
+        }
+        Ok(ids)
     }
     async fn put(
         &self,
         s: &antler_graph::Scope,
         c: antler_graph::CheckpointRecord,
     ) -> antler_graph::Result<()> {
-        assert!(c.encoded_lists.is_empty(), "not accepted, not sent");
-        self.0.put(s, c).await
+        if self.json_only {
+            assert!(c.encoded_lists.is_empty(), "not accepted, not sent");
+        }
+        self.inner.put(s, c).await
     }
     async fn put_writes(
         &self,
@@ -559,7 +601,7 @@ impl antler_graph::Checkpointer for JsonOnly {
         p: &str,
         w: Vec<(String, serde_json::Value)>,
     ) -> antler_graph::Result<()> {
-        self.0.put_writes(s, c, t, p, w).await
+        self.inner.put_writes(s, c, t, p, w).await
     }
     async fn delta_history(
         &self,
@@ -567,7 +609,7 @@ impl antler_graph::Checkpointer for JsonOnly {
         c: &antler_graph::CheckpointId,
         ch: &[String],
     ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
-        self.0.delta_history(s, c, ch).await
+        self.inner.delta_history(s, c, ch).await
     }
 }
 
@@ -590,7 +632,7 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
         let store: Arc<dyn antler_graph::Checkpointer> = if encoded {
             Arc::new(adapter)
         } else {
-            Arc::new(JsonOnly(adapter))
+            Arc::new(Wrapped::json_only(adapter))
         };
         let graph = chat(7, true).compile().unwrap().with_checkpointer(store);
         let cfg = RunConfig::new("t");
@@ -619,7 +661,7 @@ async fn encoded_snapshots_store_the_same_bytes_as_json_snapshots() {
         let cold_store: Arc<dyn antler_graph::Checkpointer> = if encoded {
             Arc::new(cold_adapter)
         } else {
-            Arc::new(JsonOnly(cold_adapter))
+            Arc::new(Wrapped::json_only(cold_adapter))
         };
         let walking = chat(7, true)
             .compile()
@@ -1228,72 +1270,19 @@ async fn a_cold_turn_stores_only_its_new_messages() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A checkpointer whose history pages name a checkpoint that is gone by the time it is read
-/// (another process pruned it between the two calls).
-struct PrunedMeanwhile(MemoryCheckpointer);
-
-#[async_trait::async_trait]
-impl antler_graph::Checkpointer for PrunedMeanwhile {
-    async fn get_tuple(
-        &self,
-        s: &antler_graph::Scope,
-        id: Option<&antler_graph::CheckpointId>,
-    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
-        self.0.get_tuple(s, id).await
-    }
-    async fn list(
-        &self,
-        s: &antler_graph::Scope,
-    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
-        self.0.list(s).await
-    }
-    async fn list_ids(
-        &self,
-        s: &antler_graph::Scope,
-        before: Option<&antler_graph::CheckpointId>,
-        limit: Option<usize>,
-    ) -> antler_graph::Result<Vec<antler_graph::CheckpointId>> {
-        let mut ids = self.0.list_ids(s, before, limit).await?;
-        ids.insert(1, antler_graph::CheckpointId::new("pruned-meanwhile"));
-        Ok(ids)
-    }
-    async fn put(
-        &self,
-        s: &antler_graph::Scope,
-        c: antler_graph::CheckpointRecord,
-    ) -> antler_graph::Result<()> {
-        self.0.put(s, c).await
-    }
-    async fn put_writes(
-        &self,
-        s: &antler_graph::Scope,
-        c: &antler_graph::CheckpointId,
-        t: &antler_graph::TaskId,
-        p: &str,
-        w: Vec<(String, serde_json::Value)>,
-    ) -> antler_graph::Result<()> {
-        self.0.put_writes(s, c, t, p, w).await
-    }
-    async fn delta_history(
-        &self,
-        s: &antler_graph::Scope,
-        c: &antler_graph::CheckpointId,
-        ch: &[String],
-    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
-        self.0.delta_history(s, c, ch).await
-    }
-}
-
 /// A checkpoint deleted between listing a history page and reading it is left out of the
 /// page, not an error: it is no longer history.
 #[tokio::test]
 async fn a_history_page_skips_a_checkpoint_deleted_meanwhile() {
     use antler_graph::HistoryQuery;
 
-    let graph = chat(3, true)
-        .compile()
-        .unwrap()
-        .with_checkpointer(Arc::new(PrunedMeanwhile(MemoryCheckpointer::new())));
+    let graph =
+        chat(3, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(Wrapped::pruned_meanwhile(
+                MemoryCheckpointer::new(),
+            )));
     let cfg = RunConfig::new("t");
     for i in 0..3 {
         graph.invoke(human(i), &cfg).await.unwrap();
