@@ -870,8 +870,29 @@ impl Backend for PgBackend {
         match result {
             Ok(row) => Ok(row.get(0)),
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
-                let other = conflict_or(thread, ctx)(e);
-                Err(self.guard_failure(&c, thread, guard, other).await)
+                // The epoch is checked before the checkpoint here (lock order); the other
+                // savers report a missing checkpoint first, and so does this one.
+                let exists = match c.prepare_cached(&self.hot.checkpoint_by_id).await {
+                    Ok(st) => c
+                        .query_opt(
+                            &st,
+                            &[
+                                &thread.as_str(),
+                                &ns.as_str(),
+                                &checkpoint.to_bytes().as_slice(),
+                            ],
+                        )
+                        .await
+                        .map(|r| r.is_some()),
+                    Err(e) => Err(e),
+                };
+                match exists {
+                    Ok(false) => Ok(false),
+                    _ => {
+                        let other = conflict_or(thread, ctx)(e);
+                        Err(self.guard_failure(&c, thread, guard, other).await)
+                    }
+                }
             }
             Err(e) => Err(conflict_or(thread, ctx)(e)),
         }
