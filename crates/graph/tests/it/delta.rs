@@ -1297,3 +1297,52 @@ async fn a_history_page_skips_a_checkpoint_deleted_meanwhile() {
             .all(|s| s.checkpoint_id.as_str() != "pruned-meanwhile")
     );
 }
+
+/// Two processes (two savers on one SQLite file, two graphs) taking turns on one thread: every
+/// state either returns is the whole conversation, and the message bodies stored are those of
+/// one process running every turn (a process whose message index predates the other's writes
+/// takes a sequence number the other already used, gets a conflict, reloads its index and
+/// retries, so no body is stored twice).
+#[tokio::test]
+async fn two_processes_taking_turns_on_one_thread() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+
+    let dir = std::env::temp_dir().join(format!("antler-graph-turns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap());
+    let mut body_bytes = Vec::new();
+    for processes in [1, 2] {
+        let path = dir.join(format!("store-{processes}.db"));
+        let _ = std::fs::remove_file(&path);
+        let mut savers = Vec::new();
+        let mut graphs = Vec::new();
+        for _ in 0..processes {
+            let saver = Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap());
+            graphs.push(
+                chat(3, true)
+                    .compile()
+                    .unwrap()
+                    .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone()))),
+            );
+            savers.push(saver);
+        }
+        let cfg = RunConfig::new("t");
+        for i in 0..20 {
+            let out = graphs[i % processes].invoke(human(i), &cfg).await.unwrap();
+            let messages = out.values.get(&MESSAGES).unwrap();
+            assert_eq!(
+                messages.len(),
+                2 * (i + 1),
+                "{processes} processes, turn {i}"
+            );
+        }
+        let stats = savers[0]
+            .storage_stats(&cp::ThreadId::new("t"))
+            .await
+            .unwrap();
+        body_bytes.push(stats.message_bytes);
+    }
+    assert_eq!(body_bytes[0], body_bytes[1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
