@@ -533,12 +533,14 @@ struct MsgIndex {
     /// The next free sequence number; `None` until the first write of an index seeded by a
     /// read (which reads it then).
     next_seq: Option<u64>,
-    /// Hash → a sequence number storing those bytes: every stored body when `complete`;
-    /// otherwise the bodies reads fetched (a stored body it lacks is stored again under a new
-    /// number: a duplicate, never a wrong reference).
+    /// Hash → a sequence number storing those bytes: every stored body numbered below
+    /// `known_below`, and the bodies reads fetched (a stored body it lacks is stored again
+    /// under a new number: a duplicate, never a wrong reference).
     by_hash: HashMap<u128, u64>,
-    /// Loaded from every stored body, not seeded by reads.
-    complete: bool,
+    /// Every body numbered below this is in `by_hash`: the next number when the index was
+    /// loaded from every body, moved along by this process's own writes while nobody else's
+    /// numbers came between; 0 for an index seeded by reads.
+    known_below: u64,
     /// The last snapshot list this process stored for the thread; see [`Remembered`].
     last_snapshot: Option<Remembered>,
 }
@@ -667,6 +669,9 @@ pub(crate) struct Engine<B> {
     /// Items hashed by `encode_value` so far (the pointer path's tests read it).
     #[cfg(test)]
     hashed: std::sync::atomic::AtomicUsize,
+    /// Message indexes loaded from every body so far (the seeding tests read it).
+    #[cfg(test)]
+    pub(crate) index_loads: std::sync::atomic::AtomicUsize,
 }
 
 fn codec_error(
@@ -724,6 +729,8 @@ impl<B: Backend> Engine<B> {
             pins: Arc::new(PinBudget::new(MAX_REMEMBERED_BYTES)),
             #[cfg(test)]
             hashed: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            index_loads: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -736,6 +743,8 @@ impl<B: Backend> Engine<B> {
             pins: Arc::new(PinBudget::new(MAX_REMEMBERED_BYTES)),
             #[cfg(test)]
             hashed: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            index_loads: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -814,6 +823,9 @@ impl<B: Backend> Engine<B> {
     async fn load_index(&self, thread: &ThreadId, cp: CheckpointId) -> Result<MsgIndex> {
         // The epoch first: a delete or copy after this read bumps it, and the next write fails
         // its guard instead of trusting bodies read before the change.
+        #[cfg(test)]
+        self.index_loads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let epoch = self.backend.thread_epoch(thread).await?;
         let rows = self.backend.all_messages(thread).await?;
         let mut by_hash = HashMap::with_capacity(rows.len());
@@ -828,20 +840,22 @@ impl<B: Backend> Engine<B> {
             epoch,
             next_seq: Some(next_seq),
             by_hash,
-            complete: true,
+            known_below: next_seq,
             last_snapshot: None,
         })
     }
 
     /// The first half of seeding a thread's message index from a read (`get_tuple` gets the
-    /// epoch from the backend's `tuple_rows` instead): unless a complete
-    /// index of the thread is loaded, the thread's epoch, read before the read fetches any
-    /// body (a delete, copy or collection after this bumps the epoch, and the seeded index's
-    /// first write fails its guard and reloads, as a loaded index's would).
+    /// epoch from the backend's `tuple_rows` instead): unless the thread's index is being
+    /// loaded or written, the thread's epoch, read before the read fetches any body (a
+    /// delete, copy or collection after this bumps the epoch, and the seeded index's next
+    /// write fails its guard and reloads, as a loaded index's would).
     ///
     /// Without it, a process's first write on a thread loads and hashes every body of the
     /// thread, right after the reads that rebuilt the thread's state fetched the ones that
-    /// matter: the state's messages, which the next snapshot stores again.
+    /// matter: the state's messages, which the next snapshot stores again. A loaded index
+    /// learns from reads the bodies another process stored since, so that its next write
+    /// neither stores them again nor collides with their numbers.
     async fn seed_epoch(&self, thread: &ThreadId) -> Result<Option<(IndexSlot, u64)>> {
         let Some(slot) = self.seed_slot(thread) else {
             return Ok(None);
@@ -850,14 +864,11 @@ impl<B: Backend> Engine<B> {
         Ok(Some((slot, epoch)))
     }
 
-    /// The thread's index slot when seeding it would help: no complete index is loaded and
-    /// nobody is loading or writing it.
+    /// The thread's index slot, unless somebody is loading or writing it.
     fn seed_slot(&self, thread: &ThreadId) -> Option<IndexSlot> {
         let slot = self.slot(thread);
-        let wanted = slot
-            .try_lock()
-            .is_ok_and(|g| g.as_ref().is_none_or(|i| !i.complete));
-        wanted.then_some(slot)
+        let free = slot.try_lock().is_ok();
+        free.then_some(slot)
     }
 
     /// The second half: indexes the (checked) bodies the read fetched. Reads at the same
@@ -875,7 +886,6 @@ impl<B: Backend> Engine<B> {
             return;
         };
         let index = match &mut *guard {
-            Some(i) if i.complete => return,
             Some(i) if i.epoch == epoch => i,
             // A read that began before the thread's last bump: its numbers are stale.
             Some(i) if i.epoch > epoch => return,
@@ -883,12 +893,20 @@ impl<B: Backend> Engine<B> {
                 epoch,
                 next_seq: None,
                 by_hash: HashMap::with_capacity(bodies.items.len()),
-                complete: false,
+                known_below: 0,
                 last_snapshot: None,
             }),
         };
+        // Bodies from `known_below` on may be new to the index (stored by another process
+        // since): the next write must neither store them again nor collide with their numbers
+        // (a collision is a conflict and a reload of every body).
         for (seq, item) in bodies.seqs.iter().zip(&bodies.items) {
-            index.by_hash.entry(xxh3_128(item)).or_insert(*seq);
+            if *seq >= index.known_below {
+                index.by_hash.entry(xxh3_128(item)).or_insert(*seq);
+            }
+        }
+        if let (Some(next), Some(&last)) = (index.next_seq.as_mut(), bodies.seqs.last()) {
+            *next = (*next).max(last.saturating_add(1));
         }
     }
 
@@ -1051,6 +1069,11 @@ impl<B: Backend> Engine<B> {
                 Ok(v) => {
                     if let Some(index) = guard.as_mut() {
                         index.by_hash.extend(fresh);
+                        // The write numbered its new bodies from the index's next number:
+                        // if everything below that was known, so is everything below now.
+                        if index.next_seq == Some(index.known_below) {
+                            index.known_below = next_seq;
+                        }
                         index.next_seq = Some(next_seq);
                         if let Some(update) = last_snapshot {
                             self.remember(index, update);

@@ -1198,6 +1198,78 @@ mod tests {
         }
     }
 
+    /// Stores `m0..m{n}` as the thread `t`'s message snapshot at `version`.
+    async fn put_snapshot(saver: &SqliteSaver, n: usize, version: u64) {
+        use crate::blob::{Blob, MessagesKind};
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+
+        let list: Vec<serde_json::Value> =
+            (0..n).map(|i| serde_json::json!(format!("m{i}"))).collect();
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("messages".into(), version.into());
+        cp.channel_values.insert(
+            "messages".into(),
+            Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
+        );
+        let nv = cp.channel_versions.clone();
+        saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                cp,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Two processes taking turns on one thread: a process whose loaded index predates the
+    /// other's writes learns their bodies from its read of the thread, so its next write
+    /// neither collides with their numbers (which would make it reload every body) nor stores
+    /// them again.
+    #[tokio::test]
+    async fn a_read_teaches_a_loaded_index_the_other_process_bodies() {
+        use std::sync::atomic::Ordering;
+
+        use crate::engine::Backend;
+        use crate::ids::ThreadId;
+        use crate::model::CheckpointConfig;
+        use crate::saver::Saver;
+
+        let dir = std::env::temp_dir().join(format!("antler-turns-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let a = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let b = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        put_snapshot(&a, 3, 1).await; // a loads its index: bodies 1..=3
+        put_snapshot(&b, 5, 2).await; // b stores bodies 4 and 5
+        a.get_tuple(&CheckpointConfig::latest("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        let loads = a.engine.index_loads.load(Ordering::Relaxed);
+        put_snapshot(&a, 6, 3).await;
+        assert_eq!(
+            a.engine.index_loads.load(Ordering::Relaxed),
+            loads,
+            "a reloaded its index"
+        );
+        let thread = ThreadId::new("t");
+        let seqs: Vec<u64> = a
+            .engine
+            .backend
+            .all_messages(&thread)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// As the engine's test of the same name: SQLite decides again under its write lock.
     #[tokio::test]
     async fn collection_keeps_bodies_referenced_since_it_chose_them() {
