@@ -50,6 +50,22 @@ pub(crate) struct MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// The first `limit` rows of `rows` (already in the scan's order) that `scan` admits.
+    fn page<'a>(
+        &self,
+        rows: impl Iterator<Item = (&'a CpKey, &'a CpValue)>,
+        scan: &RowScan<'_>,
+        limit: usize,
+    ) -> Vec<CheckpointRow> {
+        let rows: Vec<CheckpointRow> = rows
+            .filter(|(k, _)| scan.admits(k.2, &k.0, &k.1))
+            .take(limit)
+            .map(|(k, v)| row(k, v))
+            .collect();
+        self.count_listed(rows.len());
+        rows
+    }
+
     fn count_listed(&self, n: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         self.rows_listed.fetch_add(n, Relaxed);
@@ -127,15 +143,7 @@ impl Backend for MemoryBackend {
                 Some((id, thread, ns)) => Bound::Excluded((thread.clone(), ns.clone(), *id)),
                 None => Bound::Unbounded,
             };
-            let rows: Vec<CheckpointRow> = t
-                .checkpoints
-                .range((start, Bound::Unbounded))
-                .filter(|(k, _)| scan.admits(k.2, &k.0, &k.1))
-                .take(limit)
-                .map(|(k, v)| row(k, v))
-                .collect();
-            self.count_listed(rows.len());
-            return Ok(rows);
+            return Ok(self.page(t.checkpoints.range((start, Bound::Unbounded)), &scan, limit));
         }
         if let (Some(thread), Some(ns)) = (scan.thread, scan.ns) {
             // One namespace is a contiguous key range in id order: walk it backwards, so a
@@ -146,16 +154,7 @@ impl Backend for MemoryBackend {
                 ns.clone(),
                 CheckpointId::from_u128(u128::MAX),
             );
-            let rows: Vec<CheckpointRow> = t
-                .checkpoints
-                .range(lo..=hi)
-                .rev()
-                .filter(|(k, _)| scan.admits(k.2, &k.0, &k.1))
-                .take(limit)
-                .map(|(k, v)| row(k, v))
-                .collect();
-            self.count_listed(rows.len());
-            return Ok(rows);
+            return Ok(self.page(t.checkpoints.range(lo..=hi).rev(), &scan, limit));
         }
         let mut keys: Vec<&(ThreadId, CheckpointNs, CheckpointId)> = t
             .checkpoints

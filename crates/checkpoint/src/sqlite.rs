@@ -1273,33 +1273,13 @@ mod tests {
     /// As the engine's test of the same name: SQLite decides again under its write lock.
     #[tokio::test]
     async fn collection_keeps_bodies_referenced_since_it_chose_them() {
-        use crate::blob::{Blob, MessagesKind};
         use crate::engine::Backend;
         use crate::ids::ThreadId;
-        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
-        use crate::saver::Saver;
 
         let saver = SqliteSaver::open_in_memory(StoreConfig::full())
             .await
             .unwrap();
-        let list: Vec<serde_json::Value> =
-            (0..4).map(|i| serde_json::json!(format!("m{i}"))).collect();
-        let mut cp = Checkpoint::empty();
-        cp.channel_versions.insert("messages".into(), 1.into());
-        cp.channel_values.insert(
-            "messages".into(),
-            Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
-        );
-        let nv = cp.channel_versions.clone();
-        saver
-            .put(
-                &CheckpointConfig::latest("t"),
-                cp,
-                CheckpointMetadata::default(),
-                &nv,
-            )
-            .await
-            .unwrap();
+        put_snapshot(&saver, 4, 1).await;
         let backend = &saver.engine.backend;
         let thread = ThreadId::new("t");
         backend
