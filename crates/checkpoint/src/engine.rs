@@ -1276,6 +1276,60 @@ impl<B: Backend> Engine<B> {
         ))
     }
 
+    /// The values stored for `keys` (see [`Saver::get_channel_values`](crate::Saver)): one
+    /// read of the blob rows by key and one of the message bodies they reference, with no
+    /// walk along parent pointers.
+    ///
+    /// Only a full-mode store reads the addressed checkpoint's row (to gate it, R35): a delta
+    /// store may read checkpoints of either mode. Without an id the latest row is read, so
+    /// that errors can name it.
+    pub(crate) async fn get_channel_values(
+        &self,
+        config: &CheckpointConfig,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<BTreeMap<(ChannelName, ChannelVersion), Blob>> {
+        let thread = &config.thread_id;
+        let ns = &config.checkpoint_ns;
+        if keys.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let cp = match config.checkpoint_id {
+            Some(id) if self.config.mode != ChannelMode::Full => id,
+            id => {
+                let Some(row) = self.backend.checkpoint(thread, ns, id).await? else {
+                    // Nothing to name or gate: no value is read for a checkpoint that is not there.
+                    return Ok(BTreeMap::new());
+                };
+                let decoded = self.decode_row(row)?;
+                self.gate(thread, decoded.row.id, &decoded.metadata)?;
+                decoded.row.id
+            }
+        };
+        let mut unique: Vec<(ChannelName, ChannelVersion)> = keys.to_vec();
+        unique.sort();
+        unique.dedup();
+        let rows = self.backend.blobs(thread, ns, &unique).await?;
+        let mut pending = Vec::with_capacity(rows.len());
+        let mut runs = Vec::new();
+        for b in rows {
+            let p = decode_pending(
+                thread,
+                cp,
+                &format!("blob of channel {} at version {}", b.channel, b.version),
+                &b.data,
+            )?;
+            if let Pending::Refs(_, r) = &p {
+                runs.extend_from_slice(r);
+            }
+            pending.push(((b.channel, b.version), p));
+        }
+        let bodies = self.fetch_bodies(thread, cp, &runs).await?;
+        pending
+            .into_iter()
+            .map(|(key, p)| Ok((key, resolve(thread, cp, &p, &bodies)?)))
+            .collect()
+    }
+
     /// Decodes and gates one row of an ancestor chain and appends it; a row already in the
     /// chain is a parent cycle.
     fn chain_link(
@@ -2250,6 +2304,18 @@ macro_rules! impl_saver {
                 self.engine
                     .get_ancestors_without_values(config, limit)
                     .await
+            }
+            async fn get_channel_values(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+                keys: &[($crate::ids::ChannelName, $crate::ids::ChannelVersion)],
+            ) -> $crate::Result<
+                std::collections::BTreeMap<
+                    ($crate::ids::ChannelName, $crate::ids::ChannelVersion),
+                    $crate::blob::Blob,
+                >,
+            > {
+                self.engine.get_channel_values(config, keys).await
             }
             async fn list(
                 &self,

@@ -1,12 +1,12 @@
 //! The [`Saver`] trait: the storage contract the runtime relies on (runtime-spec §4.2, §5.5, §5.8).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use async_trait::async_trait;
 
 use crate::blob::Blob;
 use crate::error::{Error, Result};
-use crate::ids::{ChannelName, RunId, TaskId, TaskPath, ThreadId};
+use crate::ids::{ChannelName, ChannelVersion, RunId, TaskId, TaskPath, ThreadId};
 use crate::mode::StoreConfig;
 use crate::model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
@@ -44,6 +44,9 @@ use crate::model::{
 /// - **get_ancestors_without_values** is a chain of `get_tuple_without_values`
 ///   reads along parent pointers (the addressed checkpoint first), without
 ///   pending writes, in as few backend round trips as the saver can manage.
+/// - **get_channel_values** returns the values `put` stored for given
+///   `(channel, version)` keys of a thread and namespace, wherever along the
+///   parent path they were stored.
 /// - **list** returns newest first (by checkpoint id), filtered, then limited;
 ///   **list_without_values** is the same list without values or pending writes.
 /// - **delete_for_runs**, **copy_thread** and **prune** keep every remaining
@@ -143,6 +146,85 @@ pub trait Saver: Send + Sync {
                 });
             }
             next = parent;
+        }
+        Ok(out)
+    }
+
+    /// The values `put` stored for `keys` in the thread and namespace of `config`: for each
+    /// `(channel, version)` whose value was stored, that value (a message list with its
+    /// bodies); keys without a stored value are left out.
+    ///
+    /// For a reader that knows which version of each channel a checkpoint holds but whose
+    /// record does not carry every value: a relative record of the graph runtime lists only
+    /// the channels its step changed, and the rest were stored by ancestors. The savers of
+    /// this crate read the keys directly (one query, plus one for message bodies), however
+    /// far back they were stored.
+    ///
+    /// `config.checkpoint_id` names the checkpoint being read (the latest when `None`), and
+    /// `keys` are meant to be versions it holds (from its record and its ancestors'), which
+    /// are always stored on its parent path. The savers of this crate look keys up in the
+    /// thread and namespace without walking (they use the checkpoint only to gate it in a
+    /// full-mode store and to name it in errors). The default implementation walks the parent
+    /// path and reads each record that lists a wanted key with `get_tuple`, stopping once every
+    /// key is found or passed (versions grow along a parent path, so an ancestor listing a
+    /// channel below the wanted version ends the search for that key); so for a key stored
+    /// only on another branch, or a checkpoint that does not exist, it returns nothing.
+    ///
+    /// # Errors
+    /// A damaged value is [`Error::Corrupt`](crate::Error::Corrupt) naming the thread and the
+    /// checkpoint of `config`; in a full-mode store, a delta checkpoint named by `config` is
+    /// [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch), as for
+    /// `get_tuple`.
+    async fn get_channel_values(
+        &self,
+        config: &CheckpointConfig,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<BTreeMap<(ChannelName, ChannelVersion), Blob>> {
+        /// Records per ancestor read: one chain reaches a full record of the graph runtime.
+        const CHAIN: usize = 16;
+        let mut want: BTreeSet<(ChannelName, ChannelVersion)> = keys.iter().cloned().collect();
+        let mut out = BTreeMap::new();
+        let mut seen = HashSet::new();
+        let mut next = config.clone();
+        while !want.is_empty() {
+            let chain = self.get_ancestors_without_values(&next, CHAIN).await?;
+            for t in &chain {
+                if !seen.insert(t.checkpoint.id) {
+                    return Err(Error::ParentCycle {
+                        thread_id: config.thread_id.clone(),
+                        checkpoint_id: t.checkpoint.id,
+                    });
+                }
+                let listed = &t.checkpoint.channel_versions;
+                let hits: Vec<(ChannelName, ChannelVersion)> = want
+                    .iter()
+                    .filter(|(c, v)| listed.get(c) == Some(v))
+                    .cloned()
+                    .collect();
+                if !hits.is_empty() {
+                    let at = CheckpointConfig {
+                        checkpoint_id: Some(t.checkpoint.id),
+                        ..config.clone()
+                    };
+                    if let Some(full) = self.get_tuple(&at).await? {
+                        for key in hits {
+                            if let Some(b) = full.checkpoint.channel_values.get(&key.0) {
+                                out.insert(key.clone(), b.clone());
+                            }
+                            want.remove(&key);
+                        }
+                    }
+                }
+                want.retain(|(c, v)| listed.get(c).is_none_or(|have| have > v));
+                if want.is_empty() {
+                    break;
+                }
+            }
+            let parent = chain.last().and_then(|t| t.parent_config.clone());
+            match parent {
+                Some(p) if chain.len() == CHAIN => next = p,
+                _ => break,
+            }
         }
         Ok(out)
     }

@@ -109,7 +109,10 @@ macro_rules! conformance_suite {
             antler_copy_thread_refuses_other_bodies_under_the_same_numbers,
             antler_list_without_values_is_list_minus_values_and_writes,
             antler_list_pages_agree_with_the_whole_list,
-            antler_delete_for_runs_pages_through_a_large_store
+            antler_delete_for_runs_pages_through_a_large_store,
+            antler_channel_values_are_read_by_key_wherever_stored,
+            antler_channel_values_are_mode_gated,
+            antler_channel_values_damaged_value_is_error
         );
     };
 }
@@ -133,7 +136,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 119;
+pub const CASE_COUNT: usize = 122;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2695,4 +2698,148 @@ pub async fn antler_ancestors_default_implementation_agrees(saver: &dyn Saver) {
         fork[3..],
         [cs[1].checkpoint_id.unwrap(), cs[0].checkpoint_id.unwrap()]
     );
+}
+
+// ---- get_channel_values ----------------------------------------------------------------------
+
+/// Three checkpoints on thread `t`, each storing only the channels its step changed: the first
+/// `a`@1 and a message list `m`@1, the second `b`@2, the third `a`@3. Every record lists all
+/// three channels (the latest versions). Returns the configs, oldest first.
+async fn spread_thread(saver: &dyn Saver, t: &str) -> Vec<CheckpointConfig> {
+    let items = vec![
+        json!({"type": "human", "content": "q", "id": "h"}),
+        json!({"type": "ai", "content": "a", "id": "a"}),
+    ];
+    let list = Blob::messages(MessagesKind::Snapshot, &items).unwrap();
+    // Per step: the record's channels, and those whose version the step moved.
+    type Step<'a> = (&'a [(&'a str, u64, Value)], &'a [&'a str]);
+    let steps: [Step<'_>; 3] = [
+        (&[("a", 1, json!(1)), ("b", 0, json!(null))], &["a", "m"]),
+        (&[("a", 1, json!(1)), ("b", 2, json!("b2"))], &["b"]),
+        (&[("a", 3, json!(3)), ("b", 2, json!("b2"))], &["a"]),
+    ];
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for (i, (channels, changed)) in steps.into_iter().enumerate() {
+        let mut cp = checkpoint(channels);
+        cp.channel_versions
+            .insert("m".into(), ChannelVersion::new(1));
+        cp.channel_values.insert("m".into(), list.clone());
+        let new_versions: ChannelVersions = cp
+            .channel_versions
+            .iter()
+            .filter(|(c, _)| changed.contains(&c.as_str()))
+            .map(|(c, v)| (c.clone(), *v))
+            .collect();
+        let parent = out.last().cloned().unwrap_or_else(|| cfg(t, "", None));
+        let c = saver
+            .put(
+                &parent,
+                cp,
+                metadata(CheckpointSource::Loop, i as i64, None),
+                &new_versions,
+            )
+            .await
+            .unwrap();
+        out.push(c);
+    }
+    out
+}
+
+fn key(c: &str, v: u64) -> (ChannelName, ChannelVersion) {
+    (ChannelName::new(c), ChannelVersion::new(v))
+}
+
+/// The values stored for channel versions, whichever ancestor stored them, equal the values
+/// `get_tuple` returns for a checkpoint holding those versions; a key nothing stored (an
+/// unknown channel, a version never reached) is left out; another thread or namespace sees
+/// none of them. The saver's own implementation and the trait's default agree.
+pub async fn antler_channel_values_are_read_by_key_wherever_stored(saver: &dyn Saver) {
+    let cs = spread_thread(saver, "t").await;
+    let first = get(saver, &cs[0]).await.checkpoint.channel_values;
+    let second = get(saver, &cs[1]).await.checkpoint.channel_values;
+    let third = get(saver, &cs[2]).await.checkpoint.channel_values;
+    let expected: BTreeMap<(ChannelName, ChannelVersion), Blob> = [
+        (key("a", 1), first["a"].clone()),
+        (key("a", 3), third["a"].clone()),
+        (key("b", 2), second["b"].clone()),
+        (key("m", 1), first["m"].clone()),
+    ]
+    .into_iter()
+    .collect();
+    assert!(matches!(&expected[&key("m", 1)], Blob::Messages(l) if l.items.len() == 2));
+    let keys = [
+        key("a", 1),
+        key("a", 3),
+        key("b", 2),
+        key("m", 1),
+        key("b", 5),
+        key("zz", 9),
+        key("a", 3),
+    ];
+    for s in [saver, &Defaults(saver)] {
+        for at in [&cs[2], &cfg("t", "", None)] {
+            assert_eq!(s.get_channel_values(at, &keys).await.unwrap(), expected);
+            assert!(s.get_channel_values(at, &[]).await.unwrap().is_empty());
+        }
+        // From the second checkpoint: what its versions name.
+        let got = s
+            .get_channel_values(&cs[1], &[key("a", 1), key("b", 2), key("m", 1)])
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 3);
+        for other in [cfg("u", "", None), cfg("t", "sub:x", None)] {
+            assert!(
+                s.get_channel_values(&other, &keys)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+    }
+}
+
+/// The mode gate applies as to `get_tuple`: a full-mode store refuses to read values for a
+/// delta checkpoint, with `get_tuple`'s error; a delta-mode store reads them.
+pub async fn antler_channel_values_are_mode_gated(saver: &dyn Saver) {
+    let cs = spread_thread(saver, "t").await;
+    let want = [key("a", 1), key("b", 2)];
+    let before = saver.get_channel_values(&cs[2], &want).await.unwrap();
+    assert_eq!(before.len(), 2);
+    let delta = CheckpointMetadata {
+        channel_mode: Some(crate::mode::ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    };
+    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    for s in [saver, &Defaults(saver)] {
+        for at in [&cs[2], &cfg("t", "", None)] {
+            if saver.store_config().mode == crate::mode::ChannelMode::Full {
+                let single = saver.get_tuple(at).await.unwrap_err();
+                let err = s.get_channel_values(at, &want).await.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+                assert_eq!(err.to_string(), single.to_string());
+            } else {
+                assert_eq!(s.get_channel_values(at, &want).await.unwrap(), before);
+            }
+        }
+    }
+}
+
+/// A damaged value blob or message body is a typed `Corrupt` error naming the thread, never
+/// a missing value.
+pub async fn antler_channel_values_damaged_value_is_error(saver: &dyn Saver) {
+    for (t, damage, wanted) in [
+        ("blobs", Tamper::Blobs(DAMAGE.to_vec()), key("b", 2)),
+        ("bodies", Tamper::Messages(DAMAGE.to_vec()), key("m", 1)),
+    ] {
+        let cs = spread_thread(saver, t).await;
+        tamper(saver, t, damage).await;
+        for s in [saver, &Defaults(saver)] {
+            let err = s
+                .get_channel_values(&cs[2], std::slice::from_ref(&wanted))
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{t}: {err}");
+            assert!(err.to_string().contains(t), "{t}: {err}");
+        }
+    }
 }

@@ -463,10 +463,12 @@ impl SaverCheckpointer {
     }
 
     /// Full maps of `t` and, with `with_values`, its channel values: each channel's value is
-    /// the stored value of the nearest record on the parent path that lists the channel.
-    /// Fetches parents only when their maps are not cached or a value is still unresolved,
-    /// as one chain per saver call (see [`Self::parent_record`]); at most
-    /// [`FULL_RECORD_EVERY`] records separate a relative record from a full one.
+    /// the value stored for the version the full maps give it (the one the nearest record on
+    /// the parent path that lists the channel stored or carried).
+    /// Fetches parents only when their maps are not cached, as one chain per saver call (see
+    /// [`Self::parent_record`]); at most [`FULL_RECORD_EVERY`] records separate a relative
+    /// record from a full one. Values the record itself does not carry come from one
+    /// [`get_channel_values`](cp::Saver::get_channel_values) call.
     async fn load(
         &self,
         scope: &Scope,
@@ -474,11 +476,9 @@ impl SaverCheckpointer {
         with_values: bool,
     ) -> Result<CheckpointTuple> {
         let guard = 4 * FULL_RECORD_EVERY as usize + 4;
-        // Nearest first: `t`, then as many ancestors as needed. `valued[i]`: `path[i]` was read
-        // with its values (ancestors are read without, and again only when a value is needed).
+        // Nearest first: `t`, then the ancestors the map walk needs (read without values).
         let mut path = vec![t];
-        let mut valued = vec![with_values];
-        // Ancestors fetched beyond `path`, shared by the map walk and the value walk below.
+        // Ancestors fetched in one chain beyond `path`.
         let mut ahead = Ahead::default();
         let maps = match self.cached(scope, &path[0].checkpoint.id) {
             Some(m) => m,
@@ -498,7 +498,6 @@ impl SaverCheckpointer {
                     }
                     let p = self.parent_record(scope, last, &mut ahead).await?;
                     path.push(p);
-                    valued.push(false);
                 }
                 let mut cur = base;
                 for r in path.iter().rev() {
@@ -511,44 +510,33 @@ impl SaverCheckpointer {
         };
         let mut values = Values::default();
         if with_values {
-            let mut need: std::collections::BTreeSet<&str> =
-                maps.versions.keys().map(String::as_str).collect();
-            let mut i = 0;
-            while !need.is_empty() {
-                if i == path.len() {
-                    let last = &path[i - 1];
-                    if !is_relative(&last.checkpoint) || path.len() > guard {
-                        break;
-                    }
-                    let p = self.parent_record(scope, last, &mut ahead).await?;
-                    path.push(p);
-                    valued.push(false);
-                }
-                let wanted = path[i]
-                    .checkpoint
-                    .channel_versions
-                    .keys()
-                    .any(|ch| need.contains(load_name(ch.as_str()).as_str()));
-                if wanted && !valued[i] {
-                    let id = path[i].checkpoint.id;
-                    path[i] = self.raw(scope, Some(id), true).await?.ok_or_else(|| {
-                        Self::broken(scope, &path[i], "an ancestor vanished while it was read")
-                    })?;
-                    valued[i] = true;
-                }
-                let c = &path[i].checkpoint;
-                for ch in c.channel_versions.keys() {
-                    let name = load_name(ch.as_str());
-                    if need.remove(name.as_str())
-                        && let Some(b) = c.channel_values.get(ch)
-                    {
+            // A channel the record lists takes the value read with it (or has none); the
+            // others were stored by ancestors at the versions the full maps name, and one
+            // saver call reads those by key, however far back they were stored.
+            let head = &path[0].checkpoint;
+            let mut elsewhere = Vec::new();
+            for (name, version) in &maps.versions {
+                let stored = chan(name);
+                if head.channel_versions.contains_key(&stored) {
+                    if let Some(b) = head.channel_values.get(&stored) {
                         values.add(name.clone(), b)?;
                     }
+                } else {
+                    elsewhere.push((stored, cp::ChannelVersion::new(*version)));
                 }
-                if !is_relative(c) {
-                    break;
+            }
+            if !elsewhere.is_empty() {
+                let config = cp::CheckpointConfig::latest(scope.thread.as_str())
+                    .with_ns(scope.ns.as_str())
+                    .with_checkpoint_id(head.id);
+                let found = self
+                    .saver
+                    .get_channel_values(&config, &elsewhere)
+                    .await
+                    .map_err(storage)?;
+                for ((ch, _), b) in &found {
+                    values.add(load_name(ch.as_str()), b)?;
                 }
-                i += 1;
             }
         }
         convert(&path[0], &maps, values)

@@ -47,6 +47,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod canonical;
 mod channel;
 mod coerce;
 mod error;
@@ -72,8 +73,8 @@ pub use fields::{
 };
 pub use message::{Content, InvalidToolCall, Message, MessageType, REMOVE_ALL_MESSAGES, ToolCall};
 pub use messages::{
-    DecodeError, IdSource, MessageIndex, MessageWrite, PARALLEL_DECODE_MIN, UuidV4, add_messages,
-    add_messages_with, decode_messages, merge_message_writes, merge_message_writes_indexed,
+    DecodeError, IdSource, MessageIndex, MessageWrite, UuidV4, add_messages, add_messages_with,
+    decode_messages, merge_message_writes, merge_message_writes_indexed,
     merge_message_writes_owned, merge_message_writes_with,
 };
 pub use state::{

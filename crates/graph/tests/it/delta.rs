@@ -786,6 +786,8 @@ struct Counting {
     bare: std::sync::atomic::AtomicUsize,
     /// `get_ancestors_without_values` calls.
     chains: std::sync::atomic::AtomicUsize,
+    /// `get_channel_values` calls.
+    by_key: std::sync::atomic::AtomicUsize,
     hidden: std::sync::Mutex<std::collections::HashSet<antler_checkpoint::CheckpointId>>,
 }
 
@@ -796,6 +798,7 @@ impl Counting {
             valued: Default::default(),
             bare: Default::default(),
             chains: Default::default(),
+            by_key: Default::default(),
             hidden: Default::default(),
         }
     }
@@ -809,6 +812,11 @@ impl Counting {
             self.bare.swap(0, Relaxed),
             self.chains.swap(0, Relaxed),
         )
+    }
+
+    /// `get_channel_values` calls since the last call of this method.
+    fn take_by_key(&self) -> usize {
+        self.by_key.swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn hide(&self, id: antler_checkpoint::CheckpointId) {
@@ -867,6 +875,26 @@ impl antler_checkpoint::Saver for Counting {
             chain.truncate(cut);
         }
         Ok(chain)
+    }
+    async fn get_channel_values(
+        &self,
+        config: &antler_checkpoint::CheckpointConfig,
+        keys: &[(
+            antler_checkpoint::ChannelName,
+            antler_checkpoint::ChannelVersion,
+        )],
+    ) -> antler_checkpoint::Result<
+        std::collections::BTreeMap<
+            (
+                antler_checkpoint::ChannelName,
+                antler_checkpoint::ChannelVersion,
+            ),
+            antler_checkpoint::Blob,
+        >,
+    > {
+        self.by_key
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.get_channel_values(config, keys).await
     }
     async fn list(
         &self,
@@ -1014,7 +1042,8 @@ async fn relative_thread(
 /// Request 7 of `NEEDS-FROM-CHECKPOINT.md`: a cold read of a relative record (an adapter with
 /// no cached maps) fetches the record's ancestors with one `get_ancestors_without_values`
 /// call, not one `get_tuple_without_values` per ancestor, and returns what the adapter that
-/// wrote the thread returns.
+/// wrote the thread returns. With values, only the record itself is read with `get_tuple`;
+/// the values its ancestors stored come from one `get_channel_values` call.
 #[tokio::test]
 async fn a_cold_read_of_a_relative_record_fetches_its_ancestors_in_one_call() {
     use antler_checkpoint as cp;
@@ -1031,6 +1060,7 @@ async fn a_cold_read_of_a_relative_record_fetches_its_ancestors_in_one_call() {
         records.iter().any(|(_, d)| *d >= 3),
         "some record is three or more relative records below a full one"
     );
+    let mut by_key_reads = 0;
     for (raw, depth) in &records {
         let id = CheckpointId::new(raw.checkpoint.id.to_string());
         let want_head = warm.head(&scope, Some(&id)).await.unwrap();
@@ -1046,12 +1076,24 @@ async fn a_cold_read_of_a_relative_record_fetches_its_ancestors_in_one_call() {
             "head of a record {depth} below a full one: one read of the record, one of its ancestors"
         );
 
+        counting.take_by_key();
         let cold = SaverCheckpointer::new(counting.clone());
         assert_eq!(cold.get_tuple(&scope, Some(&id)).await.unwrap(), want);
-        let (valued, bare, got_chains) = counting.take();
-        assert!(valued >= 1, "the record is read with its values");
-        assert_eq!((bare, got_chains), (0, chains), "depth {depth}");
+        assert_eq!(
+            counting.take(),
+            (1, 0, chains),
+            "depth {depth}: only the record is read with its values"
+        );
+        let by_key = counting.take_by_key();
+        assert!(by_key <= 1, "depth {depth}: {by_key} value reads by key");
+        if *depth > 0 {
+            by_key_reads += by_key;
+        }
     }
+    assert!(
+        by_key_reads > 0,
+        "some relative record takes a value from an ancestor"
+    );
     // A warm adapter has every record's maps: no ancestor is read for the head.
     warm.head(&scope, None).await.unwrap();
     assert_eq!(counting.take(), (0, 1, 0));
