@@ -96,10 +96,48 @@ impl Live {
         Self::restore(g, rec, histories)
     }
 
+    /// Rebuilds the channels of `rec` whose parent `parent` was just rebuilt (`parent_writes`
+    /// are the parent's pending writes): a delta channel without a stored value continues the
+    /// parent's channel with the parent's writes to it, which is what the history walk would
+    /// replay on top of the same seed (writes are applied in batches, and the batch reducer
+    /// gives the same result however a sequence of writes is split). Reading a run of
+    /// consecutive checkpoints this way walks history once, not once per checkpoint.
+    pub(crate) fn continue_from(
+        g: &Graph,
+        rec: &CheckpointRecord,
+        parent: &Live,
+        parent_writes: &[PendingWrite],
+    ) -> Result<Self> {
+        let mut continued = BTreeMap::new();
+        for name in Self::needs_walk(g, rec) {
+            let (Some(&i), Some(spec)) = (g.chan_idx.get(name.as_str()), g.schema.get(&name))
+            else {
+                continue;
+            };
+            let writes: Vec<Json> = parent_writes
+                .iter()
+                .filter(|w| w.channel == name)
+                .map(|w| w.value.clone())
+                .collect();
+            continued.insert(name, spec.replay_onto(parent.chans[i].box_clone(), writes)?);
+        }
+        Self::restore_with(g, rec, BTreeMap::new(), continued)
+    }
+
     pub(crate) fn restore(
         g: &Graph,
         rec: &CheckpointRecord,
+        histories: BTreeMap<String, crate::checkpointer::DeltaHistory>,
+    ) -> Result<Self> {
+        Self::restore_with(g, rec, histories, BTreeMap::new())
+    }
+
+    /// [`Self::restore`], with some delta channels already rebuilt (`continued`).
+    fn restore_with(
+        g: &Graph,
+        rec: &CheckpointRecord,
         mut histories: BTreeMap<String, crate::checkpointer::DeltaHistory>,
+        mut continued: BTreeMap<String, Box<dyn Channel>>,
     ) -> Result<Self> {
         let mut chans = Vec::with_capacity(g.chans.len());
         let mut versions = vec![0; g.chans.len()];
@@ -107,11 +145,15 @@ impl Live {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
             let stored = rec.values.get(&*def.name).cloned();
             let items = rec.encoded_lists.get(&*def.name).cloned();
-            let mut ch = match (histories.remove(&*def.name), g.schema.get(&def.name)) {
-                (Some(h), Some(spec)) if stored.is_none() && items.is_none() => {
+            let ready = continued
+                .remove(&*def.name)
+                .filter(|_| stored.is_none() && items.is_none());
+            let mut ch = match (ready, histories.remove(&*def.name), g.schema.get(&def.name)) {
+                (Some(ch), _, _) => ch,
+                (None, Some(h), Some(spec)) if stored.is_none() && items.is_none() => {
                     spec.replay(h.seed, h.seed_items, h.writes)?
                 }
-                (_, Some(spec)) if stored.is_none() && items.is_some() => {
+                (None, _, Some(spec)) if stored.is_none() && items.is_some() => {
                     spec.replay(None, items, Vec::new())?
                 }
                 _ => g.channel(i, stored)?,
@@ -1634,26 +1676,45 @@ pub(crate) async fn history(
     query: &HistoryQuery,
 ) -> Result<Vec<StateSnapshot>> {
     let scope = cfg.scope();
-    let mut out = Vec::new();
-    if query.limit.is_none() {
+    // Newest first, as returned.
+    let tuples: Vec<CheckpointTuple> = match query.limit {
         // The whole history: one bulk read beats a read per checkpoint.
-        for t in cp.list(&scope).await? {
-            if query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b) {
-                out.push(snapshot_of(g, cp, &scope, &t).await?);
+        None => cp
+            .list(&scope)
+            .await?
+            .into_iter()
+            .filter(|t| query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b))
+            .collect(),
+        // A page: its ids first (no state read), then each checkpoint as `get_state` reads it.
+        // One deleted in between (a prune by another process) is no longer history: skipped.
+        Some(_) => {
+            let ids = cp
+                .list_ids(&scope, query.before.as_ref(), query.limit)
+                .await?;
+            let mut tuples = Vec::with_capacity(ids.len());
+            for id in &ids {
+                if let Some(t) = cp.get_tuple(&scope, Some(id)).await? {
+                    tuples.push(t);
+                }
             }
+            tuples
         }
-        return Ok(out);
+    };
+    // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's
+    // delta channels instead of walking history again: one walk per run of consecutive
+    // checkpoints, not one per checkpoint.
+    let mut out = Vec::with_capacity(tuples.len());
+    let mut rebuilt: HashMap<CheckpointId, (Live, Vec<PendingWrite>)> = HashMap::new();
+    for t in tuples.into_iter().rev() {
+        let parent = t.checkpoint.parent.as_ref().and_then(|p| rebuilt.get(p));
+        let live = match parent {
+            Some((p, writes)) => Live::continue_from(g, &t.checkpoint, p, writes)?,
+            None => Live::load(g, cp, &scope, &t.checkpoint).await?,
+        };
+        out.push(snapshot_from(g, &t, live.clone())?);
+        rebuilt.insert(t.checkpoint.id.clone(), (live, t.pending_writes));
     }
-    // A page: its ids first (no state read), then each checkpoint as `get_state` reads it.
-    // One deleted in between (a prune by another process) is no longer history: skipped.
-    for id in cp
-        .list_ids(&scope, query.before.as_ref(), query.limit)
-        .await?
-    {
-        if let Some(t) = cp.get_tuple(&scope, Some(&id)).await? {
-            out.push(snapshot_of(g, cp, &scope, &t).await?);
-        }
-    }
+    out.reverse();
     Ok(out)
 }
 

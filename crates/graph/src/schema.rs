@@ -566,10 +566,20 @@ impl ErasedSpec {
         seed_items: Option<Vec<Arc<[u8]>>>,
         writes: Vec<Json>,
     ) -> Result<Box<dyn Channel>> {
-        let mut ch = match seed_items {
+        let ch = match seed_items {
             Some(items) => self.seed_from_items(items)?,
             None => self.channel(seed)?,
         };
+        self.replay_onto(ch, writes)
+    }
+
+    /// Applies stored `writes` (oldest first) to a channel rebuilt up to just before them,
+    /// as one replay batch: the history walk's replay, on an already rebuilt seed.
+    pub(crate) fn replay_onto(
+        &self,
+        mut ch: Box<dyn Channel>,
+        writes: Vec<Json>,
+    ) -> Result<Box<dyn Channel>> {
         let mut batch = Vec::with_capacity(writes.len());
         for j in writes {
             match self.write_from_json(j)? {

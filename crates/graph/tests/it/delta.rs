@@ -533,6 +533,8 @@ struct Wrapped<C> {
     /// History pages name a checkpoint that is gone by the time it is read (another process
     /// pruned it between the two calls).
     pruned_meanwhile: bool,
+    /// `delta_history` calls so far.
+    walks: std::sync::atomic::AtomicUsize,
 }
 
 impl<C> Wrapped<C> {
@@ -541,6 +543,7 @@ impl<C> Wrapped<C> {
             inner,
             json_only: true,
             pruned_meanwhile: false,
+            walks: Default::default(),
         }
     }
 
@@ -549,7 +552,23 @@ impl<C> Wrapped<C> {
             inner,
             json_only: false,
             pruned_meanwhile: true,
+            walks: Default::default(),
         }
+    }
+
+    /// Forwards everything and counts history walks.
+    fn counting(inner: C) -> Self {
+        Self {
+            inner,
+            json_only: false,
+            pruned_meanwhile: false,
+            walks: Default::default(),
+        }
+    }
+
+    /// `delta_history` calls since the last call of this method.
+    fn take_walks(&self) -> usize {
+        self.walks.swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -609,6 +628,8 @@ impl<C: antler_graph::Checkpointer> antler_graph::Checkpointer for Wrapped<C> {
         c: &antler_graph::CheckpointId,
         ch: &[String],
     ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.walks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.delta_history(s, c, ch).await
     }
 }
@@ -1387,4 +1408,119 @@ async fn two_processes_taking_turns_on_one_thread() {
     }
     assert_eq!(body_bytes[0], body_bytes[1]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A page of history rebuilds a checkpoint whose parent is on the page from the parent's
+/// channels and writes instead of walking history again: every snapshot equals a cold
+/// `get_state` of that checkpoint (which walks), on a thread with removals, replacements by
+/// id, an Overwrite and a fork, on both checkpointers; a page of consecutive checkpoints
+/// walks history at most once.
+#[tokio::test]
+async fn a_history_page_walks_history_once_and_equals_cold_reads() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, HistoryQuery, SaverCheckpointer};
+
+    fn editing(frequency: u32) -> StateGraph {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(frequency))
+            .expect("declared once");
+        g.add_node("reply", |s: State, _c| async move {
+            let list = s.get(&MESSAGES).cloned().unwrap_or_default();
+            let n = list.len();
+            let mut out = vec![ai(Some(&format!("ai-{n}")), &format!("reply {n}"))];
+            // Every third turn removes the oldest message; every fourth rewrites the newest.
+            if n % 3 == 0
+                && let Some(first) = list.first().and_then(|m| m.id.clone())
+            {
+                out.push(Message::remove(first));
+            }
+            if n % 4 == 1
+                && let Some(last) = list.last().and_then(|m| m.id.clone())
+            {
+                let mut m = Message::new(MessageType::Human, format!("edited {n}"));
+                m.id = Some(last);
+                out.push(m);
+            }
+            Ok(Update::new().set(&MESSAGES, out))
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g
+    }
+
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(4).unwrap(),
+    )));
+    check(Wrapped::counting(MemoryCheckpointer::new())).await;
+    check(Wrapped::counting(SaverCheckpointer::new(saver))).await;
+
+    async fn check<C: Checkpointer + 'static>(store: Wrapped<C>) {
+        let store = Arc::new(store);
+        let graph = editing(4)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        let mut heads = Vec::new();
+        for i in 0..14 {
+            let out = graph.invoke(human(i), &cfg).await.unwrap();
+            heads.push(out.checkpoint_id.unwrap());
+            if i == 6 {
+                graph
+                    .update_state(
+                        &cfg,
+                        Update::new().overwrite(&MESSAGES, vec![ai(Some("o"), "only")]),
+                        Some("reply".into()),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        graph
+            .invoke(human(50), &cfg.clone().with_checkpoint(heads[9].clone()))
+            .await
+            .unwrap();
+        graph.invoke(human(51), &cfg).await.unwrap();
+
+        // The reference: each checkpoint read cold on its own (a history walk per read).
+        let cold = editing(4)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let ids = store.list_ids(&cfg.scope(), None, None).await.unwrap();
+        assert!(ids.len() > 40, "{}", ids.len());
+        let mut expected = Vec::new();
+        for id in &ids {
+            let one = cold
+                .get_state(&cfg.clone().with_checkpoint(id.clone()))
+                .await
+                .unwrap()
+                .unwrap();
+            expected.push((id.clone(), one.values.get(&MESSAGES).cloned()));
+        }
+        store.take_walks();
+        for limit in [3, 10, ids.len()] {
+            let mut got = Vec::new();
+            let mut query = HistoryQuery::limit(limit);
+            loop {
+                let page = cold.get_state_history_with(&cfg, &query).await.unwrap();
+                let Some(last) = page.last() else { break };
+                query = HistoryQuery::limit(limit).before(last.checkpoint_id.clone());
+                got.extend(
+                    page.iter()
+                        .map(|s| (s.checkpoint_id.clone(), s.values.get(&MESSAGES).cloned())),
+                );
+            }
+            assert_eq!(got, expected, "limit {limit}");
+        }
+        // The whole thread as one page: ids list newest first across both branches, so the
+        // main line and the fork each start a run (one walk each at most).
+        store.take_walks();
+        cold.get_state_history_with(&cfg, &HistoryQuery::limit(ids.len()))
+            .await
+            .unwrap();
+        let walks = store.take_walks();
+        assert!(walks <= 2, "{walks} history walks for one page");
+    }
 }
