@@ -386,6 +386,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ns: &CheckpointNs,
         keys: &[(ChannelName, ChannelVersion)],
     ) -> Result<Vec<BlobRow>>;
+    /// The row of checkpoint `id` and the blobs of `keys`, read in one snapshot (so a delete
+    /// cannot fall between them); `None` when the checkpoint does not exist.
+    async fn checkpoint_blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: CheckpointId,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Option<(CheckpointRow, Vec<BlobRow>)>>;
     async fn writes(
         &self,
         thread: &ThreadId,
@@ -1276,45 +1285,43 @@ impl<B: Backend> Engine<B> {
         ))
     }
 
-    /// The values stored for `keys` (see [`Saver::get_channel_values`](crate::Saver)): one
-    /// read of the blob rows by key and one of the message bodies they reference, with no
-    /// walk along parent pointers.
-    ///
-    /// Only a full-mode store reads the addressed checkpoint's row (to gate it, R35): a delta
-    /// store may read checkpoints of either mode. Without an id the latest row is read, so
-    /// that errors can name it.
+    /// The values stored for `keys` (see [`Saver::get_channel_values`](crate::Saver)): the
+    /// addressed checkpoint's row and the blob rows of the keys in one read (one snapshot, so
+    /// a concurrent delete gives `None` or the values, never fewer values), then the message
+    /// bodies they reference, with no walk along parent pointers. The row is decoded and
+    /// gated as `get_tuple` does; the bodies seed the thread's message index as reads do.
     pub(crate) async fn get_channel_values(
         &self,
         config: &CheckpointConfig,
         keys: &[(ChannelName, ChannelVersion)],
-    ) -> Result<BTreeMap<(ChannelName, ChannelVersion), Blob>> {
+    ) -> Result<Option<BTreeMap<(ChannelName, ChannelVersion), Blob>>> {
         let thread = &config.thread_id;
         let ns = &config.checkpoint_ns;
-        if keys.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let cp = match config.checkpoint_id {
-            Some(id) if self.config.mode != ChannelMode::Full => id,
-            id => {
-                let Some(row) = self.backend.checkpoint(thread, ns, id).await? else {
-                    // Nothing to name or gate: no value is read for a checkpoint that is not there.
-                    return Ok(BTreeMap::new());
-                };
-                let decoded = self.decode_row(row)?;
-                self.gate(thread, decoded.row.id, &decoded.metadata)?;
-                decoded.row.id
-            }
+        let id = match config.checkpoint_id {
+            Some(id) => id,
+            None => match self.backend.checkpoint(thread, ns, None).await? {
+                Some(row) => row.id,
+                None => return Ok(None),
+            },
         };
         let mut unique: Vec<(ChannelName, ChannelVersion)> = keys.to_vec();
         unique.sort();
         unique.dedup();
-        let rows = self.backend.blobs(thread, ns, &unique).await?;
+        let Some((row, rows)) = self
+            .backend
+            .checkpoint_blobs(thread, ns, id, &unique)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let decoded = self.decode_row(row)?;
+        self.gate(thread, id, &decoded.metadata)?;
         let mut pending = Vec::with_capacity(rows.len());
         let mut runs = Vec::new();
         for b in rows {
             let p = decode_pending(
                 thread,
-                cp,
+                id,
                 &format!("blob of channel {} at version {}", b.channel, b.version),
                 &b.data,
             )?;
@@ -1323,11 +1330,18 @@ impl<B: Backend> Engine<B> {
             }
             pending.push(((b.channel, b.version), p));
         }
-        let bodies = self.fetch_bodies(thread, cp, &runs).await?;
+        let seed = if runs.is_empty() {
+            None
+        } else {
+            self.seed_epoch(thread).await?
+        };
+        let bodies = self.fetch_bodies(thread, id, &runs).await?;
+        Self::seed_index(seed, &bodies);
         pending
             .into_iter()
-            .map(|(key, p)| Ok((key, resolve(thread, cp, &p, &bodies)?)))
-            .collect()
+            .map(|(key, p)| Ok((key, resolve(thread, id, &p, &bodies)?)))
+            .collect::<Result<BTreeMap<_, _>>>()
+            .map(Some)
     }
 
     /// Decodes and gates one row of an ancestor chain and appends it; a row already in the
@@ -2310,9 +2324,11 @@ macro_rules! impl_saver {
                 config: &$crate::model::CheckpointConfig,
                 keys: &[($crate::ids::ChannelName, $crate::ids::ChannelVersion)],
             ) -> $crate::Result<
-                std::collections::BTreeMap<
-                    ($crate::ids::ChannelName, $crate::ids::ChannelVersion),
-                    $crate::blob::Blob,
+                Option<
+                    std::collections::BTreeMap<
+                        ($crate::ids::ChannelName, $crate::ids::ChannelVersion),
+                        $crate::blob::Blob,
+                    >,
                 >,
             > {
                 self.engine.get_channel_values(config, keys).await
@@ -2654,6 +2670,37 @@ mod tests {
         assert_eq!(loads(), before);
         assert_eq!(read_list(&e, &last).await, again);
         assert_eq!(stored(&e, "t").await.1.len(), 33);
+    }
+
+    /// Values read by key seed the message index too: after `get_channel_values` of a message
+    /// list, the first write of the process loads no body.
+    #[tokio::test]
+    async fn values_read_by_key_seed_the_index() {
+        let e = engine();
+        let list = items(&texts(20));
+        let head = put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
+            .await
+            .unwrap();
+        e.forget_index(&ThreadId::new("t"));
+        let loads = || e.backend.message_loads.load(Ordering::Relaxed);
+        let before = loads();
+        let got = e
+            .get_channel_values(&head, &[("messages".into(), ChannelVersion::new(1))])
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(Blob::Messages(read)) = got.values().next() else {
+            panic!("not a message list: {got:?}");
+        };
+        let mut next = deep_copy(&read.items);
+        next.extend(items(&["new".to_owned()]));
+        put_snapshot(&e, &head, 2, &next).await.unwrap();
+        assert_eq!(loads(), before, "the write loaded the thread's bodies");
+        assert_eq!(
+            stored(&e, "t").await.1.len(),
+            21,
+            "only the new body is stored"
+        );
     }
 
     /// Body collection decides again, after its epoch bump, which bodies are unreferenced: a

@@ -216,6 +216,33 @@ impl Backend for MemoryBackend {
             .collect())
     }
 
+    async fn checkpoint_blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: CheckpointId,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Option<(CheckpointRow, Vec<BlobRow>)>> {
+        let t = self.lock();
+        let k = (thread.clone(), ns.clone(), id);
+        let Some(cp) = t.checkpoints.get(&k).map(|v| row(&k, v)) else {
+            return Ok(None);
+        };
+        let blobs = keys
+            .iter()
+            .filter_map(|(c, v)| {
+                t.blobs
+                    .get(&(thread.clone(), ns.clone(), c.clone(), *v))
+                    .map(|data| BlobRow {
+                        channel: c.clone(),
+                        version: *v,
+                        data: data.clone(),
+                    })
+            })
+            .collect();
+        Ok(Some((cp, blobs)))
+    }
+
     async fn writes(
         &self,
         thread: &ThreadId,

@@ -145,6 +145,7 @@ struct HotSql {
     put_writes: String,
     epoch: String,
     next_seq: String,
+    checkpoint_blobs: String,
 }
 
 impl HotSql {
@@ -216,6 +217,7 @@ impl HotSql {
             )),
             epoch: sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1"),
             next_seq: sql("SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = $1"),
+            checkpoint_blobs: sql(CHECKPOINT_BLOBS_SQL),
         }
     }
 }
@@ -333,6 +335,21 @@ SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bytea,
  -- A scalar subquery, not a join: the checkpoint id then bounds the index scan (a cached
  -- generic plan otherwise scans every write of the thread and filters).
  WHERE w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = (SELECT checkpoint_id FROM cp)";
+
+/// The row of checkpoint $3 (thread $1, namespace $2), told apart by the first column (0),
+/// and the blobs of the keys $4/$5 (1: channel, version, data in columns 6, 7 and 5), only
+/// if the checkpoint exists: one statement, so one snapshot.
+const CHECKPOINT_BLOBS_SQL: &str = "WITH cp AS (
+    SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
+     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3)
+SELECT 0::int2, checkpoint_id, parent_id, record, metadata, NULL::text, NULL::int8 FROM cp
+UNION ALL
+SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, b.data, k.channel, k.version
+  FROM unnest($4::text[], $5::bigint[]) k(channel, version)
+  CROSS JOIN LATERAL (
+    SELECT data FROM {s}.blobs b
+     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2 AND b.channel = k.channel AND b.version = k.version LIMIT 1) b
+ WHERE EXISTS (SELECT 1 FROM cp)";
 
 /// The `{cp}` of [`HEAD_SQL`] for the checkpoint $3 of thread $1, namespace $2.
 const CP_BY_ID_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
@@ -569,6 +586,61 @@ impl Backend for PgBackend {
             .await
             .map_err(pg_err(ctx.clone()))?;
         read_blobs(&c, &st, thread, ns, keys, ctx).await
+    }
+
+    async fn checkpoint_blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: CheckpointId,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Option<(CheckpointRow, Vec<BlobRow>)>> {
+        let ctx = format!("postgres: thread {thread}: reading blobs");
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.hot.checkpoint_blobs)
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let channels: Vec<&str> = keys.iter().map(|(c, _)| c.as_str()).collect();
+        let versions = keys
+            .iter()
+            .map(|(_, v)| i64_of(v.get(), "channel version"))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = c
+            .query(
+                &st,
+                &[
+                    &thread.as_str(),
+                    &ns.as_str(),
+                    &id.to_bytes().as_slice(),
+                    &channels,
+                    &versions,
+                ],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        let mut row = None;
+        let mut blobs = Vec::new();
+        for r in &rows {
+            if r.get::<_, i16>(0) == 0 {
+                let parent: Option<&[u8]> = r.get(2);
+                row = Some(CheckpointRow {
+                    thread_id: thread.clone(),
+                    ns: ns.clone(),
+                    id: id_from(thread.as_str(), r.get(1))?,
+                    parent: parent.map(|p| id_from(thread.as_str(), p)).transpose()?,
+                    record: r.get(3),
+                    metadata: r.get(4),
+                });
+            } else {
+                blobs.push(BlobRow {
+                    channel: ChannelName::new(r.get::<_, String>(5)),
+                    version: ChannelVersion::new(u64_of(r.get(6), "channel version")?),
+                    data: r.get(4),
+                });
+            }
+        }
+        Ok(row.map(|row| (row, blobs)))
     }
 
     async fn writes(

@@ -152,43 +152,50 @@ pub trait Saver: Send + Sync {
 
     /// The values `put` stored for `keys` in the thread and namespace of `config`: for each
     /// `(channel, version)` whose value was stored, that value (a message list with its
-    /// bodies); keys without a stored value are left out.
+    /// bodies); keys without a stored value are left out. `None` when the checkpoint `config`
+    /// names (the latest when its id is `None`) does not exist.
     ///
     /// For a reader that knows which version of each channel a checkpoint holds but whose
     /// record does not carry every value: a relative record of the graph runtime lists only
-    /// the channels its step changed, and the rest were stored by ancestors. The savers of
-    /// this crate read the keys directly (one query, plus one for message bodies), however
-    /// far back they were stored.
+    /// the channels its step changed, and the rest were stored by ancestors.
     ///
-    /// `config.checkpoint_id` names the checkpoint being read (the latest when `None`), and
-    /// `keys` are meant to be versions it holds (from its record and its ancestors'), which
-    /// are always stored on its parent path. The savers of this crate look keys up in the
-    /// thread and namespace without walking (they use the checkpoint only to gate it in a
-    /// full-mode store and to name it in errors). The default implementation walks the parent
-    /// path and reads each record that lists a wanted key with `get_tuple`, stopping once every
-    /// key is found or passed (versions grow along a parent path, so an ancestor listing a
-    /// channel below the wanted version ends the search for that key); so for a key stored
-    /// only on another branch, or a checkpoint that does not exist, it returns nothing.
+    /// `keys` are meant to be versions the checkpoint holds (from its record and its
+    /// ancestors'), which are always stored on its parent path. The savers of this crate read
+    /// the checkpoint's row and the keys' values in one snapshot (one query on SQLite and
+    /// PostgreSQL, plus one for message bodies), however far back the values were stored, so
+    /// a concurrent delete of the checkpoint gives `None`, never fewer values. The default
+    /// implementation walks the parent path and reads each record that lists a wanted key with
+    /// `get_tuple`, stopping once every key is found or passed (versions grow along a parent
+    /// path, so an ancestor listing a channel below the wanted version ends the search for
+    /// that key); it finds only keys stored on that path.
     ///
     /// # Errors
-    /// A damaged value is [`Error::Corrupt`](crate::Error::Corrupt) naming the thread and the
-    /// checkpoint of `config`; in a full-mode store, a delta checkpoint named by `config` is
-    /// [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch), as for
-    /// `get_tuple`.
+    /// As `get_tuple`: a damaged value or body is [`Error::Corrupt`](crate::Error::Corrupt)
+    /// naming the thread and a checkpoint (the one `config` names, for the savers of this
+    /// crate); in a full-mode store, a delta checkpoint is
+    /// [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch).
     async fn get_channel_values(
         &self,
         config: &CheckpointConfig,
         keys: &[(ChannelName, ChannelVersion)],
-    ) -> Result<BTreeMap<(ChannelName, ChannelVersion), Blob>> {
-        /// Records per ancestor read: one chain reaches a full record of the graph runtime.
-        const CHAIN: usize = 16;
+    ) -> Result<Option<BTreeMap<(ChannelName, ChannelVersion), Blob>>> {
+        /// Records per ancestor read: the graph runtime writes a full record at least every 8.
+        const CHAIN: usize = 8;
         let mut want: BTreeSet<(ChannelName, ChannelVersion)> = keys.iter().cloned().collect();
         let mut out = BTreeMap::new();
         let mut seen = HashSet::new();
         let mut next = config.clone();
-        while !want.is_empty() {
+        let mut first = true;
+        loop {
             let chain = self.get_ancestors_without_values(&next, CHAIN).await?;
+            if first && chain.is_empty() {
+                return Ok(None);
+            }
+            first = false;
             for t in &chain {
+                if want.is_empty() {
+                    break;
+                }
                 if !seen.insert(t.checkpoint.id) {
                     return Err(Error::ParentCycle {
                         thread_id: config.thread_id.clone(),
@@ -216,17 +223,14 @@ pub trait Saver: Send + Sync {
                     }
                 }
                 want.retain(|(c, v)| listed.get(c).is_none_or(|have| have > v));
-                if want.is_empty() {
-                    break;
-                }
             }
             let parent = chain.last().and_then(|t| t.parent_config.clone());
             match parent {
-                Some(p) if chain.len() == CHAIN => next = p,
+                Some(p) if chain.len() == CHAIN && !want.is_empty() => next = p,
                 _ => break,
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Checkpoints matching `query`, newest first.

@@ -523,6 +523,28 @@ impl Backend for SqliteBackend {
         self.run(move |c| read_blobs(c, &thread, &ns, keys)).await
     }
 
+    async fn checkpoint_blobs(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: CheckpointId,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Option<(CheckpointRow, Vec<BlobRow>)>> {
+        let (thread, ns, keys) = (thread.to_string(), ns.to_string(), keys.to_vec());
+        self.run(move |c| {
+            // One read transaction: the row and the blobs come from the same snapshot.
+            let ctx = format!("sqlite: thread {thread}: reading blobs");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let Some(row) = read_checkpoint(&tx, &thread, &ns, Some(id))? else {
+                return Ok(None);
+            };
+            let blobs = read_blobs(&tx, &thread, &ns, keys)?;
+            tx.commit().map_err(sql_err(ctx))?;
+            Ok(Some((row, blobs)))
+        })
+        .await
+    }
+
     async fn writes(
         &self,
         thread: &ThreadId,

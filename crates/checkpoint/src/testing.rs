@@ -111,6 +111,7 @@ macro_rules! conformance_suite {
             antler_list_pages_agree_with_the_whole_list,
             antler_delete_for_runs_pages_through_a_large_store,
             antler_channel_values_are_read_by_key_wherever_stored,
+            antler_channel_values_reach_past_records_that_do_not_list_the_channel,
             antler_channel_values_are_mode_gated,
             antler_channel_values_damaged_value_is_error
         );
@@ -136,7 +137,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 122;
+pub const CASE_COUNT: usize = 123;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2752,7 +2753,8 @@ fn key(c: &str, v: u64) -> (ChannelName, ChannelVersion) {
 /// The values stored for channel versions, whichever ancestor stored them, equal the values
 /// `get_tuple` returns for a checkpoint holding those versions; a key nothing stored (an
 /// unknown channel, a version never reached) is left out; another thread or namespace sees
-/// none of them. The saver's own implementation and the trait's default agree.
+/// none of them, and a checkpoint that does not exist gives `None`. The saver's own
+/// implementation and the trait's default agree.
 pub async fn antler_channel_values_are_read_by_key_wherever_stored(saver: &dyn Saver) {
     let cs = spread_thread(saver, "t").await;
     let first = get(saver, &cs[0]).await.checkpoint.channel_values;
@@ -2778,24 +2780,100 @@ pub async fn antler_channel_values_are_read_by_key_wherever_stored(saver: &dyn S
     ];
     for s in [saver, &Defaults(saver)] {
         for at in [&cs[2], &cfg("t", "", None)] {
-            assert_eq!(s.get_channel_values(at, &keys).await.unwrap(), expected);
-            assert!(s.get_channel_values(at, &[]).await.unwrap().is_empty());
+            assert_eq!(
+                s.get_channel_values(at, &keys).await.unwrap(),
+                Some(expected.clone())
+            );
+            assert_eq!(
+                s.get_channel_values(at, &[]).await.unwrap(),
+                Some(BTreeMap::new())
+            );
         }
         // From the second checkpoint: what its versions name.
         let got = s
             .get_channel_values(&cs[1], &[key("a", 1), key("b", 2), key("m", 1)])
             .await
             .unwrap();
-        assert_eq!(got.len(), 3);
-        for other in [cfg("u", "", None), cfg("t", "sub:x", None)] {
-            assert!(
-                s.get_channel_values(&other, &keys)
-                    .await
-                    .unwrap()
-                    .is_empty()
-            );
+        let want: BTreeMap<_, _> = expected
+            .iter()
+            .filter(|(k, _)| *k != &key("a", 3))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(got, Some(want));
+        for absent in [
+            cfg("u", "", None),
+            cfg("t", "sub:x", None),
+            cfg("t", "", Some(CheckpointId::generate())),
+            cfg("t", "sub:x", cs[2].checkpoint_id),
+        ] {
+            assert_eq!(s.get_channel_values(&absent, &keys).await.unwrap(), None);
         }
     }
+}
+
+/// Records that list only the channels their step changed (as the graph runtime's relative
+/// records do), on a chain longer than one ancestor page: a value stored by the root is found
+/// from the head, as is every other key the head's versions name, and the search for a
+/// version the channel never reached stops.
+pub async fn antler_channel_values_reach_past_records_that_do_not_list_the_channel(
+    saver: &dyn Saver,
+) {
+    // Record i changes channel `c{i % 3}` to version i + 1; `root` is stored by record 0 only.
+    let mut at = cfg("t", "", None);
+    let mut configs = Vec::new();
+    for i in 0..20u64 {
+        let mut cp = checkpoint(&[(["c0", "c1", "c2"][(i % 3) as usize], i + 1, json!(i))]);
+        if i == 0 {
+            cp.channel_versions
+                .insert("root".into(), ChannelVersion::new(1));
+            cp.channel_values
+                .insert("root".into(), Blob::json(&json!("stored once")).unwrap());
+        }
+        at = put_all(
+            saver,
+            at,
+            cp,
+            metadata(CheckpointSource::Loop, i as i64, None),
+        )
+        .await;
+        configs.push(at.clone());
+    }
+    let head = &configs[19];
+    let keys = [
+        key("root", 1),
+        key("c0", 19),
+        key("c1", 20),
+        key("c2", 18),
+        key("c2", 3),
+        key("c1", 99),
+    ];
+    let own = saver
+        .get_channel_values(head, &keys)
+        .await
+        .unwrap()
+        .unwrap();
+    let default = Defaults(saver)
+        .get_channel_values(head, &keys)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(own, default);
+    let json: BTreeMap<String, Value> = own
+        .iter()
+        .map(|((c, v), b)| (format!("{c}@{v}"), json_of(b)))
+        .collect();
+    assert_eq!(
+        json,
+        [
+            ("c0@19".to_owned(), json!(18)),
+            ("c1@20".to_owned(), json!(19)),
+            ("c2@18".to_owned(), json!(17)),
+            ("c2@3".to_owned(), json!(2)),
+            ("root@1".to_owned(), json!("stored once")),
+        ]
+        .into_iter()
+        .collect()
+    );
 }
 
 /// The mode gate applies as to `get_tuple`: a full-mode store refuses to read values for a
@@ -2804,7 +2882,7 @@ pub async fn antler_channel_values_are_mode_gated(saver: &dyn Saver) {
     let cs = spread_thread(saver, "t").await;
     let want = [key("a", 1), key("b", 2)];
     let before = saver.get_channel_values(&cs[2], &want).await.unwrap();
-    assert_eq!(before.len(), 2);
+    assert_eq!(before.as_ref().map(BTreeMap::len), Some(2));
     let delta = CheckpointMetadata {
         channel_mode: Some(crate::mode::ChannelMode::Delta),
         ..CheckpointMetadata::default()

@@ -514,15 +514,21 @@ impl SaverCheckpointer {
             // others were stored by ancestors at the versions the full maps name, and one
             // saver call reads those by key, however far back they were stored.
             let head = &path[0].checkpoint;
+            // The head's entries by runtime name (as the maps are keyed).
+            let listed: BTreeMap<String, &cp::ChannelName> = head
+                .channel_versions
+                .keys()
+                .map(|c| (load_name(c.as_str()), c))
+                .collect();
             let mut elsewhere = Vec::new();
             for (name, version) in &maps.versions {
-                let stored = chan(name);
-                if head.channel_versions.contains_key(&stored) {
-                    if let Some(b) = head.channel_values.get(&stored) {
-                        values.add(name.clone(), b)?;
+                match listed.get(name) {
+                    Some(stored) => {
+                        if let Some(b) = head.channel_values.get(*stored) {
+                            values.add(name.clone(), b)?;
+                        }
                     }
-                } else {
-                    elsewhere.push((stored, cp::ChannelVersion::new(*version)));
+                    None => elsewhere.push((chan(name), cp::ChannelVersion::new(*version))),
                 }
             }
             if !elsewhere.is_empty() {
@@ -533,7 +539,10 @@ impl SaverCheckpointer {
                     .saver
                     .get_channel_values(&config, &elsewhere)
                     .await
-                    .map_err(storage)?;
+                    .map_err(storage)?
+                    .ok_or_else(|| {
+                        Self::broken(scope, &path[0], "the checkpoint vanished while it was read")
+                    })?;
                 for ((ch, _), b) in &found {
                     values.add(load_name(ch.as_str()), b)?;
                 }

@@ -809,6 +809,8 @@ struct Counting {
     chains: std::sync::atomic::AtomicUsize,
     /// `get_channel_values` calls.
     by_key: std::sync::atomic::AtomicUsize,
+    /// `get_channel_values` answers that the checkpoint is gone.
+    vanish: std::sync::atomic::AtomicBool,
     hidden: std::sync::Mutex<std::collections::HashSet<antler_checkpoint::CheckpointId>>,
 }
 
@@ -820,6 +822,7 @@ impl Counting {
             bare: Default::default(),
             chains: Default::default(),
             by_key: Default::default(),
+            vanish: Default::default(),
             hidden: Default::default(),
         }
     }
@@ -905,16 +908,22 @@ impl antler_checkpoint::Saver for Counting {
             antler_checkpoint::ChannelVersion,
         )],
     ) -> antler_checkpoint::Result<
-        std::collections::BTreeMap<
-            (
-                antler_checkpoint::ChannelName,
-                antler_checkpoint::ChannelVersion,
-            ),
-            antler_checkpoint::Blob,
+        Option<
+            std::collections::BTreeMap<
+                (
+                    antler_checkpoint::ChannelName,
+                    antler_checkpoint::ChannelVersion,
+                ),
+                antler_checkpoint::Blob,
+            >,
         >,
     > {
         self.by_key
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.vanish.load(std::sync::atomic::Ordering::Relaxed) {
+            // As if the checkpoint were deleted after it was read.
+            return Ok(None);
+        }
         self.inner.get_channel_values(config, keys).await
     }
     async fn list(
@@ -1115,7 +1124,42 @@ async fn a_cold_read_of_a_relative_record_fetches_its_ancestors_in_one_call() {
         by_key_reads > 0,
         "some relative record takes a value from an ancestor"
     );
+    // An independent reference: `list` completes each record's values along the parent path.
+    let listed = warm.list(&scope).await.unwrap();
+    assert_eq!(listed.len(), records.len());
+    for t in &listed {
+        let cold = SaverCheckpointer::new(counting.clone());
+        let got = cold
+            .get_tuple(&scope, Some(&t.checkpoint.id))
+            .await
+            .unwrap();
+        assert_eq!(got.as_ref(), Some(t));
+    }
+    // A checkpoint deleted between the record read and the value read fails the read; it
+    // never returns the record without the values its ancestors stored.
+    counting
+        .vanish
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut failed = 0;
+    for (raw, depth) in &records {
+        let id = CheckpointId::new(raw.checkpoint.id.to_string());
+        counting.take_by_key();
+        let cold = SaverCheckpointer::new(counting.clone());
+        let got = cold.get_tuple(&scope, Some(&id)).await;
+        if counting.take_by_key() > 0 {
+            let err = got.unwrap_err();
+            assert!(err.to_string().contains("vanished"), "depth {depth}: {err}");
+            failed += 1;
+        } else {
+            assert!(got.unwrap().is_some());
+        }
+    }
+    assert!(failed > 0);
+    counting
+        .vanish
+        .store(false, std::sync::atomic::Ordering::Relaxed);
     // A warm adapter has every record's maps: no ancestor is read for the head.
+    counting.take();
     warm.head(&scope, None).await.unwrap();
     assert_eq!(counting.take(), (0, 1, 0));
 }
