@@ -835,10 +835,22 @@ fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) ->
 /// checkpoint which this run will not apply (abandoned step, fork, update_state): a later history
 /// walk through that checkpoint must not replay them (runtime-spec §5.4, [1.2.22]).
 fn force_unreplayed(g: &Graph, live: &mut Live, pending: &[PendingWrite]) {
-    for w in pending
-        .iter()
-        .filter(|w| w.task_id.as_str() != NULL_TASK_ID)
-    {
+    force_snapshots(
+        g,
+        live,
+        pending
+            .iter()
+            .filter(|w| w.task_id.as_str() != NULL_TASK_ID),
+    );
+}
+
+/// Forces a snapshot of every delta channel `writes` touch.
+fn force_snapshots<'a>(
+    g: &Graph,
+    live: &mut Live,
+    writes: impl IntoIterator<Item = &'a PendingWrite>,
+) {
+    for w in writes {
         if let Some(&c) = g.chan_idx.get(w.channel.as_str())
             && let Some(d) = live.chans[c].delta()
         {
@@ -973,6 +985,15 @@ async fn run_inner(
     }
     if explicit {
         // Time travel: writes saved by the original run are not reused, stale resume values dropped.
+        // Input (NULL-task) writes pending on the checkpoint are dropped either way, so the
+        // delta channels they touch snapshot too: a walk through the checkpoint would replay them.
+        force_snapshots(
+            g,
+            &mut live,
+            pending
+                .iter()
+                .filter(|w| w.task_id.as_str() == NULL_TASK_ID),
+        );
         if replay {
             pending.clear();
         } else {
@@ -1703,6 +1724,11 @@ pub(crate) async fn history(
     // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's
     // delta channels instead of walking history again: one walk per run of consecutive
     // checkpoints, not one per checkpoint.
+    // Only checkpoints with a child among the tuples are kept for that child.
+    let parents: BTreeSet<CheckpointId> = tuples
+        .iter()
+        .filter_map(|t| t.checkpoint.parent.clone())
+        .collect();
     let mut out = Vec::with_capacity(tuples.len());
     let mut rebuilt: HashMap<CheckpointId, (Live, Vec<PendingWrite>)> = HashMap::new();
     for t in tuples.into_iter().rev() {
@@ -1711,8 +1737,12 @@ pub(crate) async fn history(
             Some((p, writes)) => Live::continue_from(g, &t.checkpoint, p, writes)?,
             None => Live::load(g, cp, &scope, &t.checkpoint).await?,
         };
-        out.push(snapshot_from(g, &t, live.clone())?);
-        rebuilt.insert(t.checkpoint.id.clone(), (live, t.pending_writes));
+        if parents.contains(&t.checkpoint.id) {
+            out.push(snapshot_from(g, &t, live.clone())?);
+            rebuilt.insert(t.checkpoint.id.clone(), (live, t.pending_writes));
+        } else {
+            out.push(snapshot_from(g, &t, live)?);
+        }
     }
     out.reverse();
     Ok(out)

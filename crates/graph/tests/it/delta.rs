@@ -1487,8 +1487,18 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
             }
             Ok(Update::new().set(&MESSAGES, out))
         });
+        // In parallel with `reply`: appends an echo whose id comes back every fourth turn
+        // (a replacement by id in the same step as other writes).
+        g.add_node("echo", |s: State, _c| async move {
+            let n = s.get(&MESSAGES).map_or(0, Vec::len);
+            let mut m = Message::new(MessageType::System, format!("echo {n}"));
+            m.id = Some(format!("e-{}", n % 4));
+            Ok(Update::new().set(&MESSAGES, vec![m]))
+        });
         g.add_edge("__start__", "reply")
-            .add_edge("reply", "__end__");
+            .add_edge("__start__", "echo")
+            .add_edge("reply", "__end__")
+            .add_edge("echo", "__end__");
         g
     }
 
@@ -1507,7 +1517,20 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
         let cfg = RunConfig::new("t");
         let mut heads = Vec::new();
         for i in 0..14 {
-            let out = graph.invoke(human(i), &cfg).await.unwrap();
+            let out = if i % 5 == 2 {
+                // A command's update: an input (NULL-task) write on the head.
+                let mut m = Message::new(MessageType::Human, format!("command {i}"));
+                m.id = Some(format!("c-{i}"));
+                graph
+                    .invoke(
+                        antler_graph::Command::new().update(Update::new().set(&MESSAGES, vec![m])),
+                        &cfg,
+                    )
+                    .await
+                    .unwrap()
+            } else {
+                graph.invoke(human(i), &cfg).await.unwrap()
+            };
             heads.push(out.checkpoint_id.unwrap());
             if i == 6 {
                 graph
@@ -1533,7 +1556,7 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
             .with_checkpointer(store.clone())
             .with_hot_cache(false);
         let ids = store.list_ids(&cfg.scope(), None, None).await.unwrap();
-        assert!(ids.len() > 40, "{}", ids.len());
+        assert!(ids.len() > 30, "{}", ids.len());
         let mut expected = Vec::new();
         for id in &ids {
             let one = cold
@@ -1558,6 +1581,12 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
             }
             assert_eq!(got, expected, "limit {limit}");
         }
+        let whole = cold.get_state_history(&cfg).await.unwrap();
+        let got: Vec<_> = whole
+            .iter()
+            .map(|s| (s.checkpoint_id.clone(), s.values.get(&MESSAGES).cloned()))
+            .collect();
+        assert_eq!(got, expected, "the whole history");
         // The whole thread as one page: ids list newest first across both branches, so the
         // main line and the fork each start a run (one walk each at most).
         store.take_walks();
@@ -1567,4 +1596,68 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
         let walks = store.take_walks();
         assert!(walks <= 2, "{walks} history walks for one page");
     }
+}
+
+/// A run on an addressed checkpoint drops the input (NULL-task) writes pending on it, so the
+/// first checkpoint of the new branch stores a snapshot of every delta channel those writes
+/// touched: a later history walk through the addressed checkpoint must not replay writes the
+/// run never applied. A cold `get_state` and a history page of the branch equal the live state.
+#[tokio::test]
+async fn a_fork_that_drops_pending_input_writes_snapshots_what_they_touched() {
+    use antler_graph::{Command, HistoryQuery};
+
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(50, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    let head = graph
+        .invoke(human(1), &cfg)
+        .await
+        .unwrap()
+        .checkpoint_id
+        .unwrap();
+    // A command's update is stored on the head as an input (NULL-task) write, then applied.
+    let mut extra = Message::new(MessageType::Human, "only on the first branch");
+    extra.id = Some("m".into());
+    graph
+        .invoke(
+            Command::new().update(Update::new().set(&MESSAGES, vec![extra])),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    // A new branch from that head: its run does not apply the command's write.
+    let forked = graph
+        .invoke(human(2), &cfg.clone().with_checkpoint(head))
+        .await
+        .unwrap();
+    let live = forked.values.get(&MESSAGES).cloned().unwrap();
+    assert!(live.iter().all(|m| m.id.as_deref() != Some("m")));
+    let cold = chat(50, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let at = cfg
+        .clone()
+        .with_checkpoint(forked.checkpoint_id.clone().unwrap());
+    let state = cold.get_state(&at).await.unwrap().unwrap();
+    assert_eq!(
+        state.values.get(&MESSAGES),
+        Some(&live),
+        "cold read == live"
+    );
+    let page = cold
+        .get_state_history_with(&cfg, &HistoryQuery::limit(3))
+        .await
+        .unwrap();
+    assert_eq!(page[0].checkpoint_id, forked.checkpoint_id.unwrap());
+    assert_eq!(
+        page[0].values.get(&MESSAGES),
+        Some(&live),
+        "history == live"
+    );
 }
