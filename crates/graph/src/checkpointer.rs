@@ -231,6 +231,19 @@ struct ThreadData {
     writes: HashMap<CheckpointId, BTreeMap<(String, TaskId, i64), PendingWrite>>,
 }
 
+/// A put of a value under a `(channel, version)` that already holds another value in the
+/// thread (versions must be unique within a thread, across branches).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "channel {channel} at version {version} already holds a different value; channel versions must be unique within a thread, across branches"
+)]
+pub struct VersionClash {
+    /// The channel.
+    pub channel: String,
+    /// The version.
+    pub version: u64,
+}
+
 /// An in-process checkpointer.
 #[derive(Default)]
 pub struct MemoryCheckpointer {
@@ -357,6 +370,22 @@ impl Checkpointer for MemoryCheckpointer {
                     source,
                 })?;
             checkpoint.values.insert(ch, Json::Array(list));
+        }
+        // Values are keyed by (channel, version): another value under a stored key would change
+        // what the other checkpoints holding that version read, so the put fails, storing nothing.
+        for (ch, value) in &checkpoint.values {
+            let v = checkpoint.versions.get(ch).copied().unwrap_or(0);
+            if t.blobs
+                .get(&(ch.clone(), v))
+                .is_some_and(|old| old != value)
+            {
+                return Err(crate::error::Error::Storage {
+                    source: Box::new(VersionClash {
+                        channel: ch.clone(),
+                        version: v,
+                    }),
+                });
+            }
         }
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);

@@ -26,6 +26,9 @@ use crate::types::{
 
 const INTERRUPT_SEEN: &str = "__interrupt__";
 
+/// The `versions_seen` entry (node and channel name) that carries a branch's version floor.
+pub(crate) const VERSION_FLOOR: &str = "__version_floor__";
+
 /// Live channels of a thread at one checkpoint.
 pub(crate) struct Live {
     pub(crate) chans: Vec<Box<dyn Channel>>,
@@ -165,7 +168,16 @@ impl Live {
             chans.push(ch);
         }
         let mut seen = BTreeMap::new();
+        let floor = rec
+            .versions_seen
+            .get(VERSION_FLOOR)
+            .and_then(|m| m.get(VERSION_FLOOR))
+            .copied()
+            .unwrap_or(0);
         for (node, m) in &rec.versions_seen {
+            if node == VERSION_FLOOR {
+                continue;
+            }
             let e: &mut BTreeMap<usize, u64> = seen.entry(node.clone()).or_default();
             for (c, v) in m {
                 if let Some(&i) = g.chan_idx.get(c.as_str()) {
@@ -181,7 +193,7 @@ impl Live {
         Ok(Self {
             chans,
             stored: versions.clone(),
-            floor: 0,
+            floor,
             versions,
             seen,
             updated,
@@ -271,7 +283,7 @@ impl Live {
                 values.insert(def.name.to_string(), j);
             }
         }
-        let versions_seen = self
+        let mut versions_seen: BTreeMap<String, BTreeMap<String, u64>> = self
             .seen
             .iter()
             .map(|(n, m)| {
@@ -283,6 +295,13 @@ impl Live {
                 )
             })
             .collect();
+        if self.floor > 0 {
+            // A branch's floor rides with its checkpoints (see `Live::next_version`).
+            versions_seen.insert(
+                VERSION_FLOOR.to_owned(),
+                BTreeMap::from([(VERSION_FLOOR.to_owned(), self.floor)]),
+            );
+        }
         let updated_channels = self.updated.as_ref().map(|u| {
             let mut v: Vec<String> = u.iter().map(|c| g.chans[*c].name.to_string()).collect();
             v.sort();
@@ -458,8 +477,12 @@ impl Live {
     /// per thread across branches. The reference gets that from a random fraction in every version;
     /// antler keeps plain counters (one or two bytes stored) and, when a run or `update_state`
     /// starts from an addressed older checkpoint (a new branch), sets `floor` to the greatest
-    /// version anywhere in the thread. A run from the thread's newest checkpoint needs no floor:
-    /// by induction that checkpoint holds the thread's greatest version.
+    /// version anywhere in the thread. The floor is stored with every checkpoint of the branch
+    /// (a `versions_seen` entry under [`VERSION_FLOOR`]), because the branch's newest checkpoint
+    /// need not hold a version above it: a fork that changes nothing (an empty `update_state`)
+    /// keeps the old checkpoint's versions, and a plain run continuing from it would otherwise
+    /// reuse versions of the other branch. With it, by induction, a run from the thread's newest
+    /// checkpoint allocates versions above every version in the thread.
     pub(crate) fn next_version(&self) -> u64 {
         self.versions
             .iter()

@@ -1661,3 +1661,128 @@ async fn a_fork_that_drops_pending_input_writes_snapshots_what_they_touched() {
         "history == live"
     );
 }
+
+/// A fork that changes nothing (an empty `update_state` on an old checkpoint) becomes the
+/// thread's newest checkpoint without holding a version above the other branch; plain runs
+/// continuing from it still allocate versions above every version of the thread (the branch's
+/// floor is stored with its checkpoints), so nothing collides, on the in-process checkpointer
+/// and through a saver, and the first branch still reads as it did.
+#[tokio::test]
+async fn a_fork_that_changes_nothing_keeps_its_branch_above_the_other_versions() {
+    let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
+        antler_checkpoint::StoreConfig::delta(
+            antler_checkpoint::SnapshotFrequency::new(3).unwrap(),
+        ),
+    ));
+    for store in [
+        Arc::new(MemoryCheckpointer::new()) as Arc<dyn antler_graph::Checkpointer>,
+        Arc::new(antler_graph::SaverCheckpointer::new(saver)),
+    ] {
+        let graph = chat(3, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        let mut heads = Vec::new();
+        for i in 0..4 {
+            heads.push(
+                graph
+                    .invoke(human(i), &cfg)
+                    .await
+                    .unwrap()
+                    .checkpoint_id
+                    .unwrap(),
+            );
+        }
+        let first_branch = cfg.clone().with_checkpoint(heads[3].clone());
+        let before = graph
+            .get_state(&first_branch)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned();
+        graph
+            .update_state(
+                &cfg.clone().with_checkpoint(heads[0].clone()),
+                Update::new(),
+                None,
+            )
+            .await
+            .unwrap();
+        for i in 10..14 {
+            graph.invoke(human(i), &cfg).await.unwrap();
+        }
+        let state = graph.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(state.values.get(&MESSAGES).map(Vec::len), Some(2 + 8));
+        let cold = chat(3, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store)
+            .with_hot_cache(false);
+        let read = |s: antler_graph::StateSnapshot| s.values.get(&MESSAGES).cloned();
+        assert_eq!(
+            read(cold.get_state(&first_branch).await.unwrap().unwrap()),
+            before
+        );
+        assert_eq!(
+            read(cold.get_state(&cfg).await.unwrap().unwrap()),
+            state.values.get(&MESSAGES).cloned()
+        );
+    }
+}
+
+/// The in-process checkpointer refuses a value under a (channel, version) that holds another
+/// value, storing nothing, as the savers do.
+#[tokio::test]
+async fn the_in_process_checkpointer_refuses_a_version_clash() {
+    use antler_graph::{CheckpointId, CheckpointRecord, Checkpointer, Scope, Source};
+    use serde_json::json;
+
+    let store = MemoryCheckpointer::new();
+    let scope = Scope::root("t");
+    let record = |id: &str, value: serde_json::Value| CheckpointRecord {
+        id: CheckpointId::new(id),
+        parent: None,
+        step: -1,
+        source: Source::Input,
+        values: [("a".to_owned(), value)].into_iter().collect(),
+        versions: [("a".to_owned(), 1)].into_iter().collect(),
+        versions_seen: Default::default(),
+        updated_channels: None,
+        new_versions: ["a".to_owned()].into_iter().collect(),
+        counters: Default::default(),
+        encoded_lists: Default::default(),
+    };
+    store
+        .put(&scope, record("1", json!("first")))
+        .await
+        .unwrap();
+    // The same value again is fine.
+    store
+        .put(&scope, record("2", json!("first")))
+        .await
+        .unwrap();
+    let err = store
+        .put(&scope, record("3", json!("second")))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("already holds a different value"),
+        "{err}"
+    );
+    assert!(
+        store
+            .get_tuple(&scope, Some(&CheckpointId::new("3")))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let kept = store
+        .get_tuple(&scope, Some(&CheckpointId::new("1")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.checkpoint.values["a"], json!("first"));
+}
