@@ -322,6 +322,16 @@ pub(crate) fn runs_of_rows(blobs: &[BlobRow], writes: &[WriteRow]) -> Vec<(u64, 
     )
 }
 
+/// What a raw scan of a thread's stored message bodies read (see `SqliteSaver::body_scan` and
+/// `PostgresSaver::body_scan`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BodyScan {
+    /// Bodies read.
+    pub rows: u64,
+    /// Their stored bytes.
+    pub bytes: u64,
+}
+
 /// Payload bytes stored for one thread, by table; keys and row overhead excluded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StorageStats {

@@ -88,7 +88,7 @@ mod sqlite;
 pub mod testing;
 
 pub use blob::{Blob, MessagesBlob, MessagesKind};
-pub use engine::StorageStats;
+pub use engine::{BodyScan, StorageStats};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
     ChannelName, ChannelVersion, CheckpointId, CheckpointNs, NULL_TASK_ID, NodeName,

@@ -14,8 +14,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan, ScanArg,
-    StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
+    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    ScanArg, StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
     unreferenced,
 };
 use crate::error::{Error, Result};
@@ -1274,6 +1274,33 @@ impl PostgresSaver {
     /// [`Error::Backend`] on SQL failure.
     pub async fn storage_stats(&self, thread: &ThreadId) -> Result<StorageStats> {
         self.engine.stats(thread).await
+    }
+
+    /// Reads every stored message body of `thread` in one prepared query on a pool connection,
+    /// without checking or decoding it: the storage floor under any read that needs the bodies
+    /// (on a freshly opened saver, it includes preparing the statement on a new connection).
+    /// Benchmarks time it next to a cold `get_tuple`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] on SQL failure.
+    pub async fn body_scan(&self, thread: &ThreadId) -> Result<BodyScan> {
+        let b = &self.engine.backend;
+        let ctx = format!("postgres: thread {thread}: scanning bodies");
+        let c = b.client(&ctx).await?;
+        let st = c
+            .prepare_cached(
+                &b.sql("SELECT body FROM {s}.messages WHERE thread_id = $1 ORDER BY seq"),
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let rows = c
+            .query(&st, &[&thread.as_str()])
+            .await
+            .map_err(pg_err(ctx))?;
+        Ok(BodyScan {
+            rows: rows.len() as u64,
+            bytes: rows.iter().map(|r| r.get::<_, &[u8]>(0).len() as u64).sum(),
+        })
     }
 
     /// `pg_column_size` of every row of the thread, summed over the tables (what PostgreSQL

@@ -250,6 +250,35 @@ impl Store {
         })
     }
 
+    /// Median of 20 raw scans of the thread's message bodies, each through a freshly opened
+    /// saver (`body_scan`), and what the last one read; `None` for the memory saver.
+    async fn body_scan_cold(
+        &self,
+        config: StoreConfig,
+        thread: &ThreadId,
+    ) -> Result<Option<(f64, antler::checkpoint::BodyScan)>, BoxError> {
+        let mut times = Vec::new();
+        let mut last = None;
+        for _ in 0..20 {
+            let (began, scan) = match self {
+                Store::Memory(_) => return Ok(None),
+                Store::Sqlite(_, path, _) => {
+                    let fresh = SqliteSaver::open(path, config).await?;
+                    let began = Instant::now();
+                    (began, fresh.body_scan(thread).await?)
+                }
+                Store::Postgres(_, options) => {
+                    let fresh = PostgresSaver::connect(options.clone(), config).await?;
+                    let began = Instant::now();
+                    (began, fresh.body_scan(thread).await?)
+                }
+            };
+            times.push(began.elapsed().as_secs_f64() * 1e3);
+            last = Some(scan);
+        }
+        Ok(last.map(|scan| (median(&times), scan)))
+    }
+
     /// The store's own size figures for the thread (SQLite's file after `VACUUM`, PostgreSQL's
     /// `pg_column_size`), taken before anything but the workload has written.
     async fn sizes(
@@ -610,6 +639,12 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         "compression".into(),
         json!("none (payload bytes are uncompressed)"),
     );
+    if let Some((ms, scan)) = store.body_scan_cold(o.store_config(), &thread).await? {
+        // The storage floor under a cold read: every body of the thread, fetched raw.
+        out.insert("bodies_scan_ms_cold".into(), json!(ms));
+        out.insert("bodies_scan_rows".into(), json!(scan.rows));
+        out.insert("bodies_scan_bytes".into(), json!(scan.bytes));
+    }
     store.sizes(&mut out, &thread).await?;
     if o.driver == Driver::Graph {
         // Last: these add turns and forks to the thread.
@@ -1006,6 +1041,24 @@ mod tests {
                                 )
                                 .await?;
                                 assert!(h.invoke_ms > 0.0 && h.page10_ms > 0.0 && h.fork_ms > 0.0);
+                            }
+                            // The raw body scan reads every body the workload stored (two per
+                            // turn; the saver driver stores full-mode lists as whole values, no
+                            // bodies); the memory saver has none to scan.
+                            let scan = store.body_scan_cold(o.store_config(), &thread).await?;
+                            match (saver, scan) {
+                                ("memory", None) => {}
+                                ("sqlite", Some((_, scan)))
+                                    if driver == "saver" && mode == "full" =>
+                                {
+                                    assert_eq!(scan.rows, 0, "{args:?}");
+                                }
+                                ("sqlite", Some((ms, scan))) => {
+                                    assert!(ms > 0.0);
+                                    assert!(scan.rows >= 2 * 23, "{args:?}: {scan:?}");
+                                    assert!(scan.bytes > 400 * scan.rows, "{args:?}: {scan:?}");
+                                }
+                                other => panic!("{args:?}: {other:?}"),
                             }
                             store.close().await?;
                             Ok::<_, BoxError>(m)
