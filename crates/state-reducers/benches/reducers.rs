@@ -134,6 +134,10 @@ fn serde(c: &mut Criterion) {
                 .collect::<Vec<_>>()
         });
     });
+    // What savers' readers call: the byte-exact fast path for plain messages, serde otherwise.
+    group.bench_function("decode_messages_workload_4000", |b| {
+        b.iter(|| antler_state_reducers::decode_messages(&workload).map(|l| l.len()));
+    });
     group.throughput(Throughput::Elements(messages.len() as u64));
     // The general path (any JSON value, then coercion), for comparison.
     group.bench_function("decode_1000_via_value", |b| {
