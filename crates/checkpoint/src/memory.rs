@@ -81,6 +81,26 @@ impl MemoryBackend {
     }
 }
 
+/// The stored blobs of `keys` (absent keys left out).
+fn blob_rows(
+    t: &Tables,
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+    keys: &[(ChannelName, ChannelVersion)],
+) -> Vec<BlobRow> {
+    keys.iter()
+        .filter_map(|(c, v)| {
+            t.blobs
+                .get(&(thread.clone(), ns.clone(), c.clone(), *v))
+                .map(|data| BlobRow {
+                    channel: c.clone(),
+                    version: *v,
+                    data: data.clone(),
+                })
+        })
+        .collect()
+}
+
 fn check_guard(t: &Tables, thread: &ThreadId, guard: IndexGuard) -> Result<()> {
     guard.check(thread, t.epochs.get(thread).copied().unwrap_or(0))
 }
@@ -201,19 +221,7 @@ impl Backend for MemoryBackend {
         ns: &CheckpointNs,
         keys: &[(ChannelName, ChannelVersion)],
     ) -> Result<Vec<BlobRow>> {
-        let t = self.lock();
-        Ok(keys
-            .iter()
-            .filter_map(|(c, v)| {
-                t.blobs
-                    .get(&(thread.clone(), ns.clone(), c.clone(), *v))
-                    .map(|data| BlobRow {
-                        channel: c.clone(),
-                        version: *v,
-                        data: data.clone(),
-                    })
-            })
-            .collect())
+        Ok(blob_rows(&self.lock(), thread, ns, keys))
     }
 
     async fn checkpoint_blobs(
@@ -228,19 +236,7 @@ impl Backend for MemoryBackend {
         let Some(cp) = t.checkpoints.get(&k).map(|v| row(&k, v)) else {
             return Ok(None);
         };
-        let blobs = keys
-            .iter()
-            .filter_map(|(c, v)| {
-                t.blobs
-                    .get(&(thread.clone(), ns.clone(), c.clone(), *v))
-                    .map(|data| BlobRow {
-                        channel: c.clone(),
-                        version: *v,
-                        data: data.clone(),
-                    })
-            })
-            .collect();
-        Ok(Some((cp, blobs)))
+        Ok(Some((cp, blob_rows(&t, thread, ns, keys))))
     }
 
     async fn writes(

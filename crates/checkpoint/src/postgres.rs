@@ -359,6 +359,34 @@ const CP_BY_ID_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FR
 const CP_LATEST_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
   WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY checkpoint_id DESC LIMIT 1";
 
+/// `keys` as the channel and version arrays the blob statements take.
+fn key_arrays(keys: &[(ChannelName, ChannelVersion)]) -> Result<(Vec<&str>, Vec<i64>)> {
+    let channels = keys.iter().map(|(c, _)| c.as_str()).collect();
+    let versions = keys
+        .iter()
+        .map(|(_, v)| i64_of(v.get(), "channel version"))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((channels, versions))
+}
+
+/// The checkpoint row of a statement that tells rows apart by its first column (columns 1–4:
+/// id, parent, record, metadata; [`HEAD_SQL`], [`CHECKPOINT_BLOBS_SQL`]).
+fn union_row(
+    r: &tokio_postgres::Row,
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+) -> Result<CheckpointRow> {
+    let parent: Option<&[u8]> = r.get(2);
+    Ok(CheckpointRow {
+        thread_id: thread.clone(),
+        ns: ns.clone(),
+        id: id_from(thread.as_str(), r.get(1))?,
+        parent: parent.map(|p| id_from(thread.as_str(), p)).transpose()?,
+        record: r.get(3),
+        metadata: r.get(4),
+    })
+}
+
 /// The value blobs of `keys` as rows of the prepared [`BLOBS_SQL`].
 async fn read_blobs(
     c: &deadpool_postgres::Object,
@@ -368,11 +396,7 @@ async fn read_blobs(
     keys: &[(ChannelName, ChannelVersion)],
     ctx: String,
 ) -> Result<Vec<BlobRow>> {
-    let channels: Vec<&str> = keys.iter().map(|(c, _)| c.as_str()).collect();
-    let versions = keys
-        .iter()
-        .map(|(_, v)| i64_of(v.get(), "channel version"))
-        .collect::<Result<Vec<_>>>()?;
+    let (channels, versions) = key_arrays(keys)?;
     let rows = c
         .query(st, &[&thread.as_str(), &ns.as_str(), &channels, &versions])
         .await
@@ -601,11 +625,7 @@ impl Backend for PgBackend {
             .prepare_cached(&self.hot.checkpoint_blobs)
             .await
             .map_err(pg_err(ctx.clone()))?;
-        let channels: Vec<&str> = keys.iter().map(|(c, _)| c.as_str()).collect();
-        let versions = keys
-            .iter()
-            .map(|(_, v)| i64_of(v.get(), "channel version"))
-            .collect::<Result<Vec<_>>>()?;
+        let (channels, versions) = key_arrays(keys)?;
         let rows = c
             .query(
                 &st,
@@ -623,15 +643,7 @@ impl Backend for PgBackend {
         let mut blobs = Vec::new();
         for r in &rows {
             if r.get::<_, i16>(0) == 0 {
-                let parent: Option<&[u8]> = r.get(2);
-                row = Some(CheckpointRow {
-                    thread_id: thread.clone(),
-                    ns: ns.clone(),
-                    id: id_from(thread.as_str(), r.get(1))?,
-                    parent: parent.map(|p| id_from(thread.as_str(), p)).transpose()?,
-                    record: r.get(3),
-                    metadata: r.get(4),
-                });
+                row = Some(union_row(r, thread, ns)?);
             } else {
                 blobs.push(BlobRow {
                     channel: ChannelName::new(r.get::<_, String>(5)),
@@ -735,15 +747,7 @@ impl Backend for PgBackend {
         for r in &rows {
             if r.get::<_, i16>(0) == 0 {
                 epoch = u64_of(r.get(6), "thread epoch")?;
-                let parent: Option<&[u8]> = r.get(2);
-                row = Some(CheckpointRow {
-                    thread_id: thread.clone(),
-                    ns: ns.clone(),
-                    id: id_from(thread.as_str(), r.get(1))?,
-                    parent: parent.map(|p| id_from(thread.as_str(), p)).transpose()?,
-                    record: r.get(3),
-                    metadata: r.get(4),
-                });
+                row = Some(union_row(r, thread, ns)?);
             } else {
                 pending.push((
                     TaskId::new(r.get::<_, String>(5)),
