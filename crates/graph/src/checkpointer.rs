@@ -389,7 +389,11 @@ impl Checkpointer for MemoryCheckpointer {
         }
         for (ch, value) in std::mem::take(&mut checkpoint.values) {
             let v = checkpoint.versions.get(&ch).copied().unwrap_or(0);
-            t.stored_by.insert((ch.clone(), v), checkpoint.id.clone());
+            // The first checkpoint to store a value stays its owner (the walk's seed), also
+            // when an identical value is put again.
+            t.stored_by
+                .entry((ch.clone(), v))
+                .or_insert_with(|| checkpoint.id.clone());
             t.blobs.insert((ch, v), value);
         }
         t.checkpoints.insert(checkpoint.id.clone(), checkpoint);

@@ -995,13 +995,31 @@ async fn run_inner(
     };
     if explicit && let Some(cp) = cp {
         // Time travel starts a new branch: its versions must exceed every version of the thread.
-        live.floor = thread_max_version(cp, scope).await?;
+        live.floor = live.floor.max(thread_max_version(cp, scope).await?);
     }
     persist.stored_head.clone_from(&ckpt_id);
     let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
     let mut step = meta_step + 1;
     let stop = step + limit + 1;
-    let replay = explicit && matches!(input, Input::Continue);
+    // Time travel that is not a resume saves a fork checkpoint first (runtime-spec §2.2): a
+    // replay, and a command without a resume value (its update or goto starts the new branch).
+    let replay = explicit
+        && match &input {
+            Input::Continue => true,
+            Input::Command(c) => c.resume.is_none(),
+            Input::Values(_) => false,
+        };
+    // Whether that fork checkpoint will be saved: not when the addressed checkpoint is the
+    // thread's newest and itself a fork or an update (it has no children to keep apart from).
+    let fork_saved = if replay {
+        let newest = match cp {
+            Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id),
+            None => None,
+        };
+        !(newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork)))
+    } else {
+        false
+    };
     if replay || matches!(input, Input::Values(_)) {
         // Pending writes of the loaded checkpoint that this run will not apply.
         force_unreplayed(g, &mut live, &pending);
@@ -1048,7 +1066,21 @@ async fn run_inner(
             Some(Resume::Map(m)) => shared.map.clone_from(m),
             None => {}
         }
-        if let Some(id) = &ckpt_id
+        if fork_saved {
+            // The writes are applied here and stored with the fork checkpoint (the delta
+            // channels they touch as snapshots), never attached to the addressed checkpoint:
+            // its existing children's history walks pass through it and would replay them.
+            let touched: Vec<PendingWrite> = null_writes
+                .iter()
+                .map(|(channel, value)| PendingWrite {
+                    task_id: TaskId::new(NULL_TASK_ID),
+                    task_path: String::new(),
+                    channel: channel.clone(),
+                    value: value.clone(),
+                })
+                .collect();
+            force_snapshots(g, &mut live, &touched);
+        } else if let Some(id) = &ckpt_id
             && !null_writes.is_empty()
         {
             persist
@@ -1101,28 +1133,20 @@ async fn run_inner(
     if resuming {
         mark_interrupt_seen(&mut live);
         dirty = true;
-        if replay {
-            let newest = match cp {
-                Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id),
-                None => None,
-            };
-            let direct =
-                newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork));
-            if !direct {
-                let id = save_checkpoint(
-                    g,
-                    &mut live,
-                    persist,
-                    em,
-                    ckpt_id.clone(),
-                    step,
-                    Source::Fork,
-                )
-                .await?;
-                dirty = false;
-                ckpt_id = Some(id);
-                step += 1;
-            }
+        if fork_saved {
+            let id = save_checkpoint(
+                g,
+                &mut live,
+                persist,
+                em,
+                ckpt_id.clone(),
+                step,
+                Source::Fork,
+            )
+            .await?;
+            dirty = false;
+            ckpt_id = Some(id);
+            step += 1;
         }
     } else if let Input::Values(u) = &input {
         // Any value input maps to a write of `__start__`, an empty one too (the reference's
@@ -1797,7 +1821,7 @@ pub(crate) async fn update_state(
     };
     if cfg.checkpoint_id.is_some() {
         // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).
-        live.floor = thread_max_version(cp, &cfg.scope()).await?;
+        live.floor = live.floor.max(thread_max_version(cp, &cfg.scope()).await?);
     }
     if let Some(t) = &saved {
         // update_state does not apply the head's pending step.

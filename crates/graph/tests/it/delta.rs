@@ -1786,3 +1786,71 @@ async fn the_in_process_checkpointer_refuses_a_version_clash() {
         .unwrap();
     assert_eq!(kept.checkpoint.values["a"], json!("first"));
 }
+
+/// A command's update on an addressed checkpoint starts a new branch at a fork checkpoint
+/// (runtime-spec §2.2) and is stored with it, not attached to the addressed checkpoint:
+/// the checkpoint's existing children read what they read before (their history walks pass
+/// through it), and the new branch reads the update, cold as live.
+#[tokio::test]
+async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
+    use antler_graph::Command;
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = chat(50, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    let h = graph
+        .invoke(human(1), &cfg)
+        .await
+        .unwrap()
+        .checkpoint_id
+        .unwrap();
+    let c = graph.invoke(human(2), &cfg).await.unwrap();
+    let before = c.values.get(&MESSAGES).cloned();
+    let mut m = Message::new(MessageType::Human, "late");
+    m.id = Some("late".into());
+    let branch = graph
+        .invoke(
+            Command::new().update(Update::new().set(&MESSAGES, vec![m])),
+            &cfg.clone().with_checkpoint(h.clone()),
+        )
+        .await
+        .unwrap();
+    let live = branch.values.get(&MESSAGES).cloned().unwrap();
+    assert!(live.iter().any(|m| m.id.as_deref() == Some("late")));
+    let cold = chat(50, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let at = cfg.clone().with_checkpoint(c.checkpoint_id.unwrap());
+    let got = cold.get_state(&at).await.unwrap().unwrap();
+    assert_eq!(got.values.get(&MESSAGES).cloned(), before);
+    let at = cfg.clone().with_checkpoint(branch.checkpoint_id.unwrap());
+    let got = cold.get_state(&at).await.unwrap().unwrap();
+    assert_eq!(got.values.get(&MESSAGES), Some(&live));
+    // The addressed checkpoint carries no write of the update, and the branch starts with a
+    // fork.
+    use antler_graph::Checkpointer;
+    let scope = cfg.scope();
+    let addressed = store.get_tuple(&scope, Some(&h)).await.unwrap().unwrap();
+    assert!(
+        addressed
+            .pending_writes
+            .iter()
+            .all(|w| !w.value.to_string().contains("late")),
+        "{:?}",
+        addressed.pending_writes
+    );
+    let forks: Vec<_> = store
+        .list(&scope)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.checkpoint.source == antler_graph::Source::Fork)
+        .collect();
+    assert_eq!(forks.len(), 1);
+    assert_eq!(forks[0].checkpoint.parent.as_ref(), Some(&h));
+}
