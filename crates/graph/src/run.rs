@@ -29,6 +29,10 @@ const INTERRUPT_SEEN: &str = "__interrupt__";
 /// The `versions_seen` entry (node and channel name) that carries a branch's version floor.
 pub(crate) const VERSION_FLOOR: &str = "__version_floor__";
 
+/// The `versions_seen` entry whose channels have a forced snapshot waiting for their first
+/// version on the branch.
+pub(crate) const FORCED_SNAPSHOTS: &str = "__forced_snapshots__";
+
 /// Live channels of a thread at one checkpoint.
 pub(crate) struct Live {
     pub(crate) chans: Vec<Box<dyn Channel>>,
@@ -174,8 +178,17 @@ impl Live {
             .and_then(|m| m.get(VERSION_FLOOR))
             .copied()
             .unwrap_or(0);
+        if let Some(waiting) = rec.versions_seen.get(FORCED_SNAPSHOTS) {
+            for name in waiting.keys() {
+                if let Some(&i) = g.chan_idx.get(name.as_str())
+                    && let Some(d) = chans[i].delta()
+                {
+                    d.forced = true;
+                }
+            }
+        }
         for (node, m) in &rec.versions_seen {
-            if node == VERSION_FLOOR {
+            if node == VERSION_FLOOR || node == FORCED_SNAPSHOTS {
                 continue;
             }
             let e: &mut BTreeMap<usize, u64> = seen.entry(node.clone()).or_default();
@@ -301,6 +314,20 @@ impl Live {
                 VERSION_FLOOR.to_owned(),
                 BTreeMap::from([(VERSION_FLOOR.to_owned(), self.floor)]),
             );
+        }
+        // A snapshot forced while the channel had no version waits for its first write; the
+        // wait rides with the checkpoints too, so a process that loads the branch cold still
+        // snapshots there (no walk may go past it into writes the branch dropped).
+        let mut waiting = BTreeMap::new();
+        for (i, def) in g.chans.iter().enumerate() {
+            if let Some(d) = self.chans[i].delta()
+                && d.forced
+            {
+                waiting.insert(def.name.to_string(), 1);
+            }
+        }
+        if !waiting.is_empty() {
+            versions_seen.insert(FORCED_SNAPSHOTS.to_owned(), waiting);
         }
         let updated_channels = self.updated.as_ref().map(|u| {
             let mut v: Vec<String> = u.iter().map(|c| g.chans[*c].name.to_string()).collect();

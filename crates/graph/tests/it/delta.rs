@@ -1854,3 +1854,82 @@ async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
     assert_eq!(forks.len(), 1);
     assert_eq!(forks[0].checkpoint.parent.as_ref(), Some(&h));
 }
+
+/// A snapshot forced while the delta channel has no version (a fork dropping a command's
+/// update to a channel the branch has not written yet) waits for the branch's first write,
+/// and the wait is stored with the branch's checkpoints: a process that loads the branch cold
+/// and writes the channel still snapshots there, so no history walk replays the dropped update.
+#[tokio::test]
+async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
+    use antler_graph::Command;
+    const OTHER: Key<i64> = Key::from_static("other");
+    fn graph_with_other() -> StateGraph {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+            .unwrap();
+        g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
+        // Writes messages only once `other` reaches 5.
+        g.add_node("reply", |s: State, _c| async move {
+            let n = s.get(&OTHER).copied().unwrap_or(0);
+            Ok(if n >= 5 {
+                Update::new().set(&MESSAGES, vec![ai(Some(&format!("ai-{n}")), "reply")])
+            } else {
+                Update::new()
+            })
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g
+    }
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = graph_with_other()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let p = graph
+        .invoke(Update::new().set(&OTHER, 1), &cfg)
+        .await
+        .unwrap()
+        .checkpoint_id
+        .unwrap();
+    // A command's update on the head: the channel's first write on this branch.
+    let mut m = Message::new(MessageType::Human, "dropped");
+    m.id = Some("dropped".into());
+    graph
+        .invoke(
+            Command::new().update(Update::new().set(&MESSAGES, vec![m])),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    // A new branch from the checkpoint the command's write is pending on; the channel has
+    // no version there, and the branch writes it only later, from a cold process.
+    graph
+        .invoke(
+            Update::new().set(&OTHER, 2),
+            &cfg.clone().with_checkpoint(p),
+        )
+        .await
+        .unwrap();
+    let cold_writer = graph_with_other()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let out = cold_writer
+        .invoke(Update::new().set(&OTHER, 5), &cfg)
+        .await
+        .unwrap();
+    let out = cold_writer
+        .invoke(Update::new().set(&OTHER, 6), &cfg)
+        .await
+        .unwrap();
+    let live = out.values.get(&MESSAGES).cloned().unwrap();
+    assert!(
+        live.iter().all(|m| m.id.as_deref() != Some("dropped")),
+        "{live:?}"
+    );
+    let state = cold_writer.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(state.values.get(&MESSAGES), Some(&live));
+}
