@@ -1917,7 +1917,7 @@ async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
         .unwrap()
         .with_checkpointer(store.clone())
         .with_hot_cache(false);
-    let out = cold_writer
+    cold_writer
         .invoke(Update::new().set(&OTHER, 5), &cfg)
         .await
         .unwrap();
