@@ -113,6 +113,9 @@ const WELL_KNOWN_NAMES: &[&str] = &[
     "agent",
     "tools",
     "model",
+    // The graph runtime's branch bookkeeping in `versions_seen` (appended 2026-11-30).
+    "__version_floor__",
+    "__forced_snapshots__",
 ];
 
 #[derive(Default)]
