@@ -1053,17 +1053,22 @@ async fn run_inner(
     }
     if explicit {
         // Time travel: writes saved by the original run are not reused, stale resume values dropped.
-        // Input (NULL-task) writes pending on the checkpoint are dropped either way, so the
-        // delta channels they touch snapshot too: a walk through the checkpoint would replay them.
-        force_snapshots(
-            g,
-            &mut live,
-            pending
-                .iter()
-                .filter(|w| w.task_id.as_str() == NULL_TASK_ID),
-        );
+        // A replay that saves no fork (the addressed checkpoint is the thread's newest fork or
+        // update) keeps the checkpoint's own pending input, as a run on the head does. Otherwise
+        // input (NULL-task) writes pending on the checkpoint are dropped, so the delta channels
+        // they touch snapshot too: a walk through the checkpoint would replay them.
+        let keep_input = replay && !fork_saved;
+        if !keep_input {
+            force_snapshots(
+                g,
+                &mut live,
+                pending
+                    .iter()
+                    .filter(|w| w.task_id.as_str() == NULL_TASK_ID),
+            );
+        }
         if replay {
-            pending.clear();
+            pending.retain(|w| keep_input && w.task_id.as_str() == NULL_TASK_ID);
         } else {
             pending.retain(|w| w.task_id.as_str() != NULL_TASK_ID);
         }
@@ -1110,8 +1115,17 @@ async fn run_inner(
         } else if let Some(id) = &ckpt_id
             && !null_writes.is_empty()
         {
+            // The checkpoint's input accumulates: regular writes are stored insert-if-absent by
+            // position, so the new ones go after those already pending (stored in that order,
+            // each batch with its regular writes first and the resume value, an upsert, last).
+            let mut all: Vec<(String, Json)> = pending
+                .iter()
+                .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
+                .map(|w| (w.channel.clone(), w.value.clone()))
+                .collect();
+            all.extend(null_writes.iter().cloned());
             persist
-                .put_writes(id, &TaskId::new(NULL_TASK_ID), "", null_writes.clone())
+                .put_writes(id, &TaskId::new(NULL_TASK_ID), "", all)
                 .await?;
         }
         for (channel, value) in null_writes {

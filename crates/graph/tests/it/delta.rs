@@ -1933,3 +1933,57 @@ async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
     let state = cold_writer.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(state.values.get(&MESSAGES), Some(&live));
 }
+
+/// Commands whose update runs no node leave it pending on the checkpoint as input; a second
+/// one adds to it instead of being dropped by the store (regular writes are insert-if-absent
+/// by position), on the head and on the thread's newest update checkpoint addressed by id, so
+/// a cold read equals the live state.
+#[tokio::test]
+async fn commands_that_run_nothing_accumulate_their_input() {
+    use antler_graph::Command;
+    fn idle() -> StateGraph {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+            .unwrap();
+        g.add_node("reply", |_s: State, _c| async move { Ok(Update::new()) });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g
+    }
+    fn command(id: &str) -> Command {
+        let mut m = Message::new(MessageType::Human, id);
+        m.id = Some(id.into());
+        Command::new().update(Update::new().set(&MESSAGES, vec![m]))
+    }
+    for addressed in [false, true] {
+        let store = Arc::new(MemoryCheckpointer::new());
+        let graph = idle().compile().unwrap().with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        graph.invoke(human(0), &cfg).await.unwrap();
+        let mut at = cfg.clone();
+        if addressed {
+            // The newest checkpoint, an update: a run on it by id saves no fork.
+            let u = graph.update_state(&cfg, human(1), None).await.unwrap();
+            at = cfg.clone().with_checkpoint(u);
+        }
+        graph.invoke(command("x"), &at).await.unwrap();
+        let out = graph.invoke(command("y"), &at).await.unwrap();
+        let live = out.values.get(&MESSAGES).cloned().unwrap();
+        let ids: Vec<_> = live.iter().filter_map(|m| m.id.clone()).collect();
+        assert!(
+            ids.ends_with(&["x".to_owned(), "y".to_owned()]),
+            "addressed {addressed}: {ids:?}"
+        );
+        let cold = idle()
+            .compile()
+            .unwrap()
+            .with_checkpointer(store)
+            .with_hot_cache(false);
+        let state = cold.get_state(&at).await.unwrap().unwrap();
+        assert_eq!(
+            state.values.get(&MESSAGES),
+            Some(&live),
+            "addressed {addressed}"
+        );
+    }
+}
