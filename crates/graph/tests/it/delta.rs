@@ -1987,3 +1987,75 @@ async fn commands_that_run_nothing_accumulate_their_input() {
         );
     }
 }
+
+/// The command-fork path with a goto, under every durability mode, through the in-process
+/// checkpointer and through a saver: the goto's node runs on the new branch, the addressed
+/// checkpoint's old child reads as before, and a cold read of the branch equals the run's
+/// result.
+#[tokio::test]
+async fn a_goto_command_on_an_addressed_checkpoint_runs_on_a_new_branch() {
+    use antler_graph::{Command, Durability};
+    let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
+        antler_checkpoint::StoreConfig::delta(
+            antler_checkpoint::SnapshotFrequency::new(50).unwrap(),
+        ),
+    ));
+    let stores: [Arc<dyn antler_graph::Checkpointer>; 2] = [
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(antler_graph::SaverCheckpointer::new(saver)),
+    ];
+    for (k, store) in stores.into_iter().enumerate() {
+        for (d, durability) in [Durability::Sync, Durability::Async, Durability::Exit]
+            .into_iter()
+            .enumerate()
+        {
+            let graph = chat(50, true)
+                .compile()
+                .unwrap()
+                .with_checkpointer(store.clone());
+            let cfg = RunConfig::new(format!("t{k}{d}")).with_durability(durability);
+            graph.invoke(human(0), &cfg).await.unwrap();
+            let h = graph
+                .invoke(human(1), &cfg)
+                .await
+                .unwrap()
+                .checkpoint_id
+                .unwrap();
+            let child = graph.invoke(human(2), &cfg).await.unwrap();
+            let mut m = Message::new(MessageType::Human, "again");
+            m.id = Some("again".into());
+            let out = graph
+                .invoke(
+                    Command::new()
+                        .update(Update::new().set(&MESSAGES, vec![m]))
+                        .goto("reply"),
+                    &cfg.clone().with_checkpoint(h),
+                )
+                .await
+                .unwrap();
+            let live = out.values.get(&MESSAGES).cloned().unwrap();
+            let ids: Vec<_> = live.iter().filter_map(|m| m.id.clone()).collect();
+            // The update, then the reply the goto ran (its id counts the messages it saw).
+            assert_eq!(
+                ids[ids.len() - 2..],
+                ["again".to_owned(), "ai-5".to_owned()],
+                "{durability:?}: {ids:?}"
+            );
+            let cold = chat(50, true)
+                .compile()
+                .unwrap()
+                .with_checkpointer(store.clone())
+                .with_hot_cache(false);
+            let branch = cfg.clone().with_checkpoint(out.checkpoint_id.unwrap());
+            let state = cold.get_state(&branch).await.unwrap().unwrap();
+            assert_eq!(state.values.get(&MESSAGES), Some(&live), "{durability:?}");
+            let old = cfg.clone().with_checkpoint(child.checkpoint_id.unwrap());
+            let state = cold.get_state(&old).await.unwrap().unwrap();
+            assert_eq!(
+                state.values.get(&MESSAGES),
+                child.values.get(&MESSAGES),
+                "{durability:?}"
+            );
+        }
+    }
+}
