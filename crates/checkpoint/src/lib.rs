@@ -30,6 +30,8 @@
 //!    A runtime that already holds the thread's channel values (a hot cache)
 //!    reads the head with [`Saver::get_tuple_without_values`] instead: the same
 //!    tuple without `channel_values`, at a cost that does not grow with the thread.
+//!    A runtime whose records list only the channels a step changed reads the
+//!    values its ancestors stored by key, with [`Saver::get_channel_values`].
 //! 2. **Tasks**: each finished task's writes go to `put_writes` against the
 //!    checkpoint the step *started from*, with its task id and task path.
 //!    Delta-channel writes are [`delta::DeltaWrite::to_blob`] after

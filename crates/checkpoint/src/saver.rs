@@ -169,6 +169,30 @@ pub trait Saver: Send + Sync {
     /// path, so an ancestor listing a channel below the wanted version ends the search for
     /// that key); it finds only keys stored on that path.
     ///
+    /// ```
+    /// use antler_checkpoint::{Blob, ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, Saver, StoreConfig};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
+    /// let saver = MemorySaver::new(StoreConfig::full());
+    /// // The first checkpoint stores `topic` at version 1; the second changes only `step`.
+    /// let mut first = Checkpoint::empty();
+    /// first.channel_versions.insert("topic".into(), ChannelVersion::new(1));
+    /// first.channel_values.insert("topic".into(), Blob::json(&"rust")?);
+    /// let versions = first.channel_versions.clone();
+    /// let at = saver.put(&CheckpointConfig::latest("t"), first, CheckpointMetadata::default(), &versions).await?;
+    /// let mut second = Checkpoint::empty();
+    /// second.channel_versions.insert("step".into(), ChannelVersion::new(2));
+    /// second.channel_values.insert("step".into(), Blob::json(&2)?);
+    /// let versions = second.channel_versions.clone();
+    /// let head = saver.put(&at, second, CheckpointMetadata::default(), &versions).await?;
+    ///
+    /// let key = ("topic".into(), ChannelVersion::new(1));
+    /// let values = saver.get_channel_values(&head, std::slice::from_ref(&key)).await?.expect("head exists");
+    /// assert_eq!(values[&key].decode_json::<String>()?, "rust");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).expect("example");
+    /// ```
+    ///
     /// # Errors
     /// As `get_tuple`: a damaged value or body is [`Error::Corrupt`](crate::Error::Corrupt)
     /// naming the thread and a checkpoint (the one `config` names, for the savers of this
