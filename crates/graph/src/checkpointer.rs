@@ -184,6 +184,27 @@ pub trait Checkpointer: Send + Sync {
             .take(limit.unwrap_or(usize::MAX))
             .collect())
     }
+    /// The thread's checkpoints older than `before` (all when `None`), newest first, at most
+    /// `limit`, each as [`Checkpointer::get_tuple`] reads it: a page of history. A checkpoint
+    /// deleted while the page is read is left out.
+    ///
+    /// The default reads the page's ids, then each checkpoint on its own; the
+    /// `SaverCheckpointer` reads the page's rows, values and writes with one saver `list` (the
+    /// message bodies the page's lists share are fetched once).
+    async fn list_page(
+        &self,
+        scope: &Scope,
+        before: Option<&CheckpointId>,
+        limit: usize,
+    ) -> Result<Vec<CheckpointTuple>> {
+        let mut out = Vec::new();
+        for id in self.list_ids(scope, before, Some(limit)).await? {
+            if let Some(t) = self.get_tuple(scope, Some(&id)).await? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
     /// The greatest channel version of any checkpoint of the thread (0 for none): a new branch's
     /// versions must exceed it.
     ///

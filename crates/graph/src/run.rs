@@ -1794,20 +1794,9 @@ pub(crate) async fn history(
             .into_iter()
             .filter(|t| query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b))
             .collect(),
-        // A page: its ids first (no state read), then each checkpoint as `get_state` reads it.
-        // One deleted in between (a prune by another process) is no longer history: skipped.
-        Some(_) => {
-            let ids = cp
-                .list_ids(&scope, query.before.as_ref(), query.limit)
-                .await?;
-            let mut tuples = Vec::with_capacity(ids.len());
-            for id in &ids {
-                if let Some(t) = cp.get_tuple(&scope, Some(id)).await? {
-                    tuples.push(t);
-                }
-            }
-            tuples
-        }
+        // A page, as `get_state` reads each of its checkpoints; one deleted meanwhile (a prune
+        // by another process) is no longer history: left out.
+        Some(limit) => cp.list_page(&scope, query.before.as_ref(), limit).await?,
     };
     // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's
     // delta channels instead of walking history again: one walk per run of consecutive

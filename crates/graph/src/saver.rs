@@ -610,6 +610,28 @@ impl Checkpointer for SaverCheckpointer {
             .collect())
     }
 
+    async fn list_page(
+        &self,
+        scope: &Scope,
+        before: Option<&CheckpointId>,
+        limit: usize,
+    ) -> Result<Vec<CheckpointTuple>> {
+        let query = cp::ListQuery {
+            before: before.map(parse_id).transpose()?,
+            limit: Some(limit),
+            ..scope_query(scope)
+        };
+        // One saver call for the page's rows, values and writes; each record is then completed
+        // as a single read completes it (maps from cached or fetched ancestors, values its
+        // ancestors stored by key).
+        let raws = self.saver.list(&query).await.map_err(storage)?;
+        let mut out = Vec::with_capacity(raws.len());
+        for t in raws {
+            out.push(self.load(scope, t, true).await?);
+        }
+        Ok(out)
+    }
+
     async fn max_version(&self, scope: &Scope) -> Result<u64> {
         let raws = self
             .saver

@@ -602,6 +602,24 @@ impl<C: antler_graph::Checkpointer> antler_graph::Checkpointer for Wrapped<C> {
         }
         Ok(ids)
     }
+    async fn list_page(
+        &self,
+        s: &antler_graph::Scope,
+        before: Option<&antler_graph::CheckpointId>,
+        limit: usize,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        if !self.pruned_meanwhile {
+            return self.inner.list_page(s, before, limit).await;
+        }
+        // A page read the way the trait's default does, through the ids above.
+        let mut out = Vec::new();
+        for id in self.list_ids(s, before, Some(limit)).await? {
+            if let Some(t) = self.get_tuple(s, Some(&id)).await? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
     async fn put(
         &self,
         s: &antler_graph::Scope,
@@ -2057,5 +2075,50 @@ async fn a_goto_command_on_an_addressed_checkpoint_runs_on_a_new_branch() {
                 "{durability:?}"
             );
         }
+    }
+}
+
+/// A page of history through a saver reads the page's rows with one `Saver::list` (values and
+/// writes included, shared message bodies fetched once), not one `get_tuple` per checkpoint,
+/// and returns what per-checkpoint reads return.
+#[tokio::test]
+async fn a_history_page_through_a_saver_is_one_list() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, HistoryQuery, SaverCheckpointer};
+
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    let counting = Arc::new(Counting::new(inner));
+    relative_thread(counting.clone()).await;
+    let cfg = RunConfig::new("t");
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(counting.clone())))
+        .with_hot_cache(false);
+    counting.take();
+    let page = graph
+        .get_state_history_with(&cfg, &HistoryQuery::limit(10))
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 10);
+    let (valued, bare, _) = counting.take();
+    assert_eq!((valued, bare), (0, 0), "no per-checkpoint read");
+    // The same snapshots as reading each checkpoint on its own.
+    let one_by_one = SaverCheckpointer::new(counting.clone());
+    for s in &page {
+        let t = one_by_one
+            .get_tuple(&cfg.scope(), Some(&s.checkpoint_id))
+            .await
+            .unwrap()
+            .unwrap();
+        let alone = graph
+            .get_state(&cfg.clone().with_checkpoint(t.checkpoint.id.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(alone.values.get(&MESSAGES), s.values.get(&MESSAGES));
+        assert_eq!(alone.next, s.next);
     }
 }
