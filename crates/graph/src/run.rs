@@ -1068,7 +1068,10 @@ async fn run_inner(
             );
         }
         if replay {
-            pending.retain(|w| keep_input && w.task_id.as_str() == NULL_TASK_ID);
+            // The kept input is the checkpoint's own; a resume value stored on it is stale.
+            pending.retain(|w| {
+                keep_input && w.task_id.as_str() == NULL_TASK_ID && w.channel != RESUME
+            });
         } else {
             pending.retain(|w| w.task_id.as_str() != NULL_TASK_ID);
         }
@@ -1097,6 +1100,22 @@ async fn run_inner(
             }
             Some(Resume::Map(m)) => shared.map.clone_from(m),
             None => {}
+        }
+        if explicit && !replay {
+            // A resume on an addressed checkpoint dropped the input stored on it, so its writes
+            // cannot be added after that input; the run's first checkpoint snapshots the delta
+            // channels they touch, so no history walk needs them from the addressed checkpoint.
+            let touched: Vec<PendingWrite> = null_writes
+                .iter()
+                .filter(|(channel, _)| !is_control(channel))
+                .map(|(channel, value)| PendingWrite {
+                    task_id: TaskId::new(NULL_TASK_ID),
+                    task_path: String::new(),
+                    channel: channel.clone(),
+                    value: value.clone(),
+                })
+                .collect();
+            force_snapshots(g, &mut live, &touched);
         }
         if fork_saved {
             // The writes are applied here and stored with the fork checkpoint (the delta

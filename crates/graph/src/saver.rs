@@ -176,6 +176,16 @@ fn to_cp_source(s: Source) -> cp::CheckpointSource {
 /// on prune and delete_for_runs.
 pub use antler_checkpoint::RELATIVE_RECORD_V;
 
+/// Why a read fails when its checkpoint is deleted while it is read.
+const VANISHED: &str = "the checkpoint vanished while it was read";
+
+/// Whether `e` is a read of a checkpoint deleted while it was read.
+fn is_vanished(e: &Error) -> bool {
+    matches!(e, Error::Storage { source } if source
+        .downcast_ref::<RelativeRecordError>()
+        .is_some_and(|r| r.why == VANISHED))
+}
+
 /// A full record at least every `FULL_RECORD_EVERY` records along any parent path, so reading a
 /// checkpoint whose ancestors are not cached fetches at most this many records.
 const FULL_RECORD_EVERY: u32 = 8;
@@ -540,9 +550,7 @@ impl SaverCheckpointer {
                     .get_channel_values(&config, &elsewhere)
                     .await
                     .map_err(storage)?
-                    .ok_or_else(|| {
-                        Self::broken(scope, &path[0], "the checkpoint vanished while it was read")
-                    })?;
+                    .ok_or_else(|| Self::broken(scope, &path[0], VANISHED))?;
                 for ((ch, _), b) in &found {
                     values.add(load_name(ch.as_str()), b)?;
                 }
@@ -627,7 +635,13 @@ impl Checkpointer for SaverCheckpointer {
         let raws = self.saver.list(&query).await.map_err(storage)?;
         let mut out = Vec::with_capacity(raws.len());
         for t in raws {
-            out.push(self.load(scope, t, true).await?);
+            match self.load(scope, t, true).await {
+                Ok(t) => out.push(t),
+                // Deleted between the list and its completion (a prune by another process):
+                // no longer history, as for a page read one checkpoint at a time.
+                Err(e) if is_vanished(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(out)
     }
