@@ -1101,10 +1101,12 @@ async fn run_inner(
             Some(Resume::Map(m)) => shared.map.clone_from(m),
             None => {}
         }
-        if explicit && !replay {
-            // A resume on an addressed checkpoint dropped the input stored on it, so its writes
-            // cannot be added after that input; the run's first checkpoint snapshots the delta
-            // channels they touch, so no history walk needs them from the addressed checkpoint.
+        // On an addressed checkpoint the command's writes never join the input stored there: a
+        // fork stores them applied (it is saved below, and nothing is attached to the addressed
+        // checkpoint, whose existing children's history walks pass through it), and a resume
+        // cannot add them after the input it dropped. Either way the delta channels they touch
+        // snapshot at the run's first checkpoint, so no walk needs them from that checkpoint.
+        if fork_saved || (explicit && !replay) {
             let touched: Vec<PendingWrite> = null_writes
                 .iter()
                 .filter(|(channel, _)| !is_control(channel))
@@ -1117,21 +1119,8 @@ async fn run_inner(
                 .collect();
             force_snapshots(g, &mut live, &touched);
         }
-        if fork_saved {
-            // The writes are applied here and stored with the fork checkpoint (the delta
-            // channels they touch as snapshots), never attached to the addressed checkpoint:
-            // its existing children's history walks pass through it and would replay them.
-            let touched: Vec<PendingWrite> = null_writes
-                .iter()
-                .map(|(channel, value)| PendingWrite {
-                    task_id: TaskId::new(NULL_TASK_ID),
-                    task_path: String::new(),
-                    channel: channel.clone(),
-                    value: value.clone(),
-                })
-                .collect();
-            force_snapshots(g, &mut live, &touched);
-        } else if let Some(id) = &ckpt_id
+        if !fork_saved
+            && let Some(id) = &ckpt_id
             && !null_writes.is_empty()
         {
             // The checkpoint's input accumulates: regular writes are stored insert-if-absent by
