@@ -1011,3 +1011,47 @@ async fn empty_value_input_runs_the_graph_and_no_input_is_an_error() {
         ]
     );
 }
+
+/// A replay on the thread's newest fork checkpoint (which saves no new fork) keeps that
+/// checkpoint's pending input but not a resume value stored on it: the resume answered a run
+/// that was interrupted again, and a replay starts the step afresh (runtime-spec §2.2, "drop
+/// stale resume writes"), so the node asks its first question again.
+#[tokio::test]
+async fn a_replay_of_the_newest_fork_drops_its_stale_resume_value() {
+    let mut g = graph();
+    g.add_node("ask", |_s: State, ctx: Context| async move {
+        let first = ctx.interrupt(json!("first?"))?;
+        let second = ctx.interrupt(json!("second?"))?;
+        Ok(Update::new().set(&LOG, log(&[&format!("{first} {second}")])))
+    });
+    g.add_edge("__start__", "ask");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts[0].value, json!("first?"));
+    // A replay of that checkpoint saves a fork (the thread's newest), and asks again.
+    let head = out.checkpoint_id.unwrap();
+    let out = graph
+        .invoke(Input::Continue, &cfg.clone().with_checkpoint(head))
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts[0].value, json!("first?"));
+    let fork = out.checkpoint_id.unwrap();
+    // Resuming answers the first question; the second interrupts before a new checkpoint, so
+    // the answer stays stored on the fork.
+    let out = graph
+        .invoke(Command::resume(json!("ada")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts[0].value, json!("second?"));
+    assert_eq!(out.checkpoint_id.as_ref(), Some(&fork));
+    // Replaying the fork by id: no new fork, and the stale answer is not reused.
+    let out = graph
+        .invoke(Input::Continue, &cfg.clone().with_checkpoint(fork))
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts[0].value, json!("first?"));
+}
