@@ -1340,18 +1340,25 @@ impl<B: Backend> Engine<B> {
             }
             pending.push(((b.channel, b.version), p));
         }
-        let seed = if runs.is_empty() {
-            None
-        } else {
-            self.seed_epoch(thread).await?
-        };
-        let bodies = self.fetch_bodies(thread, id, &runs).await?;
-        Self::seed_index(seed, &bodies);
+        let bodies = self.fetch_seeding_bodies(thread, id, &runs).await?;
         pending
             .into_iter()
             .map(|(key, p)| Ok((key, resolve(thread, id, &p, &bodies)?)))
             .collect::<Result<BTreeMap<_, _>>>()
             .map(Some)
+    }
+
+    /// Every stored body of `thread`, read raw with [`Backend::all_messages`] and only counted.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the database savers expose the scan")
+    )]
+    pub(crate) async fn body_scan(&self, thread: &ThreadId) -> Result<BodyScan> {
+        let rows = self.backend.all_messages(thread).await?;
+        Ok(BodyScan {
+            rows: rows.len() as u64,
+            bytes: rows.iter().map(|r| r.body.len() as u64).sum(),
+        })
     }
 
     /// Decodes and gates one row of an ancestor chain and appends it; a row already in the
@@ -1523,6 +1530,23 @@ impl<B: Backend> Engine<B> {
         Ok(into_tuples(rows, values, writes))
     }
 
+    /// [`Self::fetch_bodies`] for a read that also seeds the thread's message index with them
+    /// (the epoch read first, see [`Self::seed_epoch`]).
+    async fn fetch_seeding_bodies(
+        &self,
+        thread: &ThreadId,
+        cp: CheckpointId,
+        runs: &[(u64, u64)],
+    ) -> Result<Bodies> {
+        if runs.is_empty() {
+            return Ok(Bodies::default());
+        }
+        let seed = self.seed_epoch(thread).await?;
+        let bodies = self.fetch_bodies(thread, cp, runs).await?;
+        Self::seed_index(seed, &bodies);
+        Ok(bodies)
+    }
+
     async fn fetch_bodies(
         &self,
         thread: &ThreadId,
@@ -1595,13 +1619,7 @@ impl<B: Backend> Engine<B> {
                 writes.push((c.clone(), w, p));
             }
         }
-        let seed = if runs.is_empty() {
-            None
-        } else {
-            self.seed_epoch(thread).await?
-        };
-        let bodies = self.fetch_bodies(thread, target.id, &runs).await?;
-        Self::seed_index(seed, &bodies);
+        let bodies = self.fetch_seeding_bodies(thread, target.id, &runs).await?;
         for (c, (cp, p)) in seeds {
             if let Some(h) = out.get_mut(&c) {
                 h.seed = Some(resolve(thread, cp, &p, &bodies)?);

@@ -1280,31 +1280,14 @@ impl PostgresSaver {
         self.engine.stats(thread).await
     }
 
-    /// Reads every stored message body of `thread` in one prepared query on a pool connection,
-    /// without checking or decoding it: the storage floor under any read that needs the bodies
-    /// (on a freshly opened saver, it includes preparing the statement on a new connection).
-    /// Benchmarks time it next to a cold `get_tuple`.
+    /// Reads every stored message body of `thread` in one query (the one the message index
+    /// loads with), without checking or decoding it: the storage floor under any read that
+    /// needs the bodies. Benchmarks time it on a freshly opened saver next to a cold read.
     ///
     /// # Errors
     /// [`Error::Backend`] on SQL failure.
     pub async fn body_scan(&self, thread: &ThreadId) -> Result<BodyScan> {
-        let b = &self.engine.backend;
-        let ctx = format!("postgres: thread {thread}: scanning bodies");
-        let c = b.client(&ctx).await?;
-        let st = c
-            .prepare_cached(
-                &b.sql("SELECT body FROM {s}.messages WHERE thread_id = $1 ORDER BY seq"),
-            )
-            .await
-            .map_err(pg_err(ctx.clone()))?;
-        let rows = c
-            .query(&st, &[&thread.as_str()])
-            .await
-            .map_err(pg_err(ctx))?;
-        Ok(BodyScan {
-            rows: rows.len() as u64,
-            bytes: rows.iter().map(|r| r.get::<_, &[u8]>(0).len() as u64).sum(),
-        })
+        self.engine.body_scan(thread).await
     }
 
     /// `pg_column_size` of every row of the thread, summed over the tables (what PostgreSQL

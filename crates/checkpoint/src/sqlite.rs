@@ -1080,31 +1080,14 @@ impl SqliteSaver {
         self.engine.stats(thread).await
     }
 
-    /// Reads every stored message body of `thread` in one query, copying each out as a read
-    /// does, without checking or decoding it: the storage floor under any read that needs the
-    /// bodies. Benchmarks time it on a freshly opened saver next to a cold `get_tuple`.
+    /// Reads every stored message body of `thread` in one query (the one the message index
+    /// loads with), without checking or decoding it: the storage floor under any read that
+    /// needs the bodies. Benchmarks time it on a freshly opened saver next to a cold read.
     ///
     /// # Errors
     /// [`Error::Backend`] on SQL failure.
     pub async fn body_scan(&self, thread: &ThreadId) -> Result<BodyScan> {
-        let thread = thread.to_string();
-        self.engine
-            .backend
-            .run(move |c| {
-                let ctx = format!("sqlite: thread {thread}: scanning bodies");
-                let mut stmt = c
-                    .prepare_cached("SELECT body FROM messages WHERE thread_id = ?1 ORDER BY seq")
-                    .map_err(sql_err(ctx.clone()))?;
-                let bodies = stmt
-                    .query_map([&thread], |r| r.get::<_, Vec<u8>>(0))
-                    .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-                    .map_err(sql_err(ctx))?;
-                Ok(BodyScan {
-                    rows: bodies.len() as u64,
-                    bytes: bodies.iter().map(|b| b.len() as u64).sum(),
-                })
-            })
-            .await
+        self.engine.body_scan(thread).await
     }
 
     /// Checkpoints the WAL, runs `VACUUM`, and returns the database file size in bytes
