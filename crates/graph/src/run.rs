@@ -890,18 +890,15 @@ fn force_unreplayed(g: &Graph, live: &mut Live, pending: &[PendingWrite]) {
         live,
         pending
             .iter()
-            .filter(|w| w.task_id.as_str() != NULL_TASK_ID),
+            .filter(|w| w.task_id.as_str() != NULL_TASK_ID)
+            .map(|w| w.channel.as_str()),
     );
 }
 
-/// Forces a snapshot of every delta channel `writes` touch.
-fn force_snapshots<'a>(
-    g: &Graph,
-    live: &mut Live,
-    writes: impl IntoIterator<Item = &'a PendingWrite>,
-) {
-    for w in writes {
-        if let Some(&c) = g.chan_idx.get(w.channel.as_str())
+/// Forces a snapshot of every delta channel among `channels` (written channel names).
+fn force_snapshots<'a>(g: &Graph, live: &mut Live, channels: impl IntoIterator<Item = &'a str>) {
+    for channel in channels {
+        if let Some(&c) = g.chan_idx.get(channel)
             && let Some(d) = live.chans[c].delta()
         {
             d.forced = true;
@@ -1022,7 +1019,7 @@ async fn run_inner(
     };
     if explicit && let Some(cp) = cp {
         // Time travel starts a new branch: its versions must exceed every version of the thread.
-        live.floor = live.floor.max(thread_max_version(cp, scope).await?);
+        live.floor = thread_max_version(cp, scope).await?;
     }
     persist.stored_head.clone_from(&ckpt_id);
     let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
@@ -1064,7 +1061,8 @@ async fn run_inner(
                 &mut live,
                 pending
                     .iter()
-                    .filter(|w| w.task_id.as_str() == NULL_TASK_ID),
+                    .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
+                    .map(|w| w.channel.as_str()),
             );
         }
         if replay {
@@ -1107,17 +1105,7 @@ async fn run_inner(
         // cannot add them after the input it dropped. Either way the delta channels they touch
         // snapshot at the run's first checkpoint, so no walk needs them from that checkpoint.
         if fork_saved || (explicit && !replay) {
-            let touched: Vec<PendingWrite> = null_writes
-                .iter()
-                .filter(|(channel, _)| !is_control(channel))
-                .map(|(channel, value)| PendingWrite {
-                    task_id: TaskId::new(NULL_TASK_ID),
-                    task_path: String::new(),
-                    channel: channel.clone(),
-                    value: value.clone(),
-                })
-                .collect();
-            force_snapshots(g, &mut live, &touched);
+            force_snapshots(g, &mut live, null_writes.iter().map(|(c, _)| c.as_str()));
         }
         if !fork_saved
             && let Some(id) = &ckpt_id
@@ -1859,7 +1847,7 @@ pub(crate) async fn update_state(
     };
     if cfg.checkpoint_id.is_some() {
         // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).
-        live.floor = live.floor.max(thread_max_version(cp, &cfg.scope()).await?);
+        live.floor = thread_max_version(cp, &cfg.scope()).await?;
     }
     if let Some(t) = &saved {
         // update_state does not apply the head's pending step.

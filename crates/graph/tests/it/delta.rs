@@ -1752,7 +1752,8 @@ async fn a_fork_that_changes_nothing_keeps_its_branch_above_the_other_versions()
 }
 
 /// The in-process checkpointer refuses a value under a (channel, version) that holds another
-/// value, storing nothing, as the savers do.
+/// value, storing nothing, as the savers do; an identical value put again keeps the first
+/// checkpoint that stored it as the value's owner (the seed of history walks).
 #[tokio::test]
 async fn the_in_process_checkpointer_refuses_a_version_clash() {
     use antler_graph::{CheckpointId, CheckpointRecord, Checkpointer, Scope, Source};
@@ -1803,6 +1804,21 @@ async fn the_in_process_checkpointer_refuses_a_version_clash() {
         .unwrap()
         .unwrap();
     assert_eq!(kept.checkpoint.values["a"], json!("first"));
+    // The identical put left "1" the value's owner: a walk from a child of "1" (which stores
+    // no value of its own) takes its seed there.
+    let child = CheckpointRecord {
+        id: CheckpointId::new("4"),
+        parent: Some(CheckpointId::new("1")),
+        values: Default::default(),
+        new_versions: Default::default(),
+        ..record("4", json!(null))
+    };
+    store.put(&scope, child).await.unwrap();
+    let walk = store
+        .delta_history(&scope, &CheckpointId::new("4"), &["a".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(walk["a"].seed, Some(json!("first")));
 }
 
 /// A command's update on an addressed checkpoint starts a new branch at a fork checkpoint
