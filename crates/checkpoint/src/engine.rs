@@ -414,7 +414,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Message bodies in the given `(first_seq, len)` runs (sorted, not overlapping), checked,
     /// in sequence order; absent ones are simply missing.
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>>;
-    /// Every stored message row of a thread, as stored (for the message index and garbage collection).
+    /// Every stored message row of a thread, as stored, in sequence order (for the message
+    /// index, which keeps the first number of a repeated body, and garbage collection).
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
     /// The rows `get_tuple` needs: the addressed (or latest) checkpoint row, its value blobs
     /// (only `with_values`), its writes, and the message bodies those blobs and writes
