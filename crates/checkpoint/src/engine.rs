@@ -312,6 +312,42 @@ pub(crate) fn unreferenced<'a>(
         .collect()
 }
 
+/// Version marks for records stored before a store kept marks (the migration that adds
+/// them): the greatest channel version of each thread's namespace, from its records
+/// (`thread, namespace, checkpoint id bytes, record`). A namespace with a record that cannot be
+/// decoded gets no mark, so `max_channel_version` reads its records and reports the damage
+/// instead of trusting a mark that may be too low.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers migrate")
+)]
+pub(crate) fn marks_of_records(
+    rows: impl IntoIterator<Item = (String, String, Vec<u8>, Vec<u8>)>,
+) -> Vec<(String, String, u64)> {
+    let mut marks: BTreeMap<(String, String), Option<u64>> = BTreeMap::new();
+    for (thread, ns, id, record) in rows {
+        let max = <[u8; 16]>::try_from(id.as_slice())
+            .ok()
+            .and_then(|id| codec::decode_record(&record, CheckpointId::from_bytes(id)).ok())
+            .map(|c| {
+                c.channel_versions
+                    .values()
+                    .map(|v| v.get())
+                    .max()
+                    .unwrap_or(0)
+            });
+        let e = marks.entry((thread, ns)).or_insert(Some(0));
+        *e = match (*e, max) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+    }
+    marks
+        .into_iter()
+        .filter_map(|((t, n), m)| m.map(|m| (t, n, m)))
+        .collect()
+}
+
 /// The merged runs of message bodies that value blobs and write rows reference.
 pub(crate) fn runs_of_rows(blobs: &[BlobRow], writes: &[WriteRow]) -> Vec<(u64, u64)> {
     referenced_runs(
@@ -453,15 +489,21 @@ pub(crate) trait Backend: Send + Sync + 'static {
         }))
     }
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
-    /// [`version_clash`]); inserts message rows (conflict = error).
+    /// [`version_clash`]); inserts message rows (conflict = error); raises the namespace's
+    /// version mark to `mark` (the record's greatest channel version), all in one transaction.
     /// Fails with [`Error::Conflict`] if `guard` does not hold (see [`IndexGuard`]).
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
     ) -> Result<()>;
+    /// The version mark of a thread's namespace: the greatest channel version any record put
+    /// there had since the thread was last deleted, or `None` when the store holds no mark
+    /// (nothing put since, or a record the migration that added marks could not decode).
+    async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>>;
     /// Stores writes (idx < 0 upsert, else insert-if-absent) if the checkpoint exists; `Ok(false)` otherwise.
     /// Fails with [`Error::Conflict`] if `guard` does not hold.
     async fn put_writes(
@@ -1130,6 +1172,12 @@ impl<B: Backend> Engine<B> {
                 stored.push((channel.clone(), *version, value));
             }
         }
+        let mark = checkpoint
+            .channel_versions
+            .values()
+            .map(|v| v.get())
+            .max()
+            .unwrap_or(0);
         let row = CheckpointRow {
             thread_id: thread.clone(),
             ns: config.checkpoint_ns.clone(),
@@ -1150,7 +1198,7 @@ impl<B: Backend> Engine<B> {
                 })
                 .collect();
             self.backend
-                .put_checkpoint(row.clone(), blobs, messages, guard)
+                .put_checkpoint(row.clone(), mark, blobs, messages, guard)
         })
         .await?;
         Ok(CheckpointConfig {
@@ -1158,6 +1206,27 @@ impl<B: Backend> Engine<B> {
             checkpoint_ns: config.checkpoint_ns.clone(),
             checkpoint_id: Some(id),
         })
+    }
+
+    /// [`Saver::max_channel_version`](crate::Saver::max_channel_version): the namespace's
+    /// version mark, or, for a namespace without one, the greatest version its records list
+    /// (a read of every record, which fails on one that cannot be decoded).
+    pub(crate) async fn max_channel_version(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+    ) -> Result<u64> {
+        if let Some(mark) = self.backend.version_mark(thread, ns).await? {
+            return Ok(mark);
+        }
+        let query = ListQuery {
+            thread_id: Some(thread.clone()),
+            checkpoint_ns: Some(ns.clone()),
+            ..ListQuery::default()
+        };
+        Ok(crate::saver::max_listed_version(
+            &self.list(&query, false).await?,
+        ))
     }
 
     pub(crate) async fn put_writes(
@@ -2396,6 +2465,15 @@ macro_rules! impl_saver {
                     .put_writes(config, writes, task_id, task_path)
                     .await
             }
+            async fn max_channel_version(
+                &self,
+                thread_id: &$crate::ids::ThreadId,
+                checkpoint_ns: &$crate::ids::CheckpointNs,
+            ) -> $crate::Result<u64> {
+                self.engine
+                    .max_channel_version(thread_id, checkpoint_ns)
+                    .await
+            }
             async fn delete_thread(&self, thread_id: &$crate::ids::ThreadId) -> $crate::Result<()> {
                 self.engine.delete_thread(thread_id).await
             }
@@ -2790,6 +2868,47 @@ mod tests {
     /// `list` pages its rows: a limited list reads as many rows as it returns, however long
     /// the thread, and a filtered one reads pages growing fourfold, never the whole thread
     /// when the matches are recent; either way the result is the unpaged one.
+    /// The greatest channel version is the namespace's mark, read without listing a record,
+    /// and it is a high-water mark: a prune that removes the checkpoint holding it leaves it.
+    #[tokio::test]
+    async fn the_greatest_version_is_a_mark_read_without_listing_records() {
+        use std::sync::atomic::Ordering;
+        let e = engine();
+        let put = |parent: CheckpointConfig, v: u64| {
+            let e = &e;
+            async move {
+                let mut cp = Checkpoint::empty();
+                cp.channel_versions
+                    .insert("a".into(), ChannelVersion::new(v));
+                cp.channel_values
+                    .insert("a".into(), Blob::json(&v).unwrap());
+                let nv = cp.channel_versions.clone();
+                e.put(&parent, cp, CheckpointMetadata::default(), &nv)
+                    .await
+                    .unwrap()
+            }
+        };
+        let first = put(CheckpointConfig::latest("t"), 1).await;
+        let third = put(put(first.clone(), 2).await, 3).await;
+        // A fork of the first checkpoint at 9, then the main line again at 4 (the latest).
+        put(first, 9).await;
+        put(third, 4).await;
+        let (t, ns) = (ThreadId::new("t"), CheckpointNs::new(""));
+        let listed = e.backend.rows_listed.load(Ordering::Relaxed);
+        assert_eq!(e.max_channel_version(&t, &ns).await.unwrap(), 9);
+        assert_eq!(e.backend.rows_listed.load(Ordering::Relaxed), listed);
+        e.prune(std::slice::from_ref(&t), PruneStrategy::KeepLatest)
+            .await
+            .unwrap();
+        assert_eq!(
+            e.list(&ListQuery::thread("t"), false).await.unwrap().len(),
+            1
+        );
+        assert_eq!(e.max_channel_version(&t, &ns).await.unwrap(), 9);
+        e.delete_thread(&t).await.unwrap();
+        assert_eq!(e.max_channel_version(&t, &ns).await.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn a_limited_list_reads_pages_not_the_whole_thread() {
         let e = engine();

@@ -32,6 +32,9 @@
 //!    tuple without `channel_values`, at a cost that does not grow with the thread.
 //!    A runtime whose records list only the channels a step changed reads the
 //!    values its ancestors stored by key, with [`Saver::get_channel_values`].
+//!    A run that starts a new branch (from an older checkpoint) takes its
+//!    versions above [`Saver::max_channel_version`], so that no two branches
+//!    store different values under one `(channel, version)`.
 //! 2. **Tasks**: each finished task's writes go to `put_writes` against the
 //!    checkpoint the step *started from*, with its task id and task path.
 //!    Delta-channel writes are [`delta::DeltaWrite::to_blob`] after

@@ -34,6 +34,8 @@ struct Tables {
     messages: BTreeMap<(ThreadId, u64), Vec<u8>>,
     /// Message-store epochs of threads deleted or copied onto (absent: 0).
     epochs: BTreeMap<ThreadId, u64>,
+    /// Version marks (`Backend::version_mark`).
+    marks: BTreeMap<(ThreadId, CheckpointNs), u64>,
 }
 
 /// The map-backed row store.
@@ -305,6 +307,7 @@ impl Backend for MemoryBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
@@ -338,11 +341,24 @@ impl Backend for MemoryBackend {
                 .entry((row.thread_id.clone(), row.ns.clone(), b.channel, b.version))
                 .or_insert(b.data);
         }
+        let m = t
+            .marks
+            .entry((row.thread_id.clone(), row.ns.clone()))
+            .or_insert(0);
+        *m = (*m).max(mark);
         t.checkpoints.insert(
             (row.thread_id, row.ns, row.id),
             (row.parent, row.record, row.metadata),
         );
         Ok(())
+    }
+
+    async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
+        Ok(self
+            .lock()
+            .marks
+            .get(&(thread.clone(), ns.clone()))
+            .copied())
     }
 
     async fn put_writes(
@@ -388,6 +404,7 @@ impl Backend for MemoryBackend {
         t.blobs.retain(|k, _| &k.0 != thread);
         t.writes.retain(|k, _| &k.0 != thread);
         t.messages.retain(|k, _| &k.0 != thread);
+        t.marks.retain(|k, _| &k.0 != thread);
         *t.epochs.entry(thread.clone()).or_insert(0) += 1;
         Ok(())
     }
@@ -449,6 +466,16 @@ impl Backend for MemoryBackend {
             return Err(crate::engine::body_collision(source, target));
         }
         *t.epochs.entry(target.clone()).or_insert(0) += 1;
+        let marks: Vec<_> = t
+            .marks
+            .iter()
+            .filter(|(k, _)| &k.0 == source)
+            .map(|(k, v)| (k.1.clone(), *v))
+            .collect();
+        for (ns, v) in marks {
+            let m = t.marks.entry((target.clone(), ns)).or_insert(0);
+            *m = (*m).max(v);
+        }
         t.checkpoints.extend(cps);
         t.blobs.extend(blobs);
         t.writes.extend(writes);

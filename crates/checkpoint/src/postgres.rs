@@ -45,7 +45,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (thread_id, seq));",
     // 2: message-store epochs (engine::IndexGuard).
     "CREATE TABLE IF NOT EXISTS {s}.thread_epochs (thread_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);",
+    // 3: version marks (Saver::max_channel_version), filled from the existing records in the
+    // same transaction.
+    "CREATE TABLE IF NOT EXISTS {s}.version_marks (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version BIGINT NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns));",
 ];
+
+/// The migration that adds version marks.
+const MARKS_MIGRATION: i64 = 3;
 
 /// The `fresh` CTE of the write statements: 1, or a run-time division by zero when the epoch
 /// the writer's index was loaded at (the parameter `$E`, NULL for a write without a message
@@ -146,6 +154,7 @@ struct HotSql {
     epoch: String,
     next_seq: String,
     checkpoint_blobs: String,
+    mark: String,
 }
 
 impl HotSql {
@@ -181,7 +190,12 @@ impl HotSql {
                     SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1),
                  b AS (
                     INSERT INTO {{s}}.blobs (thread_id, checkpoint_ns, channel, version, data)
-                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING)
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING),
+                 vm AS (
+                    INSERT INTO {{s}}.version_marks (thread_id, checkpoint_ns, version)
+                    SELECT $1, $2, $13 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
+                    SET version = GREATEST({{s}}.version_marks.version, EXCLUDED.version))
                  INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
                  SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
@@ -218,6 +232,9 @@ impl HotSql {
             epoch: sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1"),
             next_seq: sql("SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = $1"),
             checkpoint_blobs: sql(CHECKPOINT_BLOBS_SQL),
+            mark: sql(
+                "SELECT version FROM {s}.version_marks WHERE thread_id = $1 AND checkpoint_ns = $2",
+            ),
         }
     }
 }
@@ -842,6 +859,7 @@ impl Backend for PgBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
@@ -869,6 +887,7 @@ impl Backend for PgBackend {
         let data: Vec<&[u8]> = blobs.iter().map(|b| b.data.as_slice()).collect();
         let parent = row.parent.map(|p| p.to_bytes().to_vec());
         let epoch = guard.epoch.map(|e| i64_of(e, "thread epoch")).transpose()?;
+        let mark = i64_of(mark, "channel version")?;
         let result = c
             .execute(
                 &st,
@@ -885,6 +904,7 @@ impl Backend for PgBackend {
                     &versions,
                     &data,
                     &epoch,
+                    &mark,
                 ],
             )
             .await;
@@ -989,7 +1009,13 @@ impl Backend for PgBackend {
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx.clone()))?;
-        for table in ["checkpoints", "blobs", "writes", "messages"] {
+        for table in [
+            "checkpoints",
+            "blobs",
+            "writes",
+            "messages",
+            "version_marks",
+        ] {
             tx.execute(
                 &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1")),
                 &[&thread.as_str()],
@@ -998,6 +1024,20 @@ impl Backend for PgBackend {
             .map_err(pg_err(ctx.clone()))?;
         }
         tx.commit().await.map_err(pg_err(ctx))
+    }
+
+    async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
+        let ctx = format!("postgres: thread {thread}: reading its version mark");
+        let c = self.client(&ctx).await?;
+        let st = c
+            .prepare_cached(&self.hot.mark)
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let row = c
+            .query_opt(&st, &[&thread.as_str(), &ns.as_str()])
+            .await
+            .map_err(pg_err(ctx))?;
+        row.map(|r| u64_of(r.get(0), "version mark")).transpose()
     }
 
     async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64> {
@@ -1059,6 +1099,13 @@ impl Backend for PgBackend {
              ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value",
             "INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
              ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body",
+            // The target's marks rise to the source's; a namespace whose source has no mark
+            // (a record the migration could not decode) loses the target's, so it is read.
+            "INSERT INTO {s}.version_marks SELECT $2, checkpoint_ns, version FROM {s}.version_marks WHERE thread_id = $1
+             ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = GREATEST({s}.version_marks.version, EXCLUDED.version)",
+            "DELETE FROM {s}.version_marks WHERE thread_id = $2 AND checkpoint_ns IN (
+                SELECT checkpoint_ns FROM {s}.checkpoints WHERE thread_id = $1
+                EXCEPT SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)",
         ] {
             tx.execute(&self.sql(sql), &[&source.as_str(), &target.as_str()]).await.map_err(pg_err(ctx.clone()))?;
         }
@@ -1336,6 +1383,45 @@ impl PostgresSaver {
 }
 
 impl PgBackend {
+    /// Gives every namespace of the store its version mark (see `engine::marks_of_records`).
+    async fn backfill_marks(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
+        let ctx = "postgres: migration 3: version marks";
+        let rows = tx
+            .query(
+                &self.sql(
+                    "SELECT thread_id, checkpoint_ns, checkpoint_id, record FROM {s}.checkpoints",
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        let marks = crate::engine::marks_of_records(
+            rows.iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))),
+        );
+        let (threads, namespaces, versions): (Vec<&str>, Vec<&str>, Vec<i64>) = {
+            let mut t = Vec::with_capacity(marks.len());
+            let mut n = Vec::with_capacity(marks.len());
+            let mut v = Vec::with_capacity(marks.len());
+            for (thread, ns, mark) in &marks {
+                t.push(thread.as_str());
+                n.push(ns.as_str());
+                v.push(i64_of(*mark, "channel version")?);
+            }
+            (t, n, v)
+        };
+        tx.execute(
+            &self.sql(
+                "INSERT INTO {s}.version_marks (thread_id, checkpoint_ns, version)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])",
+            ),
+            &[&threads, &namespaces, &versions],
+        )
+        .await
+        .map_err(pg_err(ctx))?;
+        Ok(())
+    }
+
     async fn migrate(&self) -> Result<()> {
         let mut c = self.client("migrating").await?;
         let tx = c
@@ -1371,6 +1457,9 @@ impl PgBackend {
             tx.batch_execute(&self.sql(sql))
                 .await
                 .map_err(pg_err(format!("postgres: migration {v}")))?;
+            if v == MARKS_MIGRATION {
+                self.backfill_marks(&tx).await?;
+            }
             tx.execute(
                 &self.sql("INSERT INTO {s}.antler_migrations (v) VALUES ($1)"),
                 &[&v],

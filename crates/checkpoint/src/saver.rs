@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use crate::blob::Blob;
 use crate::error::{Error, Result};
-use crate::ids::{ChannelName, ChannelVersion, RunId, TaskId, TaskPath, ThreadId};
+use crate::ids::{ChannelName, ChannelVersion, CheckpointNs, RunId, TaskId, TaskPath, ThreadId};
 use crate::mode::StoreConfig;
 use crate::model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
@@ -49,6 +49,9 @@ use crate::model::{
 ///   parent path they were stored.
 /// - **list** returns newest first (by checkpoint id), filtered, then limited;
 ///   **list_without_values** is the same list without values or pending writes.
+/// - **max_channel_version** is at least the greatest channel version of every
+///   checkpoint stored in a thread's namespace (0 for none): a new branch takes
+///   versions above it, which keeps them unique across branches.
 /// - **delete_for_runs**, **copy_thread** and **prune** keep every remaining
 ///   delta checkpoint readable (runtime-spec §5.8) or fail; they never
 ///   silently truncate history.
@@ -286,6 +289,27 @@ pub trait Saver: Send + Sync {
         Ok(tuples)
     }
 
+    /// At least the greatest channel version of any checkpoint stored in `checkpoint_ns` of
+    /// `thread_id` (0 when there is none); the versions of a new branch start above it.
+    ///
+    /// The default lists the namespace's checkpoints without values (a read of every record).
+    /// The savers of this crate keep a high-water mark per thread and namespace instead, raised
+    /// in the transaction of every `put` and read with one key lookup: it does not go down when
+    /// `prune` or `delete_for_runs` removes checkpoints, is raised to the source's by
+    /// `copy_thread`, and is forgotten by `delete_thread`.
+    async fn max_channel_version(
+        &self,
+        thread_id: &ThreadId,
+        checkpoint_ns: &CheckpointNs,
+    ) -> Result<u64> {
+        let query = ListQuery {
+            thread_id: Some(thread_id.clone()),
+            checkpoint_ns: Some(checkpoint_ns.clone()),
+            ..ListQuery::default()
+        };
+        Ok(max_listed_version(&self.list_without_values(&query).await?))
+    }
+
     /// Stores a checkpoint whose parent is `config.checkpoint_id`; see the trait docs.
     async fn put(
         &self,
@@ -349,4 +373,13 @@ pub trait Saver: Send + Sync {
         let _ = (thread_id, tamper);
         Ok(false)
     }
+}
+
+/// The greatest channel version in `tuples` (0 for none).
+pub(crate) fn max_listed_version(tuples: &[CheckpointTuple]) -> u64 {
+    tuples
+        .iter()
+        .flat_map(|t| t.checkpoint.channel_versions.values().map(|v| v.get()))
+        .max()
+        .unwrap_or(0)
 }

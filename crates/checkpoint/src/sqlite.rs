@@ -43,7 +43,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (thread_id, seq)) WITHOUT ROWID;",
     // 2: message-store epochs (engine::IndexGuard).
     "CREATE TABLE thread_epochs (thread_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;",
+    // 3: version marks (Saver::max_channel_version), filled from the existing records by
+    // `backfill_marks` in the same transaction.
+    "CREATE TABLE version_marks (
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version INTEGER NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns)) WITHOUT ROWID;",
 ];
+
+/// The migration that adds version marks.
+const MARKS_MIGRATION: usize = 3;
 
 /// The schema version this build writes.
 pub const SQLITE_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -126,6 +134,9 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     {
         tx.execute_batch(sql)
             .map_err(sql_err(format!("sqlite: migration {}", i + 1)))?;
+        if i + 1 == MARKS_MIGRATION {
+            backfill_marks(&tx)?;
+        }
         tx.pragma_update(None, "user_version", i as i64 + 1)
             .map_err(sql_err("sqlite: migration"))?;
     }
@@ -207,6 +218,43 @@ fn insert_messages(
             other => Error::backend(format!("sqlite: thread {thread}: insert message"), other),
         })?;
     }
+    Ok(())
+}
+
+/// Gives every namespace of the store its version mark (see `engine::marks_of_records`).
+fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
+    let ctx = "sqlite: migration 3: version marks";
+    let rows = tx
+        .prepare("SELECT thread_id, checkpoint_ns, checkpoint_id, record FROM checkpoints")
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        })
+        .map_err(sql_err(ctx))?;
+    let mut insert = tx
+        .prepare(
+            "INSERT INTO version_marks (thread_id, checkpoint_ns, version) VALUES (?1, ?2, ?3)",
+        )
+        .map_err(sql_err(ctx))?;
+    for (thread, ns, mark) in crate::engine::marks_of_records(rows) {
+        insert
+            .execute(params![thread, ns, i64_of(mark, "channel version")?])
+            .map_err(sql_err(ctx))?;
+    }
+    Ok(())
+}
+
+/// Raises the version mark of a thread's namespace to `mark`.
+fn raise_mark(tx: &rusqlite::Transaction<'_>, thread: &str, ns: &str, mark: u64) -> Result<()> {
+    let mark = i64_of(mark, "channel version")?;
+    tx.prepare_cached(
+        "INSERT INTO version_marks (thread_id, checkpoint_ns, version) VALUES (?1, ?2, ?3)
+         ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = max(version, excluded.version)",
+    )
+    .and_then(|mut s| s.execute(params![thread, ns, mark]))
+    .map_err(sql_err(format!(
+        "sqlite: thread {thread}: raising its version mark"
+    )))?;
     Ok(())
 }
 
@@ -641,6 +689,7 @@ impl Backend for SqliteBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
@@ -674,7 +723,24 @@ impl Backend for SqliteBackend {
                     .and_then(|mut s| s.execute(params![row.thread_id.as_str(), row.ns.as_str(), id_bytes(row.id), row.parent.map(id_bytes), row.record, row.metadata]))
                     .map_err(sql_err(ctx.clone()))?;
             }
+            raise_mark(&tx, row.thread_id.as_str(), row.ns.as_str(), mark)?;
             tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
+        let (thread, ns) = (thread.to_string(), ns.to_string());
+        self.run(move |c| {
+            let mark: Option<i64> = c
+                .prepare_cached(
+                    "SELECT version FROM version_marks WHERE thread_id = ?1 AND checkpoint_ns = ?2",
+                )
+                .and_then(|mut s| s.query_row([&thread, &ns], |r| r.get(0)).optional())
+                .map_err(sql_err(format!(
+                    "sqlite: thread {thread}: reading its version mark"
+                )))?;
+            mark.map(|m| u64_of(m, "version mark")).transpose()
         })
         .await
     }
@@ -727,7 +793,13 @@ impl Backend for SqliteBackend {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting");
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
-            for table in ["checkpoints", "blobs", "writes", "messages"] {
+            for table in [
+                "checkpoints",
+                "blobs",
+                "writes",
+                "messages",
+                "version_marks",
+            ] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE thread_id = ?1"),
                     [&thread],
@@ -783,6 +855,13 @@ impl Backend for SqliteBackend {
                 "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO writes SELECT ?2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO messages SELECT ?2, seq, body FROM messages WHERE thread_id = ?1",
+                // The target's marks rise to the source's; a namespace whose source has no mark
+                // (a record the migration could not decode) loses the target's, so it is read.
+                "INSERT INTO version_marks SELECT ?2, checkpoint_ns, version FROM version_marks WHERE thread_id = ?1
+                  ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = max(version, excluded.version)",
+                "DELETE FROM version_marks WHERE thread_id = ?2 AND checkpoint_ns IN (
+                    SELECT checkpoint_ns FROM checkpoints WHERE thread_id = ?1
+                    EXCEPT SELECT checkpoint_ns FROM version_marks WHERE thread_id = ?1)",
             ] {
                 tx.execute(sql, params![source, target]).map_err(sql_err(ctx.clone()))?;
             }

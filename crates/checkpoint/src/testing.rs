@@ -113,7 +113,9 @@ macro_rules! conformance_suite {
             antler_channel_values_are_read_by_key_wherever_stored,
             antler_channel_values_reach_past_records_that_do_not_list_the_channel,
             antler_channel_values_are_mode_gated,
-            antler_channel_values_damaged_value_is_error
+            antler_channel_values_damaged_value_is_error,
+            antler_max_channel_version_covers_every_branch,
+            antler_max_channel_version_survives_deletes_and_copies
         );
     };
 }
@@ -2920,4 +2922,115 @@ pub async fn antler_channel_values_damaged_value_is_error(saver: &dyn Saver) {
             assert!(err.to_string().contains(t), "{t}: {err}");
         }
     }
+}
+
+// ---- max_channel_version ---------------------------------------------------------------------
+
+/// What the trait's default reports (every record read) and what the saver reports.
+async fn max_versions(saver: &dyn Saver, t: &str, ns: &str) -> (u64, u64) {
+    let (t, ns) = (thread(t), CheckpointNs::new(ns));
+    (
+        saver.max_channel_version(&t, &ns).await.unwrap(),
+        Defaults(saver).max_channel_version(&t, &ns).await.unwrap(),
+    )
+}
+
+/// The greatest channel version of a namespace covers every branch, not only the latest
+/// checkpoint's: a fork from an old checkpoint that takes a higher version raises it, a later
+/// checkpoint with lower versions does not lower it. Threads and namespaces are separate, an
+/// unknown one is 0, and the saver agrees with the trait's default.
+pub async fn antler_max_channel_version_covers_every_branch(saver: &dyn Saver) {
+    assert_eq!(max_versions(saver, "t", "").await, (0, 0));
+    let cs = spread_thread(saver, "t").await;
+    assert_eq!(max_versions(saver, "t", "").await, (3, 3));
+    // A fork of the first checkpoint that moves `b` to 9, then a sibling of it moving `b` to 4:
+    // the sibling is the latest checkpoint, the fork holds the greatest version.
+    for v in [9, 4] {
+        let cp = checkpoint(&[("a", 1, json!(1)), ("b", v, json!(v))]);
+        let nv: ChannelVersions = [(ChannelName::new("b"), ChannelVersion::new(v))]
+            .into_iter()
+            .collect();
+        saver
+            .put(&cs[0], cp, metadata(CheckpointSource::Update, 1, None), &nv)
+            .await
+            .unwrap();
+    }
+    assert_eq!(max_versions(saver, "t", "").await, (9, 9));
+    put_all(
+        saver,
+        cfg("t", "sub:x", None),
+        checkpoint(&[("a", 50, json!(50))]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    assert_eq!(max_versions(saver, "t", "sub:x").await, (50, 50));
+    assert_eq!(max_versions(saver, "t", "").await, (9, 9));
+    assert_eq!(max_versions(saver, "u", "").await, (0, 0));
+    // A checkpoint without channels is still a checkpoint of the namespace.
+    put_all(
+        saver,
+        cfg("e", "", None),
+        Checkpoint::empty(),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    assert_eq!(max_versions(saver, "e", "").await, (0, 0));
+}
+
+/// After prune, delete_for_runs and copy_thread the saver's figure is at least the greatest
+/// version of the checkpoints left (the default's figure); delete_thread brings every
+/// namespace of the thread back to 0, and copy_thread gives the target at least the source's.
+pub async fn antler_max_channel_version_survives_deletes_and_copies(saver: &dyn Saver) {
+    // Versions 1..=4 on the main chain (run r1); a fork of the first checkpoint at 9 (run r2);
+    // then the chain continues at 5, so the latest checkpoint is not the greatest.
+    let cs = chain(saver, "t", "", 4, Some("r1")).await;
+    put_all(
+        saver,
+        cs[0].clone(),
+        checkpoint(&[("a", 9, json!(9))]),
+        metadata(CheckpointSource::Update, 1, Some("r2")),
+    )
+    .await;
+    put_all(
+        saver,
+        cs[3].clone(),
+        checkpoint(&[("a", 5, json!(5))]),
+        metadata(CheckpointSource::Loop, 3, Some("r1")),
+    )
+    .await;
+    put_all(
+        saver,
+        cfg("t", "sub:x", None),
+        checkpoint(&[("a", 7, json!(7))]),
+        metadata(CheckpointSource::Input, -1, Some("r1")),
+    )
+    .await;
+    assert_eq!(max_versions(saver, "t", "").await, (9, 9));
+
+    // copy_thread onto a thread with lower versions of its own.
+    chain(saver, "c", "", 2, None).await;
+    saver.copy_thread(&thread("t"), &thread("c")).await.unwrap();
+    let (got, exact) = max_versions(saver, "c", "").await;
+    assert!(got >= 9 && exact == 9, "copy: {got} / {exact}");
+    let (got, exact) = max_versions(saver, "c", "sub:x").await;
+    assert!(got >= 7 && exact == 7, "copy, namespace: {got} / {exact}");
+
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    let (got, exact) = max_versions(saver, "t", "").await;
+    assert!(
+        got >= exact && exact == 5,
+        "delete_for_runs: {got} / {exact}"
+    );
+    saver
+        .prune(&[thread("t")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    let (got, exact) = max_versions(saver, "t", "").await;
+    assert!(got >= exact && exact == 5, "prune: {got} / {exact}");
+
+    saver.delete_thread(&thread("t")).await.unwrap();
+    assert_eq!(max_versions(saver, "t", "").await, (0, 0));
+    assert_eq!(max_versions(saver, "t", "sub:x").await, (0, 0));
+    // Another thread's figures are untouched.
+    assert!(max_versions(saver, "c", "").await.0 >= 9);
 }

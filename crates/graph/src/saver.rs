@@ -647,19 +647,16 @@ impl Checkpointer for SaverCheckpointer {
     }
 
     async fn max_version(&self, scope: &Scope) -> Result<u64> {
-        let raws = self
-            .saver
-            .list_without_values(&scope_query(scope))
-            .await
-            .map_err(storage)?;
         // A relative record lists only the entries that differ from its parent, so every
         // version of a completed record appears in the record that set it: the greatest raw
-        // entry is the greatest version, and no chain needs completing.
-        Ok(raws
-            .iter()
-            .flat_map(|t| t.checkpoint.channel_versions.values().map(|v| v.get()))
-            .max()
-            .unwrap_or(0))
+        // entry, which is what the saver reports, is the greatest version.
+        self.saver
+            .max_channel_version(
+                &cp::ThreadId::new(scope.thread.as_str()),
+                &cp::CheckpointNs::new(scope.ns.as_str()),
+            )
+            .await
+            .map_err(storage)
     }
 
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>> {

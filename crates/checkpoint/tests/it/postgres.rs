@@ -42,3 +42,109 @@ mod suite {
             .map(|(s, _)| Box::new(s) as Box<dyn Saver>)
     });
 }
+
+/// A store written by schema version 2 (no version marks) gets each namespace's mark from its
+/// records when it is migrated; a namespace with a record that cannot be decoded gets none,
+/// and its figure is a typed error.
+#[test]
+fn a_version_2_store_gets_its_version_marks_from_its_records() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointNs, CheckpointSource, ErrorKind, Saver,
+        StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        for (t, ns, v, fork) in [
+            ("t", "", 1, false),
+            ("t", "", 2, false),
+            ("t", "", 8, true),
+            ("t", "sub:x", 6, false),
+            ("bad", "", 4, false),
+        ] {
+            let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
+            let nv: ChannelVersions = cp.channel_versions.clone();
+            let mut at = CheckpointConfig::latest(t).with_ns(ns);
+            if fork {
+                // A fork of the thread's first checkpoint, so the latest is not the greatest.
+                let all = saver
+                    .list(&antler_checkpoint::ListQuery::thread(t))
+                    .await
+                    .unwrap();
+                at.checkpoint_id = all.last().map(|c| c.checkpoint.id);
+            } else {
+                at.checkpoint_id = saver.get_tuple(&at).await.unwrap().map(|c| c.checkpoint.id);
+            }
+            saver
+                .put(&at, cp, metadata(CheckpointSource::Loop, 0, None), &nv)
+                .await
+                .unwrap();
+        }
+        // The latest checkpoint of t at 3, below the fork's 8.
+        let head = saver
+            .get_tuple(&CheckpointConfig::latest("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        let cp = checkpoint(&[("a", 3, serde_json::json!(3))]);
+        let nv: ChannelVersions = cp.channel_versions.clone();
+        saver
+            .put(
+                &CheckpointConfig::latest("t").with_checkpoint_id(head.checkpoint.id),
+                cp,
+                metadata(CheckpointSource::Loop, 1, None),
+                &nv,
+            )
+            .await
+            .unwrap();
+        drop(saver);
+        let url = database_url().unwrap();
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let s = options.schema.clone();
+        client
+            .batch_execute(&format!(
+                "DROP TABLE \"{s}\".version_marks; DELETE FROM \"{s}\".antler_migrations WHERE v = 3;
+                 UPDATE \"{s}\".checkpoints SET record = '\\x00' WHERE thread_id = 'bad';"
+            ))
+            .await
+            .unwrap();
+        let saver = antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .unwrap();
+        let max = |t: &'static str, ns: &'static str| {
+            let saver = &saver;
+            async move {
+                saver
+                    .max_channel_version(&t.into(), &CheckpointNs::new(ns))
+                    .await
+            }
+        };
+        assert_eq!(max("t", "").await.unwrap(), 8);
+        assert_eq!(max("t", "sub:x").await.unwrap(), 6);
+        assert_eq!(max("nobody", "").await.unwrap(), 0);
+        let err = max("bad", "").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        let marks: Vec<(String, String, i64)> = client
+            .query(
+                &format!("SELECT thread_id, checkpoint_ns, version FROM \"{s}\".version_marks ORDER BY 1, 2"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        assert_eq!(
+            marks,
+            vec![("t".into(), "".into(), 8), ("t".into(), "sub:x".into(), 6)]
+        );
+        drop(client);
+        task.abort();
+        saver.drop_schema().await.unwrap();
+    });
+}

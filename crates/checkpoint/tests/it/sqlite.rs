@@ -22,6 +22,76 @@ mod file {
     });
 }
 
+/// A store written by schema version 2 (no version marks) gets each namespace's mark from its
+/// records when it is migrated, so `max_channel_version` is right without reading them again;
+/// a namespace with a record that cannot be decoded gets none and its figure is a typed error.
+#[test]
+fn a_version_2_store_gets_its_version_marks_from_its_records() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointNs, CheckpointSource, ErrorKind, Saver,
+        SqliteSaver, StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("antler-marks", "store.db");
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let put = |t: &'static str, ns: &'static str, v: u64, parent: Option<CheckpointConfig>| {
+            let saver = &saver;
+            async move {
+                let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
+                let nv: ChannelVersions = cp.channel_versions.clone();
+                let at = parent.unwrap_or_else(|| CheckpointConfig::latest(t).with_ns(ns));
+                saver
+                    .put(&at, cp, metadata(CheckpointSource::Loop, 0, None), &nv)
+                    .await
+                    .unwrap()
+            }
+        };
+        // Thread t: 1, 2, then a fork of the first at 8 and a sibling at 3 (the latest).
+        let first = put("t", "", 1, None).await;
+        put("t", "", 2, Some(first.clone())).await;
+        put("t", "", 8, Some(first.clone())).await;
+        put("t", "", 3, Some(first)).await;
+        put("t", "sub:x", 6, None).await;
+        put("bad", "", 4, None).await;
+        drop(saver);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TABLE version_marks; PRAGMA user_version = 2;
+             UPDATE checkpoints SET record = X'00' WHERE thread_id = 'bad';",
+        )
+        .unwrap();
+        drop(conn);
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let max = |t: &'static str, ns: &'static str| {
+            let saver = &saver;
+            async move {
+                saver
+                    .max_channel_version(&t.into(), &CheckpointNs::new(ns))
+                    .await
+            }
+        };
+        assert_eq!(max("t", "").await.unwrap(), 8);
+        assert_eq!(max("t", "sub:x").await.unwrap(), 6);
+        assert_eq!(max("nobody", "").await.unwrap(), 0);
+        let err = max("bad", "").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        drop(saver);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let marks: Vec<(String, String, i64)> = conn
+            .prepare("SELECT thread_id, checkpoint_ns, version FROM version_marks ORDER BY 1, 2")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            marks,
+            vec![("t".into(), "".into(), 8), ("t".into(), "sub:x".into(), 6)]
+        );
+    });
+}
+
 /// A store written by schema version 1 (no `thread_epochs`) is migrated on open, keeps its
 /// data, and a store from a newer build is refused.
 #[test]
@@ -44,8 +114,10 @@ fn a_version_1_store_is_migrated_and_a_newer_one_refused() {
         saver.delete_thread(&"t-gone".into()).await.unwrap();
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("DROP TABLE thread_epochs; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE thread_epochs; DROP TABLE version_marks; PRAGMA user_version = 1;",
+        )
+        .unwrap();
         drop(conn);
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
         assert!(saver.get_tuple(&stored).await.unwrap().is_some());
