@@ -313,22 +313,29 @@ pub(crate) fn unreferenced<'a>(
 }
 
 /// Version marks for records stored before a store kept marks (the migration that adds
-/// them): the greatest channel version of each thread's namespace, from its records
-/// (`thread, namespace, checkpoint id bytes, record`). A namespace with a record that cannot be
-/// decoded gets no mark, so `max_channel_version` reads its records and reports the damage
-/// instead of trusting a mark that may be too low.
+/// them), folded one record at a time: the greatest channel version of each thread's
+/// namespace. A namespace with a record that cannot be decoded gets an unknown mark (`None`,
+/// stored as NULL), so `max_channel_version` reads its records and reports the damage instead
+/// of trusting a figure that may be too low.
 #[cfg_attr(
     not(any(feature = "sqlite", feature = "postgres")),
     allow(dead_code, reason = "only the database savers migrate")
 )]
-pub(crate) fn marks_of_records(
-    rows: impl IntoIterator<Item = (String, String, Vec<u8>, Vec<u8>)>,
-) -> Vec<(String, String, u64)> {
-    let mut marks: BTreeMap<(String, String), Option<u64>> = BTreeMap::new();
-    for (thread, ns, id, record) in rows {
-        let max = <[u8; 16]>::try_from(id.as_slice())
+#[derive(Default)]
+pub(crate) struct MarkFold {
+    marks: BTreeMap<(String, String), Option<u64>>,
+}
+
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers migrate")
+)]
+impl MarkFold {
+    /// Folds in one stored record (its checkpoint id as stored bytes).
+    pub(crate) fn add(&mut self, thread: String, ns: String, id: &[u8], record: &[u8]) {
+        let max = <[u8; 16]>::try_from(id)
             .ok()
-            .and_then(|id| codec::decode_record(&record, CheckpointId::from_bytes(id)).ok())
+            .and_then(|id| codec::decode_record(record, CheckpointId::from_bytes(id)).ok())
             .map(|c| {
                 c.channel_versions
                     .values()
@@ -336,16 +343,20 @@ pub(crate) fn marks_of_records(
                     .max()
                     .unwrap_or(0)
             });
-        let e = marks.entry((thread, ns)).or_insert(Some(0));
+        let e = self.marks.entry((thread, ns)).or_insert(Some(0));
         *e = match (*e, max) {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,
         };
     }
-    marks
-        .into_iter()
-        .filter_map(|((t, n), m)| m.map(|m| (t, n, m)))
-        .collect()
+
+    /// Every namespace seen, with its mark (`None`: unknown).
+    pub(crate) fn finish(self) -> Vec<(String, String, Option<u64>)> {
+        self.marks
+            .into_iter()
+            .map(|((t, n), m)| (t, n, m))
+            .collect()
+    }
 }
 
 /// The merged runs of message bodies that value blobs and write rows reference.
@@ -491,6 +502,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
     /// [`version_clash`]); inserts message rows (conflict = error); raises the namespace's
     /// version mark to `mark` (the record's greatest channel version), all in one transaction.
+    /// A namespace without a mark gets `mark` only if it holds no other checkpoint, an unknown
+    /// mark otherwise; an unknown mark stays unknown.
     /// Fails with [`Error::Conflict`] if `guard` does not hold (see [`IndexGuard`]).
     async fn put_checkpoint(
         &self,
@@ -501,8 +514,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
         guard: IndexGuard,
     ) -> Result<()>;
     /// The version mark of a thread's namespace: the greatest channel version any record put
-    /// there had since the thread was last deleted, or `None` when the store holds no mark
-    /// (nothing put since, or a record the migration that added marks could not decode).
+    /// there had since the thread was last deleted, or `None` when it is not known: no mark
+    /// (nothing put since), or an unknown one (a record the migration that added marks could
+    /// not decode, copied or not; a first mark raised while other records were already there).
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>>;
     /// Stores writes (idx < 0 upsert, else insert-if-absent) if the checkpoint exists; `Ok(false)` otherwise.
     /// Fails with [`Error::Conflict`] if `guard` does not hold.
@@ -1172,9 +1186,11 @@ impl<B: Backend> Engine<B> {
                 stored.push((channel.clone(), *version, value));
             }
         }
+        // Values are stored under `new_versions`, so those count too, listed or not.
         let mark = checkpoint
             .channel_versions
             .values()
+            .chain(new_versions.values())
             .map(|v| v.get())
             .max()
             .unwrap_or(0);
@@ -2865,9 +2881,6 @@ mod tests {
         assert!(e.backend.largest_scan.load(Ordering::Relaxed) <= LIST_PAGE);
     }
 
-    /// `list` pages its rows: a limited list reads as many rows as it returns, however long
-    /// the thread, and a filtered one reads pages growing fourfold, never the whole thread
-    /// when the matches are recent; either way the result is the unpaged one.
     /// The greatest channel version is the namespace's mark, read without listing a record,
     /// and it is a high-water mark: a prune that removes the checkpoint holding it leaves it.
     #[tokio::test]
@@ -2909,6 +2922,9 @@ mod tests {
         assert_eq!(e.max_channel_version(&t, &ns).await.unwrap(), 0);
     }
 
+    /// `list` pages its rows: a limited list reads as many rows as it returns, however long
+    /// the thread, and a filtered one reads pages growing fourfold, never the whole thread
+    /// when the matches are recent; either way the result is the unpaged one.
     #[tokio::test]
     async fn a_limited_list_reads_pages_not_the_whole_thread() {
         let e = engine();

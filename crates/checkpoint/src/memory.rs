@@ -34,8 +34,8 @@ struct Tables {
     messages: BTreeMap<(ThreadId, u64), Vec<u8>>,
     /// Message-store epochs of threads deleted or copied onto (absent: 0).
     epochs: BTreeMap<ThreadId, u64>,
-    /// Version marks (`Backend::version_mark`).
-    marks: BTreeMap<(ThreadId, CheckpointNs), u64>,
+    /// Version marks (`Backend::version_mark`; `None`: unknown).
+    marks: BTreeMap<(ThreadId, CheckpointNs), Option<u64>>,
 }
 
 /// The map-backed row store.
@@ -341,11 +341,26 @@ impl Backend for MemoryBackend {
                 .entry((row.thread_id.clone(), row.ns.clone(), b.channel, b.version))
                 .or_insert(b.data);
         }
-        let m = t
-            .marks
-            .entry((row.thread_id.clone(), row.ns.clone()))
-            .or_insert(0);
-        *m = (*m).max(mark);
+        let key = (row.thread_id.clone(), row.ns.clone());
+        let raised = match t.marks.get(&key) {
+            Some(m) => m.map(|m| m.max(mark)),
+            // A first mark is the record's only if the namespace has no other checkpoint.
+            None => {
+                let others = t
+                    .checkpoints
+                    .range(
+                        (
+                            key.0.clone(),
+                            key.1.clone(),
+                            CheckpointId::from_bytes([0; 16]),
+                        )..,
+                    )
+                    .take_while(|(k, _)| k.0 == key.0 && k.1 == key.1)
+                    .any(|(k, _)| k.2 != row.id);
+                (!others).then_some(mark)
+            }
+        };
+        t.marks.insert(key, raised);
         t.checkpoints.insert(
             (row.thread_id, row.ns, row.id),
             (row.parent, row.record, row.metadata),
@@ -358,7 +373,8 @@ impl Backend for MemoryBackend {
             .lock()
             .marks
             .get(&(thread.clone(), ns.clone()))
-            .copied())
+            .copied()
+            .flatten())
     }
 
     async fn put_writes(
@@ -466,15 +482,22 @@ impl Backend for MemoryBackend {
             return Err(crate::engine::body_collision(source, target));
         }
         *t.epochs.entry(target.clone()).or_insert(0) += 1;
-        let marks: Vec<_> = t
-            .marks
+        // The target's marks rise to the source's; an unknown one on either side stays
+        // unknown, and so does a source namespace that has checkpoints but no mark.
+        let mut marks: BTreeMap<CheckpointNs, Option<u64>> = cps
             .iter()
-            .filter(|(k, _)| &k.0 == source)
-            .map(|(k, v)| (k.1.clone(), *v))
+            .map(|((_, ns, _), _)| (ns.clone(), None))
             .collect();
+        for (k, v) in t.marks.iter().filter(|(k, _)| &k.0 == source) {
+            marks.insert(k.1.clone(), *v);
+        }
         for (ns, v) in marks {
-            let m = t.marks.entry((target.clone(), ns)).or_insert(0);
-            *m = (*m).max(v);
+            let key = (target.clone(), ns);
+            let merged = match t.marks.get(&key) {
+                Some(old) => old.zip(v).map(|(a, b)| a.max(b)),
+                None => v,
+            };
+            t.marks.insert(key, merged);
         }
         t.checkpoints.extend(cps);
         t.blobs.extend(blobs);

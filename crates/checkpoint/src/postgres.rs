@@ -45,10 +45,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (thread_id, seq));",
     // 2: message-store epochs (engine::IndexGuard).
     "CREATE TABLE IF NOT EXISTS {s}.thread_epochs (thread_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);",
-    // 3: version marks (Saver::max_channel_version), filled from the existing records in the
-    // same transaction.
+    // 3: version marks (Saver::max_channel_version; NULL: unknown), filled from the existing
+    // records in the same transaction.
     "CREATE TABLE IF NOT EXISTS {s}.version_marks (
-        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version BIGINT NOT NULL,
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version BIGINT,
         PRIMARY KEY (thread_id, checkpoint_ns));",
 ];
 
@@ -191,11 +191,18 @@ impl HotSql {
                  b AS (
                     INSERT INTO {{s}}.blobs (thread_id, checkpoint_ns, channel, version, data)
                     SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING),
+                 -- A first mark is the record's only if the namespace has no other checkpoint
+                 -- (else unknown: NULL); an unknown mark stays unknown.
                  vm AS (
                     INSERT INTO {{s}}.version_marks (thread_id, checkpoint_ns, version)
-                    SELECT $1, $2, $13 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                    SELECT $1, $2, CASE WHEN EXISTS (
+                        SELECT 1 FROM {{s}}.checkpoints x
+                         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id <> $3)
+                      THEN NULL ELSE $13::bigint END
+                     WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
-                    SET version = GREATEST({{s}}.version_marks.version, EXCLUDED.version))
+                    SET version = CASE WHEN {{s}}.version_marks.version IS NULL THEN NULL
+                                       ELSE GREATEST({{s}}.version_marks.version, $13::bigint) END)
                  INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
                  SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
@@ -1009,12 +1016,14 @@ impl Backend for PgBackend {
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx.clone()))?;
+        // The marks first: a put committing meanwhile (one that stores no message list takes no
+        // epoch lock) keeps both its checkpoint and its mark, or loses both.
         for table in [
+            "version_marks",
             "checkpoints",
             "blobs",
             "writes",
             "messages",
-            "version_marks",
         ] {
             tx.execute(
                 &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1")),
@@ -1037,7 +1046,9 @@ impl Backend for PgBackend {
             .query_opt(&st, &[&thread.as_str(), &ns.as_str()])
             .await
             .map_err(pg_err(ctx))?;
-        row.map(|r| u64_of(r.get(0), "version mark")).transpose()
+        row.and_then(|r| r.get::<_, Option<i64>>(0))
+            .map(|m| u64_of(m, "version mark"))
+            .transpose()
     }
 
     async fn thread_epoch(&self, thread: &ThreadId) -> Result<u64> {
@@ -1099,13 +1110,15 @@ impl Backend for PgBackend {
              ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value",
             "INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
              ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body",
-            // The target's marks rise to the source's; a namespace whose source has no mark
-            // (a record the migration could not decode) loses the target's, so it is read.
+            // The target's marks rise to the source's; an unknown mark (NULL) on either side
+            // stays unknown, and so does a source namespace with checkpoints but no mark.
             "INSERT INTO {s}.version_marks SELECT $2, checkpoint_ns, version FROM {s}.version_marks WHERE thread_id = $1
-             ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = GREATEST({s}.version_marks.version, EXCLUDED.version)",
-            "DELETE FROM {s}.version_marks WHERE thread_id = $2 AND checkpoint_ns IN (
-                SELECT checkpoint_ns FROM {s}.checkpoints WHERE thread_id = $1
-                EXCEPT SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)",
+             ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version =
+               CASE WHEN {s}.version_marks.version IS NULL OR EXCLUDED.version IS NULL THEN NULL
+                    ELSE GREATEST({s}.version_marks.version, EXCLUDED.version) END",
+            "INSERT INTO {s}.version_marks SELECT DISTINCT $2, checkpoint_ns, NULL::bigint FROM {s}.checkpoints WHERE thread_id = $1
+               AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)
+             ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = NULL",
         ] {
             tx.execute(&self.sql(sql), &[&source.as_str(), &target.as_str()]).await.map_err(pg_err(ctx.clone()))?;
         }
@@ -1383,33 +1396,41 @@ impl PostgresSaver {
 }
 
 impl PgBackend {
-    /// Gives every namespace of the store its version mark (see `engine::marks_of_records`).
+    /// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading
+    /// the records as a stream. The table is locked against writes first: only a build from
+    /// before the marks can write it now (this one waits on the migration lock), and a record
+    /// it committed during the scan would otherwise be missed.
     async fn backfill_marks(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
         let ctx = "postgres: migration 3: version marks";
+        tx.batch_execute(&self.sql("LOCK TABLE {s}.checkpoints IN SHARE MODE"))
+            .await
+            .map_err(pg_err(ctx))?;
         let rows = tx
-            .query(
+            .query_raw(
                 &self.sql(
                     "SELECT thread_id, checkpoint_ns, checkpoint_id, record FROM {s}.checkpoints",
                 ),
-                &[],
+                std::iter::empty::<&str>(),
             )
             .await
             .map_err(pg_err(ctx))?;
-        let marks = crate::engine::marks_of_records(
-            rows.iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))),
-        );
-        let (threads, namespaces, versions): (Vec<&str>, Vec<&str>, Vec<i64>) = {
-            let mut t = Vec::with_capacity(marks.len());
-            let mut n = Vec::with_capacity(marks.len());
-            let mut v = Vec::with_capacity(marks.len());
-            for (thread, ns, mark) in &marks {
-                t.push(thread.as_str());
-                n.push(ns.as_str());
-                v.push(i64_of(*mark, "channel version")?);
-            }
-            (t, n, v)
-        };
+        let mut rows = std::pin::pin!(rows);
+        let mut fold = crate::engine::MarkFold::default();
+        while let Some(r) = futures::TryStreamExt::try_next(&mut rows)
+            .await
+            .map_err(pg_err(ctx))?
+        {
+            fold.add(r.get(0), r.get(1), r.get(2), r.get(3));
+        }
+        let marks = fold.finish();
+        let mut threads = Vec::with_capacity(marks.len());
+        let mut namespaces = Vec::with_capacity(marks.len());
+        let mut versions = Vec::with_capacity(marks.len());
+        for (thread, ns, mark) in &marks {
+            threads.push(thread.as_str());
+            namespaces.push(ns.as_str());
+            versions.push(mark.map(|m| i64_of(m, "channel version")).transpose()?);
+        }
         tx.execute(
             &self.sql(
                 "INSERT INTO {s}.version_marks (thread_id, checkpoint_ns, version)

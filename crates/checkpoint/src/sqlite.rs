@@ -43,10 +43,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (thread_id, seq)) WITHOUT ROWID;",
     // 2: message-store epochs (engine::IndexGuard).
     "CREATE TABLE thread_epochs (thread_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;",
-    // 3: version marks (Saver::max_channel_version), filled from the existing records by
-    // `backfill_marks` in the same transaction.
+    // 3: version marks (Saver::max_channel_version; NULL: unknown), filled from the existing
+    // records by `backfill_marks` in the same transaction.
     "CREATE TABLE version_marks (
-        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version INTEGER NOT NULL,
+        thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version INTEGER,
         PRIMARY KEY (thread_id, checkpoint_ns)) WITHOUT ROWID;",
 ];
 
@@ -221,37 +221,68 @@ fn insert_messages(
     Ok(())
 }
 
-/// Gives every namespace of the store its version mark (see `engine::marks_of_records`).
+/// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading the
+/// records one at a time.
 fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
     let ctx = "sqlite: migration 3: version marks";
-    let rows = tx
-        .prepare("SELECT thread_id, checkpoint_ns, checkpoint_id, record FROM checkpoints")
-        .and_then(|mut s| {
-            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-        })
-        .map_err(sql_err(ctx))?;
+    let mut fold = crate::engine::MarkFold::default();
+    {
+        let mut stmt = tx
+            .prepare("SELECT thread_id, checkpoint_ns, checkpoint_id, record FROM checkpoints")
+            .map_err(sql_err(ctx))?;
+        let mut rows = stmt.query([]).map_err(sql_err(ctx))?;
+        while let Some(r) = rows.next().map_err(sql_err(ctx))? {
+            let id = r
+                .get_ref(2)
+                .and_then(|v| Ok(v.as_blob()?))
+                .map_err(sql_err(ctx))?;
+            let record = r
+                .get_ref(3)
+                .and_then(|v| Ok(v.as_blob()?))
+                .map_err(sql_err(ctx))?;
+            fold.add(
+                r.get(0).map_err(sql_err(ctx))?,
+                r.get(1).map_err(sql_err(ctx))?,
+                id,
+                record,
+            );
+        }
+    }
     let mut insert = tx
         .prepare(
             "INSERT INTO version_marks (thread_id, checkpoint_ns, version) VALUES (?1, ?2, ?3)",
         )
         .map_err(sql_err(ctx))?;
-    for (thread, ns, mark) in crate::engine::marks_of_records(rows) {
+    for (thread, ns, mark) in fold.finish() {
+        let mark = mark.map(|m| i64_of(m, "channel version")).transpose()?;
         insert
-            .execute(params![thread, ns, i64_of(mark, "channel version")?])
+            .execute(params![thread, ns, mark])
             .map_err(sql_err(ctx))?;
     }
     Ok(())
 }
 
-/// Raises the version mark of a thread's namespace to `mark`.
-fn raise_mark(tx: &rusqlite::Transaction<'_>, thread: &str, ns: &str, mark: u64) -> Result<()> {
+/// Raises the version mark of a thread's namespace to `mark` (the record `id` just stored):
+/// a namespace without a mark gets `mark` only if it holds no other checkpoint (otherwise an
+/// unknown mark, NULL), and an unknown mark stays unknown.
+fn raise_mark(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &str,
+    ns: &str,
+    id: CheckpointId,
+    mark: u64,
+) -> Result<()> {
     let mark = i64_of(mark, "channel version")?;
     tx.prepare_cached(
-        "INSERT INTO version_marks (thread_id, checkpoint_ns, version) VALUES (?1, ?2, ?3)
-         ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = max(version, excluded.version)",
+        "INSERT INTO version_marks (thread_id, checkpoint_ns, version)
+         SELECT ?1, ?2, CASE WHEN EXISTS (
+             SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id <> ?3)
+           THEN NULL ELSE ?4 END
+         WHERE true
+         ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
+         SET version = CASE WHEN version IS NULL THEN NULL ELSE max(version, ?4) END",
     )
-    .and_then(|mut s| s.execute(params![thread, ns, mark]))
+    .and_then(|mut s| s.execute(params![thread, ns, id_bytes(id), mark]))
     .map_err(sql_err(format!(
         "sqlite: thread {thread}: raising its version mark"
     )))?;
@@ -723,7 +754,7 @@ impl Backend for SqliteBackend {
                     .and_then(|mut s| s.execute(params![row.thread_id.as_str(), row.ns.as_str(), id_bytes(row.id), row.parent.map(id_bytes), row.record, row.metadata]))
                     .map_err(sql_err(ctx.clone()))?;
             }
-            raise_mark(&tx, row.thread_id.as_str(), row.ns.as_str(), mark)?;
+            raise_mark(&tx, row.thread_id.as_str(), row.ns.as_str(), row.id, mark)?;
             tx.commit().map_err(sql_err(ctx))
         })
         .await
@@ -732,7 +763,7 @@ impl Backend for SqliteBackend {
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
         let (thread, ns) = (thread.to_string(), ns.to_string());
         self.run(move |c| {
-            let mark: Option<i64> = c
+            let mark: Option<Option<i64>> = c
                 .prepare_cached(
                     "SELECT version FROM version_marks WHERE thread_id = ?1 AND checkpoint_ns = ?2",
                 )
@@ -740,7 +771,9 @@ impl Backend for SqliteBackend {
                 .map_err(sql_err(format!(
                     "sqlite: thread {thread}: reading its version mark"
                 )))?;
-            mark.map(|m| u64_of(m, "version mark")).transpose()
+            mark.flatten()
+                .map(|m| u64_of(m, "version mark"))
+                .transpose()
         })
         .await
     }
@@ -855,13 +888,14 @@ impl Backend for SqliteBackend {
                 "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO writes SELECT ?2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO messages SELECT ?2, seq, body FROM messages WHERE thread_id = ?1",
-                // The target's marks rise to the source's; a namespace whose source has no mark
-                // (a record the migration could not decode) loses the target's, so it is read.
+                // The target's marks rise to the source's; an unknown mark (NULL) on either side
+                // stays unknown, and so does a source namespace with checkpoints but no mark.
                 "INSERT INTO version_marks SELECT ?2, checkpoint_ns, version FROM version_marks WHERE thread_id = ?1
-                  ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = max(version, excluded.version)",
-                "DELETE FROM version_marks WHERE thread_id = ?2 AND checkpoint_ns IN (
-                    SELECT checkpoint_ns FROM checkpoints WHERE thread_id = ?1
-                    EXCEPT SELECT checkpoint_ns FROM version_marks WHERE thread_id = ?1)",
+                  ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version =
+                    CASE WHEN version IS NULL OR excluded.version IS NULL THEN NULL ELSE max(version, excluded.version) END",
+                "INSERT INTO version_marks SELECT DISTINCT ?2, checkpoint_ns, NULL FROM checkpoints WHERE thread_id = ?1
+                    AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM version_marks WHERE thread_id = ?1)
+                  ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = NULL",
             ] {
                 tx.execute(sql, params![source, target]).map_err(sql_err(ctx.clone()))?;
             }

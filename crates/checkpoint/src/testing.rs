@@ -3034,3 +3034,31 @@ pub async fn antler_max_channel_version_survives_deletes_and_copies(saver: &dyn 
     // Another thread's figures are untouched.
     assert!(max_versions(saver, "c", "").await.0 >= 9);
 }
+
+/// Not a conformance case (the trait's default scans, which is exact): the savers of this
+/// crate answer from a high-water mark, which `prune` and `delete_for_runs` leave where it
+/// was, so their figure stays above what the records left still list.
+pub async fn antler_max_channel_version_is_a_high_water_mark(saver: &dyn Saver) {
+    let cs = chain(saver, "t", "", 3, Some("r1")).await;
+    put_all(
+        saver,
+        cs[0].clone(),
+        checkpoint(&[("a", 9, json!(9))]),
+        metadata(CheckpointSource::Update, 1, Some("r2")),
+    )
+    .await;
+    put_all(
+        saver,
+        cs[2].clone(),
+        checkpoint(&[("a", 4, json!(4))]),
+        metadata(CheckpointSource::Loop, 2, Some("r1")),
+    )
+    .await;
+    saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
+    assert_eq!(max_versions(saver, "t", "").await, (9, 4));
+    saver
+        .prune(&[thread("t")], PruneStrategy::KeepLatest)
+        .await
+        .unwrap();
+    assert_eq!(max_versions(saver, "t", "").await, (9, 4));
+}

@@ -487,7 +487,8 @@ struct HistoryCosts {
     invoke_ms: f64,
     /// `get_state_history_with(limit 10)`.
     page10_ms: f64,
-    /// `update_state` on the thread's middle checkpoint (a fork: its floor scans the records).
+    /// `update_state` on the thread's middle checkpoint (a fork: it reads the namespace's
+    /// version mark for its floor).
     fork_ms: f64,
 }
 

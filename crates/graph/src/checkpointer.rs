@@ -205,11 +205,13 @@ pub trait Checkpointer: Send + Sync {
         }
         Ok(out)
     }
-    /// The greatest channel version of any checkpoint of the thread (0 for none): a new branch's
-    /// versions must exceed it.
+    /// At least the greatest channel version of any checkpoint of the thread's namespace (0 for
+    /// none): a new branch's versions must exceed it.
     ///
-    /// The default reads [`Checkpointer::list`]; the checkpointers of this crate read the
-    /// records only, never a value.
+    /// The default reads [`Checkpointer::list`]; [`MemoryCheckpointer`] reads its records, and
+    /// [`SaverCheckpointer`](crate::SaverCheckpointer) asks
+    /// [`Saver::max_channel_version`](antler_checkpoint::Saver::max_channel_version), which the
+    /// savers of `antler-checkpoint` answer from a high-water mark with one key lookup.
     async fn max_version(&self, scope: &Scope) -> Result<u64> {
         Ok(self
             .list(scope)

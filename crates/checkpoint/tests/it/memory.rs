@@ -17,3 +17,14 @@ mod delta {
         ))) as Box<dyn Saver>)
     });
 }
+
+/// The saver answers `max_channel_version` from a high-water mark.
+#[test]
+fn the_greatest_version_is_a_high_water_mark() {
+    use antler_checkpoint::{MemorySaver, StoreConfig};
+    antler_checkpoint::testing::block_on(
+        antler_checkpoint::testing::antler_max_channel_version_is_a_high_water_mark(
+            &MemorySaver::new(StoreConfig::full()),
+        ),
+    );
+}

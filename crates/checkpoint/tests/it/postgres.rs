@@ -43,6 +43,19 @@ mod suite {
     });
 }
 
+/// The saver answers `max_channel_version` from a high-water mark.
+#[test]
+fn the_greatest_version_is_a_high_water_mark() {
+    use antler_checkpoint::StoreConfig;
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, _)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        antler_checkpoint::testing::antler_max_channel_version_is_a_high_water_mark(&saver).await;
+        saver.drop_schema().await.unwrap();
+    });
+}
+
 /// A store written by schema version 2 (no version marks) gets each namespace's mark from its
 /// records when it is migrated; a namespace with a record that cannot be decoded gets none,
 /// and its figure is a typed error.
@@ -129,6 +142,28 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         assert_eq!(max("nobody", "").await.unwrap(), 0);
         let err = max("bad", "").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        // The unknown mark stays unknown after a put with lower versions, and a copy carries it.
+        saver
+            .put(
+                &CheckpointConfig::latest("bad"),
+                checkpoint(&[("b", 1, serde_json::json!(1))]),
+                metadata(CheckpointSource::Loop, 1, None),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(max("bad", "").await.unwrap_err().kind(), ErrorKind::Corrupt);
+        saver
+            .copy_thread(&"bad".into(), &"copy".into())
+            .await
+            .unwrap();
+        assert_eq!(
+            max("copy", "").await.unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
+        for t in ["bad", "copy"] {
+            saver.delete_thread(&t.into()).await.unwrap();
+        }
         let marks: Vec<(String, String, i64)> = client
             .query(
                 &format!("SELECT thread_id, checkpoint_ns, version FROM \"{s}\".version_marks ORDER BY 1, 2"),

@@ -22,6 +22,18 @@ mod file {
     });
 }
 
+/// The saver answers `max_channel_version` from a high-water mark.
+#[test]
+fn the_greatest_version_is_a_high_water_mark() {
+    use antler_checkpoint::{SqliteSaver, StoreConfig};
+    antler_checkpoint::testing::block_on(async {
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        antler_checkpoint::testing::antler_max_channel_version_is_a_high_water_mark(&saver).await;
+    });
+}
+
 /// A store written by schema version 2 (no version marks) gets each namespace's mark from its
 /// records when it is migrated, so `max_channel_version` is right without reading them again;
 /// a namespace with a record that cannot be decoded gets none and its figure is a typed error.
@@ -35,25 +47,28 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
     antler_checkpoint::testing::block_on(async {
         let path = crate::temp_db("antler-marks", "store.db");
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
-        let put = |t: &'static str, ns: &'static str, v: u64, parent: Option<CheckpointConfig>| {
-            let saver = &saver;
-            async move {
-                let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
-                let nv: ChannelVersions = cp.channel_versions.clone();
-                let at = parent.unwrap_or_else(|| CheckpointConfig::latest(t).with_ns(ns));
-                saver
-                    .put(&at, cp, metadata(CheckpointSource::Loop, 0, None), &nv)
-                    .await
-                    .unwrap()
-            }
-        };
+        async fn put(
+            saver: &SqliteSaver,
+            t: &str,
+            ns: &str,
+            v: u64,
+            parent: Option<CheckpointConfig>,
+        ) -> CheckpointConfig {
+            let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
+            let nv: ChannelVersions = cp.channel_versions.clone();
+            let at = parent.unwrap_or_else(|| CheckpointConfig::latest(t).with_ns(ns));
+            saver
+                .put(&at, cp, metadata(CheckpointSource::Loop, 0, None), &nv)
+                .await
+                .unwrap()
+        }
         // Thread t: 1, 2, then a fork of the first at 8 and a sibling at 3 (the latest).
-        let first = put("t", "", 1, None).await;
-        put("t", "", 2, Some(first.clone())).await;
-        put("t", "", 8, Some(first.clone())).await;
-        put("t", "", 3, Some(first)).await;
-        put("t", "sub:x", 6, None).await;
-        put("bad", "", 4, None).await;
+        let first = put(&saver, "t", "", 1, None).await;
+        put(&saver, "t", "", 2, Some(first.clone())).await;
+        put(&saver, "t", "", 8, Some(first.clone())).await;
+        put(&saver, "t", "", 3, Some(first)).await;
+        put(&saver, "t", "sub:x", 6, None).await;
+        put(&saver, "bad", "", 4, None).await;
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
@@ -76,6 +91,30 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         assert_eq!(max("nobody", "").await.unwrap(), 0);
         let err = max("bad", "").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        // The unknown mark stays unknown: a put with lower versions does not make it known (it
+        // would be below the damaged record's), and a copy carries it.
+        let stored = saver
+            .put(
+                &CheckpointConfig::latest("bad"),
+                checkpoint(&[("b", 1, serde_json::json!(1))]),
+                metadata(CheckpointSource::Loop, 1, None),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        assert!(stored.checkpoint_id.is_some());
+        assert_eq!(max("bad", "").await.unwrap_err().kind(), ErrorKind::Corrupt);
+        put(&saver, "copy", "", 2, None).await;
+        saver
+            .copy_thread(&"bad".into(), &"copy".into())
+            .await
+            .unwrap();
+        assert_eq!(
+            max("copy", "").await.unwrap_err().kind(),
+            ErrorKind::Corrupt
+        );
+        saver.delete_thread(&"bad".into()).await.unwrap();
+        saver.delete_thread(&"copy".into()).await.unwrap();
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         let marks: Vec<(String, String, i64)> = conn

@@ -139,3 +139,148 @@ async fn command_to_parent_from_a_subgraph_applies_in_the_parent() {
         .unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["from child"]));
 }
+
+/// A command on an addressed checkpoint whose next task is a subgraph forks both levels: the
+/// subgraph runs again on the branch, in a namespace of its own (the fork's task id differs),
+/// and sees the command's update; the branch reads back cold as it ran; the original run's
+/// checkpoints, the subgraph's included, read as before. Through a SQLite saver, with a delta
+/// message channel on both levels.
+#[tokio::test]
+async fn a_command_before_a_subgraph_forks_the_subgraph_too() {
+    use antler_checkpoint as cp;
+    use antler_graph::{SaverCheckpointer, Source};
+    use antler_state_reducers::{Message, MessageType};
+    const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+    fn msg(kind: MessageType, id: &str, text: &str) -> Message {
+        let mut m = Message::new(kind, text);
+        m.id = Some(id.to_owned());
+        m
+    }
+    fn inner_graph() -> antler_graph::CompiledGraph {
+        let mut inner = StateGraph::new();
+        inner
+            .channel(&MESSAGES, ChannelSpec::messages_delta(2))
+            .unwrap();
+        inner.add_node("reply", |s: State, _c| async move {
+            let seen: Vec<String> = s
+                .get(&MESSAGES)
+                .map(|l| l.iter().map(|m| m.content.text()).collect())
+                .unwrap_or_default();
+            let n = seen.len();
+            Ok(Update::new().set(
+                &MESSAGES,
+                vec![msg(MessageType::Ai, &format!("ai-{n}"), &seen.join("|"))],
+            ))
+        });
+        inner
+            .add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        inner.compile().unwrap()
+    }
+    fn outer_graph(saver: Arc<dyn cp::Saver>) -> antler_graph::CompiledGraph {
+        let mut outer = StateGraph::new();
+        outer
+            .channel(&MESSAGES, ChannelSpec::messages_delta(2))
+            .unwrap();
+        outer.add_subgraph("sub", inner_graph());
+        outer
+            .add_edge("__start__", "sub")
+            .add_edge("sub", "__end__");
+        outer
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+            .with_hot_cache(false)
+    }
+    let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(2).unwrap());
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::SqliteSaver::open_in_memory(mode).await.unwrap());
+    let graph = outer_graph(saver.clone());
+    let cfg = RunConfig::new("t");
+    let mut ends = Vec::new();
+    for i in 0..3 {
+        let input = Update::new().set(
+            &MESSAGES,
+            vec![msg(
+                MessageType::Human,
+                &format!("h-{i}"),
+                &format!("hi {i}"),
+            )],
+        );
+        ends.push(graph.invoke(input, &cfg).await.unwrap());
+    }
+    // The second turn's input checkpoint: its next task is the subgraph.
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    let before_sub = history
+        .iter()
+        .find(|s| s.next == vec!["sub".into()] && s.values.get(&MESSAGES).map(Vec::len) == Some(3))
+        .expect("the second turn's input checkpoint");
+    let original_task = before_sub.tasks[0].id.clone();
+    let at = cfg
+        .clone()
+        .with_checkpoint(before_sub.checkpoint_id.clone());
+    let branch = graph
+        .invoke(
+            Command::new().update(
+                Update::new().set(&MESSAGES, vec![msg(MessageType::Human, "late", "late")]),
+            ),
+            &at,
+        )
+        .await
+        .unwrap();
+    let live = branch.values.get(&MESSAGES).cloned().unwrap();
+    let ids: Vec<&str> = live.iter().filter_map(|m| m.id.as_deref()).collect();
+    assert_eq!(ids, ["h-0", "ai-1", "h-1", "late", "ai-4"]);
+    assert_eq!(
+        live[4].content.text(),
+        "hi 0|hi 0|hi 1|late",
+        "the subgraph saw the update"
+    );
+
+    // Cold reads through a fresh adapter and graph.
+    let cold = outer_graph(saver.clone());
+    let head = cfg
+        .clone()
+        .with_checkpoint(branch.checkpoint_id.clone().unwrap());
+    let got = cold.get_state(&head).await.unwrap().unwrap();
+    assert_eq!(got.values.get(&MESSAGES), Some(&live));
+    let old_head = cfg
+        .clone()
+        .with_checkpoint(ends[2].checkpoint_id.clone().unwrap());
+    let got = cold.get_state(&old_head).await.unwrap().unwrap();
+    assert_eq!(got.values.get(&MESSAGES), ends[2].values.get(&MESSAGES));
+
+    // The branch starts with a fork whose subgraph task has another id, so another namespace;
+    // the original task's subgraph checkpoints are untouched.
+    let branch_history = cold.get_state_history(&head).await.unwrap();
+    let fork = branch_history
+        .iter()
+        .find(|s| s.source == Source::Fork)
+        .expect("the branch starts with a fork");
+    assert_eq!(fork.next, vec!["sub".into()]);
+    let fork_task = fork.tasks[0].id.clone();
+    assert_ne!(fork_task, original_task);
+    let inner = inner_graph().with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+    let sub_state = |task: String| {
+        let inner = &inner;
+        async move {
+            let mut c = RunConfig::new("t");
+            c.checkpoint_ns = format!("sub:{task}");
+            let s = inner
+                .get_state(&c)
+                .await
+                .unwrap()
+                .expect("subgraph checkpoints");
+            s.values
+                .get(&MESSAGES)
+                .map(|l| l.iter().filter_map(|m| m.id.clone()).collect::<Vec<_>>())
+        }
+    };
+    assert_eq!(
+        sub_state(fork_task.to_string()).await.unwrap(),
+        ["h-0", "ai-1", "h-1", "late", "ai-4"]
+    );
+    assert_eq!(
+        sub_state(original_task.to_string()).await.unwrap(),
+        ["h-0", "ai-1", "h-1", "ai-3"]
+    );
+}
