@@ -350,6 +350,13 @@ impl MarkFold {
         };
     }
 
+    /// Folds in the greatest version stored as a value in a namespace (a value is stored under
+    /// the version `put` was given for it, which its record may not list).
+    pub(crate) fn stored(&mut self, thread: String, ns: String, version: u64) {
+        let e = self.marks.entry((thread, ns)).or_insert(Some(0));
+        *e = e.map(|m| m.max(version));
+    }
+
     /// Every namespace seen, with its mark (`None`: unknown).
     pub(crate) fn finish(self) -> Vec<(String, String, Option<u64>)> {
         self.marks
@@ -501,7 +508,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
     /// [`version_clash`]); inserts message rows (conflict = error); raises the namespace's
-    /// version mark to `mark` (the record's greatest channel version), all in one transaction.
+    /// version mark to `mark` (the greatest version the record lists or stores a value under),
+    /// all in one transaction.
     /// A namespace without a mark gets `mark` only if it holds no other checkpoint, an unknown
     /// mark otherwise; an unknown mark stays unknown.
     /// Fails with [`Error::Conflict`] if `guard` does not hold (see [`IndexGuard`]).
@@ -1225,8 +1233,9 @@ impl<B: Backend> Engine<B> {
     }
 
     /// [`Saver::max_channel_version`](crate::Saver::max_channel_version): the namespace's
-    /// version mark, or, for a namespace without one, the greatest version its records list
-    /// (a read of every record, which fails on one that cannot be decoded).
+    /// version mark, or, for a namespace without a known one, the greatest version its records
+    /// list or its values are stored under (a read of every record, which fails on one that
+    /// cannot be decoded).
     pub(crate) async fn max_channel_version(
         &self,
         thread: &ThreadId,
@@ -1240,9 +1249,18 @@ impl<B: Backend> Engine<B> {
             checkpoint_ns: Some(ns.clone()),
             ..ListQuery::default()
         };
-        Ok(crate::saver::max_listed_version(
-            &self.list(&query, false).await?,
-        ))
+        let listed = crate::saver::max_listed_version(&self.list(&query, false).await?);
+        // A value is stored under the version `put` was given for it, listed or not.
+        let stored = self
+            .backend
+            .blob_keys(thread)
+            .await?
+            .into_iter()
+            .filter(|(n, _, _)| n == ns)
+            .map(|(_, _, v)| v.get())
+            .max()
+            .unwrap_or(0);
+        Ok(listed.max(stored))
     }
 
     pub(crate) async fn put_writes(

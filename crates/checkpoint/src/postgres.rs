@@ -1016,14 +1016,15 @@ impl Backend for PgBackend {
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx.clone()))?;
-        // The marks first: a put committing meanwhile (one that stores no message list takes no
-        // epoch lock) keeps both its checkpoint and its mark, or loses both.
+        // Checkpoints before marks, in the order a put locks their rows (so the two cannot
+        // deadlock). A put that stores no message list takes no epoch lock and may commit in
+        // between: its checkpoint then stays without a mark, which a read treats as unknown.
         for table in [
-            "version_marks",
             "checkpoints",
             "blobs",
             "writes",
             "messages",
+            "version_marks",
         ] {
             tx.execute(
                 &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1")),
@@ -1082,11 +1083,30 @@ impl Backend for PgBackend {
         let ctx = format!("postgres: copying thread {source} to {target}");
         let mut c = self.client(&ctx).await?;
         let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
-        // The bump first, as in `delete_thread`: the collision check below then sees every
-        // body a write of the target committed.
-        tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&target.as_str()])
-            .await
-            .map_err(pg_err(ctx.clone()))?;
+        // The epoch rows first, in thread order (so two copies in opposite directions cannot
+        // deadlock): the target's bumped, as in `delete_thread`, so the collision check below
+        // sees every body a write of the target committed; the source's locked unchanged, so
+        // a `delete_thread` of the source waits, and the statements below, each reading the
+        // latest committed rows, copy one state of it (its checkpoints with their marks).
+        let mut threads = [(source, false), (target, true)];
+        threads.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        for (thread, bump) in threads {
+            if bump {
+                tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
+                    .await
+                    .map_err(pg_err(ctx.clone()))?;
+            } else if source != target {
+                tx.execute(
+                    &self.sql(
+                        "INSERT INTO {s}.thread_epochs (thread_id, epoch) VALUES ($1, 0)
+                         ON CONFLICT (thread_id) DO UPDATE SET epoch = {s}.thread_epochs.epoch",
+                    ),
+                    &[&thread.as_str()],
+                )
+                .await
+                .map_err(pg_err(ctx.clone()))?;
+            }
+        }
         let collides: bool = tx
             .query_one(
                 &self.sql(
@@ -1422,6 +1442,18 @@ impl PgBackend {
         {
             fold.add(r.get(0), r.get(1), r.get(2), r.get(3));
         }
+        let stored = tx
+            .query(
+                &self.sql(
+                    "SELECT thread_id, checkpoint_ns, MAX(version) FROM {s}.blobs GROUP BY 1, 2",
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        for r in &stored {
+            fold.stored(r.get(0), r.get(1), u64_of(r.get(2), "channel version")?);
+        }
         let marks = fold.finish();
         let mut threads = Vec::with_capacity(marks.len());
         let mut namespaces = Vec::with_capacity(marks.len());
@@ -1445,8 +1477,13 @@ impl PgBackend {
 
     async fn migrate(&self) -> Result<()> {
         let mut c = self.client("migrating").await?;
+        // READ COMMITTED whatever the server's default: the backfill's scan must see what
+        // committed before its table lock, which a snapshot taken at the first statement
+        // (REPEATABLE READ) would not.
         let tx = c
-            .transaction()
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+            .start()
             .await
             .map_err(pg_err("postgres: migrating"))?;
         tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&self.s])

@@ -232,19 +232,30 @@ fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
             .map_err(sql_err(ctx))?;
         let mut rows = stmt.query([]).map_err(sql_err(ctx))?;
         while let Some(r) = rows.next().map_err(sql_err(ctx))? {
-            let id = r
-                .get_ref(2)
-                .and_then(|v| Ok(v.as_blob()?))
-                .map_err(sql_err(ctx))?;
-            let record = r
-                .get_ref(3)
-                .and_then(|v| Ok(v.as_blob()?))
-                .map_err(sql_err(ctx))?;
+            // A column of another type is a record that cannot be decoded, not a failed open.
+            let blob = |i| {
+                r.get_ref(i)
+                    .ok()
+                    .and_then(|v| v.as_blob().ok())
+                    .unwrap_or_default()
+            };
             fold.add(
                 r.get(0).map_err(sql_err(ctx))?,
                 r.get(1).map_err(sql_err(ctx))?,
-                id,
-                record,
+                blob(2),
+                blob(3),
+            );
+        }
+        let mut stmt = tx
+            .prepare("SELECT thread_id, checkpoint_ns, MAX(version) FROM blobs GROUP BY 1, 2")
+            .map_err(sql_err(ctx))?;
+        let mut rows = stmt.query([]).map_err(sql_err(ctx))?;
+        while let Some(r) = rows.next().map_err(sql_err(ctx))? {
+            let version = u64_of(r.get(2).map_err(sql_err(ctx))?, "channel version")?;
+            fold.stored(
+                r.get(0).map_err(sql_err(ctx))?,
+                r.get(1).map_err(sql_err(ctx))?,
+                version,
             );
         }
     }

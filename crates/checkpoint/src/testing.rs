@@ -3062,3 +3062,38 @@ pub async fn antler_max_channel_version_is_a_high_water_mark(saver: &dyn Saver) 
         .unwrap();
     assert_eq!(max_versions(saver, "t", "").await, (9, 4));
 }
+
+/// Not a conformance case (it needs a hook into the store): a namespace whose mark row is gone
+/// while its checkpoints stay (as after a put racing a delete) is not given the next put's
+/// lower figure, and a copy of it does not leave the target's lower figure; both fall back to
+/// the records. `lose(thread)` deletes the thread's marks behind the saver's back.
+pub async fn antler_a_lost_mark_falls_back_to_the_records<F, Fut>(saver: &dyn Saver, lose: F)
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let put = |t: &'static str, v: u64| async move {
+        let at = saver
+            .get_tuple(&cfg(t, "", None))
+            .await
+            .unwrap()
+            .map_or_else(|| cfg(t, "", None), |c| c.config);
+        put_all(
+            saver,
+            at,
+            checkpoint(&[("a", v, json!(v))]),
+            metadata(CheckpointSource::Loop, 0, None),
+        )
+        .await;
+    };
+    put("t", 5).await;
+    lose("t").await;
+    put("t", 2).await;
+    assert_eq!(max_versions(saver, "t", "").await, (5, 5));
+    put("s", 7).await;
+    lose("s").await;
+    put("c", 1).await;
+    assert_eq!(max_versions(saver, "c", "").await, (1, 1));
+    saver.copy_thread(&thread("s"), &thread("c")).await.unwrap();
+    assert_eq!(max_versions(saver, "c", "").await, (7, 7));
+}

@@ -43,6 +43,38 @@ mod suite {
     });
 }
 
+/// A namespace whose mark row is gone while its checkpoints stay (as after a put racing a
+/// delete) is not given the next put's lower figure, and a copy of it does not leave the
+/// target's lower figure: both fall back to the records.
+#[test]
+fn a_namespace_that_lost_its_mark_falls_back_to_its_records() {
+    use antler_checkpoint::StoreConfig;
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let delete = format!(
+            "DELETE FROM \"{}\".version_marks WHERE thread_id = $1",
+            options.schema
+        );
+        let lose = |t: &'static str| {
+            let (client, delete) = (&client, &delete);
+            async move {
+                client.execute(delete, &[&t]).await.unwrap();
+            }
+        };
+        antler_checkpoint::testing::antler_a_lost_mark_falls_back_to_the_records(&saver, lose)
+            .await;
+        drop(client);
+        task.abort();
+        saver.drop_schema().await.unwrap();
+    });
+}
+
 /// The saver answers `max_channel_version` from a high-water mark.
 #[test]
 fn the_greatest_version_is_a_high_water_mark() {
@@ -57,8 +89,8 @@ fn the_greatest_version_is_a_high_water_mark() {
 }
 
 /// A store written by schema version 2 (no version marks) gets each namespace's mark from its
-/// records when it is migrated; a namespace with a record that cannot be decoded gets none,
-/// and its figure is a typed error.
+/// records when it is migrated; a namespace with a record that cannot be decoded gets an
+/// unknown mark, and its figure is a typed error.
 #[test]
 fn a_version_2_store_gets_its_version_marks_from_its_records() {
     use antler_checkpoint::testing::{checkpoint, metadata};

@@ -22,6 +22,29 @@ mod file {
     });
 }
 
+/// A namespace whose mark row is gone while its checkpoints stay (as after a put racing a
+/// delete) is not given the next put's lower figure, and a copy of it does not leave the
+/// target's lower figure: both fall back to the records.
+#[test]
+fn a_namespace_that_lost_its_mark_falls_back_to_its_records() {
+    use antler_checkpoint::{SqliteSaver, StoreConfig};
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("antler-lost-mark", "store.db");
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let lose = |t: &'static str| {
+            let path = path.clone();
+            async move {
+                rusqlite::Connection::open(&path)
+                    .unwrap()
+                    .execute("DELETE FROM version_marks WHERE thread_id = ?1", [t])
+                    .unwrap();
+            }
+        };
+        antler_checkpoint::testing::antler_a_lost_mark_falls_back_to_the_records(&saver, lose)
+            .await;
+    });
+}
+
 /// The saver answers `max_channel_version` from a high-water mark.
 #[test]
 fn the_greatest_version_is_a_high_water_mark() {
@@ -36,7 +59,8 @@ fn the_greatest_version_is_a_high_water_mark() {
 
 /// A store written by schema version 2 (no version marks) gets each namespace's mark from its
 /// records when it is migrated, so `max_channel_version` is right without reading them again;
-/// a namespace with a record that cannot be decoded gets none and its figure is a typed error.
+/// a namespace with a record that cannot be decoded gets an unknown mark and its figure is a
+/// typed error.
 #[test]
 fn a_version_2_store_gets_its_version_marks_from_its_records() {
     use antler_checkpoint::testing::{checkpoint, metadata};
