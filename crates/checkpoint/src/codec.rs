@@ -523,6 +523,21 @@ pub(crate) fn decode_blob(bytes: &[u8]) -> CResult<StoredBlob> {
     })
 }
 
+/// The runs a stored blob or write value references, for garbage collection: none for an
+/// inline blob, an error for a reference blob that does not decode or a tag this build does
+/// not know (a newer format may reference bodies).
+pub(crate) fn gc_runs(bytes: &[u8]) -> CResult<Vec<(u64, u64)>> {
+    match bytes.first() {
+        Some(&(TAG_BLOB_NULL_V1 | TAG_BLOB_JSON_V1 | TAG_BLOB_BYTES_V1)) => Ok(Vec::new()),
+        Some(&TAG_BLOB_MESSAGE_REFS_V1) => {
+            let (_, body) = open(bytes, &[TAG_BLOB_MESSAGE_REFS_V1])?;
+            decode_refs(body).map(|(_, runs)| runs)
+        }
+        Some(&tag) => Err(CodecError::UnknownVersion(tag)),
+        None => Err(CodecError::Truncated),
+    }
+}
+
 /// The runs a stored blob references, or `None` for any other blob. Looks at the tag before
 /// anything else, so a JSON or bytes blob is neither checksummed nor copied; a reference blob
 /// is checked in full (a damaged one is `None` here and an error where it is decoded).

@@ -298,7 +298,16 @@ pub(crate) fn unreferenced<'a>(
     seqs: &[u64],
     payloads: impl IntoIterator<Item = &'a [u8]>,
 ) -> Vec<u64> {
-    let runs = referenced_runs(payloads);
+    let mut runs = Vec::new();
+    for bytes in payloads {
+        match codec::gc_runs(bytes) {
+            Ok(r) => runs.extend(r),
+            // A payload this build cannot read (damaged, or a newer format) may reference
+            // any body: collect none rather than delete one it needs.
+            Err(_) => return Vec::new(),
+        }
+    }
+    let runs = merge_runs(&runs);
     seqs.iter()
         .copied()
         .filter(|&s| {
@@ -2382,6 +2391,17 @@ fn into_tuples(
 
 /// The error for a `copy_thread` onto a target that stores other bytes under a body number the
 /// source uses.
+/// The error for a copy onto a thread that stores another value under a channel version the
+/// source uses: overwriting it would change the target's own checkpoints.
+pub(crate) fn blob_collision(source: &ThreadId, target: &ThreadId) -> Error {
+    Error::Conflict {
+        thread_id: target.clone(),
+        detail: format!(
+            "copy_thread from '{source}': the target stores other values under channel versions the source uses; copy onto a new or deleted thread"
+        ),
+    }
+}
+
 pub(crate) fn body_collision(source: &ThreadId, target: &ThreadId) -> Error {
     Error::Conflict {
         thread_id: target.clone(),
@@ -2897,6 +2917,77 @@ mod tests {
         // Two pages of the store, then the old thread's own rows.
         assert_eq!(e.backend.scans.load(Ordering::Relaxed) - before, 3);
         assert!(e.backend.largest_scan.load(Ordering::Relaxed) <= LIST_PAGE);
+    }
+
+    /// Body collection keeps every body when a payload of the thread cannot be read (damaged,
+    /// or a format from a newer build that may reference bodies): it cannot know what that
+    /// payload needs.
+    #[test]
+    fn collection_keeps_every_body_beside_a_payload_it_cannot_read() {
+        let refs = codec::encode_refs(MessagesKind::Snapshot, &[2, 3]);
+        let json = codec::encode_inline_blob(&Blob::json(&1).unwrap()).unwrap();
+        assert_eq!(
+            unreferenced(&[1, 2, 3, 4], [refs.as_slice(), json.as_slice()]),
+            vec![1, 4]
+        );
+        let mut damaged = refs.clone();
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        let newer = [0x35_u8, 0, 0, 0, 0, 0];
+        for odd in [damaged.as_slice(), &newer[..], &[][..]] {
+            assert_eq!(
+                unreferenced(&[1, 2, 3, 4], [refs.as_slice(), odd]),
+                Vec::<u64>::new()
+            );
+        }
+    }
+
+    /// A put refused for a version clash writes nothing, not even the message bodies it
+    /// brought.
+    #[tokio::test]
+    async fn a_refused_put_stores_no_body() {
+        let e = engine();
+        let at = CheckpointConfig::latest("t");
+        let mut first = Checkpoint::empty();
+        first
+            .channel_versions
+            .insert("a".into(), ChannelVersion::new(1));
+        first
+            .channel_values
+            .insert("a".into(), Blob::json(&1).unwrap());
+        let nv = first.channel_versions.clone();
+        let c1 = e
+            .put(&at, first, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap();
+        let mut clash = Checkpoint::empty();
+        clash
+            .channel_versions
+            .insert("a".into(), ChannelVersion::new(1));
+        clash
+            .channel_values
+            .insert("a".into(), Blob::json(&2).unwrap());
+        clash
+            .channel_versions
+            .insert("m".into(), ChannelVersion::new(1));
+        let list = [serde_json::json!({"type": "human", "content": "new", "id": "n"})];
+        clash.channel_values.insert(
+            "m".into(),
+            Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
+        );
+        let nv = clash.channel_versions.clone();
+        let err = e
+            .put(&c1, clash, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+        assert!(
+            e.backend
+                .all_messages(&ThreadId::new("t"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     /// The greatest channel version is the namespace's mark, read without listing a record,

@@ -322,9 +322,7 @@ impl Backend for MemoryBackend {
                 });
             }
         }
-        for m in messages {
-            t.messages.insert((row.thread_id.clone(), m.seq), m.body);
-        }
+        // Every check before the first change: a refused put writes nothing.
         for b in &blobs {
             let key = (
                 row.thread_id.clone(),
@@ -335,6 +333,9 @@ impl Backend for MemoryBackend {
             if t.blobs.get(&key).is_some_and(|old| *old != b.data) {
                 return Err(crate::engine::version_clash(&row, &b.channel, b.version));
             }
+        }
+        for m in messages {
+            t.messages.insert((row.thread_id.clone(), m.seq), m.body);
         }
         for b in blobs {
             t.blobs
@@ -480,6 +481,12 @@ impl Backend for MemoryBackend {
             .any(|(k, v)| t.messages.get(k).is_some_and(|old| old != v))
         {
             return Err(crate::engine::body_collision(source, target));
+        }
+        if blobs
+            .iter()
+            .any(|(k, v)| t.blobs.get(k).is_some_and(|old| old != v))
+        {
+            return Err(crate::engine::blob_collision(source, target));
         }
         *t.epochs.entry(target.clone()).or_insert(0) += 1;
         // The target's marks rise to the source's; an unknown one on either side stays

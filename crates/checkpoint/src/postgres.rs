@@ -188,9 +188,15 @@ impl HotSql {
                  m AS (
                     INSERT INTO {{s}}.messages (thread_id, seq, body)
                     SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1),
+                 -- `guard` sees the statement's snapshot; a put of the same version committing
+                 -- meanwhile is met here instead: the conflict waits for it, and other bytes
+                 -- divide by zero at run time (the divisor depends on the row, so it is not folded).
                  b AS (
-                    INSERT INTO {{s}}.blobs (thread_id, checkpoint_ns, channel, version, data)
-                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 ON CONFLICT DO NOTHING),
+                    INSERT INTO {{s}}.blobs AS x (thread_id, checkpoint_ns, channel, version, data)
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
+                    SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data
+                                    ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END),
                  -- A first mark is the record's only if the namespace has no other checkpoint
                  -- (else unknown: NULL); an unknown mark stays unknown.
                  vm AS (
@@ -1016,14 +1022,16 @@ impl Backend for PgBackend {
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx.clone()))?;
-        // Checkpoints before marks, in the order a put locks their rows (so the two cannot
-        // deadlock). A put that stores no message list takes no epoch lock and may commit in
-        // between: its checkpoint then stays without a mark, which a read treats as unknown.
+        // A put that stores no message list takes no epoch lock and may commit between these
+        // statements. Values before checkpoints: its checkpoint is then deleted with the rest
+        // (its values left as unreferenced garbage) or kept with all its values, never kept
+        // without them. Checkpoints before marks, in the order a put locks their rows (so the
+        // two cannot deadlock): a checkpoint kept without its mark reads as an unknown mark.
         for table in [
-            "checkpoints",
-            "blobs",
             "writes",
+            "blobs",
             "messages",
+            "checkpoints",
             "version_marks",
         ] {
             tx.execute(
@@ -1120,6 +1128,21 @@ impl Backend for PgBackend {
             .get(0);
         if collides {
             return Err(crate::engine::body_collision(source, target));
+        }
+        let clashes: bool = tx
+            .query_one(
+                &self.sql(
+                    "SELECT EXISTS (SELECT 1 FROM {s}.blobs s JOIN {s}.blobs t ON t.thread_id = $2 AND t.checkpoint_ns = s.checkpoint_ns
+                        AND t.channel = s.channel AND t.version = s.version
+                      WHERE s.thread_id = $1 AND t.data <> s.data)",
+                ),
+                &[&source.as_str(), &target.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?
+            .get(0);
+        if clashes {
+            return Err(crate::engine::blob_collision(source, target));
         }
         for sql in [
             "INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1

@@ -340,8 +340,9 @@ pub trait Saver: Send + Sync {
 
     /// Copies every checkpoint, write and blob of `source` to `target`. Unknown source → no-op.
     ///
-    /// The message bodies of a delta thread keep their per-thread numbers, so a target that
-    /// stores other bytes under a number the source uses is refused with
+    /// The message bodies of a delta thread keep their per-thread numbers and values keep their
+    /// channel versions, so a target that stores other bytes under a number or a
+    /// `(namespace, channel, version)` the source uses is refused with
     /// [`Error::Conflict`](crate::Error::Conflict) and nothing is copied (copy onto a new or
     /// deleted thread).
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;

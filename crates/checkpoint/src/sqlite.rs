@@ -893,6 +893,18 @@ impl Backend for SqliteBackend {
             if collides {
                 return Err(crate::engine::body_collision(&ThreadId::new(source.as_str()), &ThreadId::new(target.as_str())));
             }
+            let clashes: bool = tx
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM blobs s JOIN blobs t ON t.thread_id = ?2 AND t.checkpoint_ns = s.checkpoint_ns
+                        AND t.channel = s.channel AND t.version = s.version
+                      WHERE s.thread_id = ?1 AND t.data <> s.data)",
+                    params![source, target],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err(ctx.clone()))?;
+            if clashes {
+                return Err(crate::engine::blob_collision(&ThreadId::new(source.as_str()), &ThreadId::new(target.as_str())));
+            }
             bump_epoch(&tx, &target)?;
             for sql in [
                 "INSERT OR REPLACE INTO checkpoints SELECT ?2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",

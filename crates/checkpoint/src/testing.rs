@@ -114,6 +114,7 @@ macro_rules! conformance_suite {
             antler_channel_values_reach_past_records_that_do_not_list_the_channel,
             antler_channel_values_are_mode_gated,
             antler_channel_values_damaged_value_is_error,
+            antler_copy_thread_refuses_other_values_under_the_same_versions,
             antler_max_channel_version_covers_every_branch,
             antler_max_channel_version_survives_deletes_and_copies
         );
@@ -1823,6 +1824,54 @@ pub async fn antler_copy_thread_refuses_other_bodies_under_the_same_numbers(save
         .copy_thread(&thread("src"), &thread("new"))
         .await
         .unwrap();
+}
+
+/// A copy onto a thread that stores another value under a channel version the source uses
+/// is a `Conflict` and copies nothing: overwriting the value would change what the target's
+/// own checkpoints read. The same values again copy fine.
+pub async fn antler_copy_thread_refuses_other_values_under_the_same_versions(saver: &dyn Saver) {
+    let src = put_all(
+        saver,
+        cfg("src", "", None),
+        checkpoint(&[("title", 1, json!("theirs"))]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    let own = put_all(
+        saver,
+        cfg("dst", "", None),
+        checkpoint(&[("title", 1, json!("mine"))]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    let err = saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+    assert!(err.to_string().contains("dst"), "{err}");
+    assert_eq!(
+        json_of(&get(saver, &own).await.checkpoint.channel_values["title"]),
+        json!("mine")
+    );
+    assert_eq!(count(saver, ListQuery::thread("dst")).await, 1);
+    // The same value under the same version is no collision.
+    put_all(
+        saver,
+        cfg("same", "", None),
+        checkpoint(&[("title", 1, json!("theirs"))]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    saver
+        .copy_thread(&thread("src"), &thread("same"))
+        .await
+        .unwrap();
+    let copied = cfg("same", "", src.checkpoint_id);
+    assert_eq!(
+        json_of(&get(saver, &copied).await.checkpoint.channel_values["title"]),
+        json!("theirs")
+    );
 }
 
 /// Message lists round-trip item by item, including repeated and shared items.

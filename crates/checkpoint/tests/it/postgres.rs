@@ -215,3 +215,93 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         saver.drop_schema().await.unwrap();
     });
 }
+
+/// Two puts of one channel version with different bytes, the second started while the first
+/// has not committed: the second sees no stored value in its snapshot, waits on the key, and
+/// must then fail with `Conflict` and write nothing, not keep a checkpoint that reads the
+/// first one's value.
+#[test]
+fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointSource, ErrorKind, Saver, StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let saver = std::sync::Arc::new(saver);
+        let root = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                checkpoint(&[("a", 1, serde_json::json!(1))]),
+                metadata(CheckpointSource::Input, -1, None),
+                &[("a".into(), 1.into())].into_iter().collect(),
+            )
+            .await
+            .unwrap();
+        // Another writer's uncommitted value for `title` at version 2.
+        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let s = options.schema.clone();
+        let tx = other.transaction().await.unwrap();
+        tx.execute(
+            &format!(
+                "INSERT INTO \"{s}\".blobs (thread_id, checkpoint_ns, channel, version, data)
+                 VALUES ('t', '', 'title', 2, '\\x32000000007b7d')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+        let cp = checkpoint(&[
+            ("a", 1, serde_json::json!(1)),
+            ("title", 2, serde_json::json!("mine")),
+        ]);
+        let nv: ChannelVersions = [("title".into(), 2.into())].into_iter().collect();
+        let racing = {
+            let saver = saver.clone();
+            let root = root.clone();
+            tokio::spawn(async move {
+                saver
+                    .put(&root, cp, metadata(CheckpointSource::Loop, 0, None), &nv)
+                    .await
+            })
+        };
+        // Wait until the put is blocked on the other writer's key, then commit that writer.
+        let (watch, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let watch_task = tokio::spawn(conn);
+        for _ in 0..5_000 {
+            let waiting: i64 = watch
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        tx.commit().await.unwrap();
+        let err = racing.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        let latest = saver
+            .get_tuple(&CheckpointConfig::latest("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.config, root, "the refused put stored no checkpoint");
+        drop((other, watch));
+        task.abort();
+        watch_task.abort();
+        let saver = std::sync::Arc::try_unwrap(saver).expect("the racing put is done");
+        saver.drop_schema().await.unwrap();
+    });
+}
