@@ -17,11 +17,11 @@ use crate::compiled::{
     TaskSnapshot, TaskStatus,
 };
 use crate::error::{Error, Result};
-use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, TaskId};
+use crate::ids::{CheckpointId, END, NULL_TASK_ID, NodeId, START, TaskId};
 use crate::state::{State, Update, Val, Write};
 use crate::types::{
     Command, Context, Goto, Interrupt, NodeError, NodeErrorKind, Resume, ResumeState, SharedResume,
-    TaskCtx,
+    TaskCtx, interrupt_id,
 };
 
 const INTERRUPT_SEEN: &str = "__interrupt__";
@@ -826,6 +826,39 @@ fn saved_interrupts(pending: &[PendingWrite], task: &TaskId) -> Vec<Interrupt> {
         .collect()
 }
 
+/// The namespace a task runs in (`<node>:<task id>` under the graph's own, nested with `|`):
+/// its interrupt ids and a subgraph's checkpoints derive from it.
+fn task_ns(graph_ns: &str, node: &str, task: &TaskId) -> String {
+    if graph_ns.is_empty() {
+        format!("{node}:{task}")
+    } else {
+        format!("{graph_ns}|{node}:{task}")
+    }
+}
+
+/// The interrupts `task` still waits on (runtime-spec §2.2 counts only pending ones): none
+/// once the task has a result; otherwise its saved interrupt, unless the task has since been
+/// given the answer for that interrupt's slot. The interrupt write is an upsert and outlives
+/// the answer a resume map gave, so a task answered by map that has not finished, or one
+/// that failed after its answer, would otherwise still count. (An interrupt raised inside a
+/// subgraph carries the subgraph task's id; its parent task stores no answers of its own.)
+fn pending_interrupts(pending: &[PendingWrite], task: &TaskId, graph_ns: &str) -> Vec<Interrupt> {
+    if pending
+        .iter()
+        .any(|w| &w.task_id == task && !is_control(&w.channel))
+    {
+        return Vec::new();
+    }
+    let answered = saved_answers(pending, task).len();
+    saved_interrupts(pending, task)
+        .into_iter()
+        .filter(|i| {
+            answered == 0
+                || i.id == interrupt_id(&task_ns(graph_ns, i.node.as_str(), task), answered)
+        })
+        .collect()
+}
+
 fn ser_writes(g: &Graph, writes: &[(usize, Write)]) -> Result<Vec<(String, Json)>> {
     writes
         .iter()
@@ -876,8 +909,12 @@ fn should_interrupt(g: &Graph, live: &Live, list: &[NodeId], tasks: &[&Task]) ->
         .any(|(c, v)| *v > seen.and_then(|s| s.get(&c)).copied().unwrap_or(0));
     any_new
         && tasks.iter().any(|t| {
-            list.iter()
-                .any(|n| n.as_str() == "*" || *n == g.nodes[t.node].id)
+            // `*` names every node but the hidden ones (runtime-spec §2.3.5): the input task of
+            // `__start__` is never a breakpoint.
+            list.iter().any(|n| {
+                (n.as_str() == "*" && g.nodes[t.node].id.as_str() != START)
+                    || *n == g.nodes[t.node].id
+            })
         })
 }
 
@@ -918,8 +955,11 @@ fn mark_interrupt_seen(live: &mut Live) {
 }
 
 enum TaskResult {
-    Done { writes: Vec<(usize, Write)> },
-    Interrupted(Interrupt),
+    Done {
+        writes: Vec<(usize, Write)>,
+    },
+    /// Stopped on an interrupt, or (`None`) paused by a subgraph's static breakpoint.
+    Interrupted(Option<Interrupt>),
     Failed(Error),
 }
 
@@ -1088,7 +1128,9 @@ async fn run_inner(
                     .filter(|w| w.channel == INTERRUPT)
                     .map(|w| &w.task_id)
                     .collect::<BTreeSet<_>>()
-                    .len();
+                    .into_iter()
+                    .filter(|t| !pending_interrupts(&pending, t, &cfg.checkpoint_ns).is_empty())
+                    .count();
                 if tasks_with_interrupts > 1 {
                     return Err(Error::AmbiguousResume {
                         count: tasks_with_interrupts,
@@ -1276,6 +1318,7 @@ async fn run_inner(
         }
         let mut first_error = None;
         let mut interrupts = Vec::new();
+        let mut paused = false;
         let mut done: Vec<(usize, &Vec<(usize, Write)>)> = Vec::new();
         for (i, r) in results.iter_mut().enumerate() {
             match r {
@@ -1286,7 +1329,10 @@ async fn run_inner(
                         first_error = Some(e);
                     }
                 }
-                Some(TaskResult::Interrupted(int)) => interrupts.push(int.clone()),
+                Some(TaskResult::Interrupted(int)) => {
+                    paused = true;
+                    interrupts.extend(int.clone());
+                }
                 Some(TaskResult::Done { writes, .. }) => done.push((i, writes)),
                 None => {}
             }
@@ -1303,7 +1349,7 @@ async fn run_inner(
                 writes: w.as_slice(),
             })
             .collect();
-        if !interrupts.is_empty() {
+        if paused {
             // The reference applies the finished tasks' writes to build its output, so their conflicts win.
             let mut scratch = live.clone();
             apply_writes(g, &mut scratch, &batch)?;
@@ -1503,11 +1549,7 @@ async fn execute(
                     node: spec.id.clone(),
                     task_id: t.id.clone(),
                     step,
-                    ns: if info.cfg.checkpoint_ns.is_empty() {
-                        format!("{}:{}", spec.id, t.id)
-                    } else {
-                        format!("{}|{}:{}", info.cfg.checkpoint_ns, spec.id, t.id)
-                    },
+                    ns: task_ns(&info.cfg.checkpoint_ns, spec.id.as_str(), &t.id),
                     run: info.clone(),
                     parent_schema: g.schema.clone(),
                     resume: Mutex::new(ResumeState {
@@ -1580,7 +1622,8 @@ async fn execute(
         let ctx = ctxs.get(&i);
         results[i] = Some(match r {
             Ok(cmd) => finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty()),
-            Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
+            Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(Some(int)),
+            Err(NodeError(NodeErrorKind::Paused)) => TaskResult::Interrupted(None),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
                 TaskResult::Failed(Error::NodeFailed {
                     node: g.nodes[t.node].id.clone(),
@@ -1635,9 +1678,10 @@ async fn persist_result(
             out.extend(w);
         }
         Some(TaskResult::Interrupted(i)) => {
+            // A paused subgraph task stores an empty list: the task waits, nothing to answer.
             out.push((
                 INTERRUPT.to_owned(),
-                serde_json::to_value(vec![i]).unwrap_or(Json::Null),
+                serde_json::to_value(i.iter().collect::<Vec<_>>()).unwrap_or(Json::Null),
             ));
         }
         Some(TaskResult::Failed(e)) => {
@@ -1666,11 +1710,16 @@ pub(crate) async fn snapshot_of(
     t: &CheckpointTuple,
 ) -> Result<StateSnapshot> {
     let live = Live::load(g, cp, scope, &t.checkpoint).await?;
-    snapshot_from(g, t, live)
+    snapshot_from(g, scope, t, live)
 }
 
 /// The snapshot of `t` from its live channels (loaded or from the hot cache).
-fn snapshot_from(g: &Graph, t: &CheckpointTuple, mut live: Live) -> Result<StateSnapshot> {
+fn snapshot_from(
+    g: &Graph,
+    scope: &Scope,
+    t: &CheckpointTuple,
+    mut live: Live,
+) -> Result<StateSnapshot> {
     let mut null_ch = Vec::new();
     for w in t
         .pending_writes
@@ -1716,14 +1765,17 @@ fn snapshot_from(g: &Graph, t: &CheckpointTuple, mut live: Live) -> Result<State
                 .unwrap_or_default()
                 .to_owned()
         });
-        let interrupts = saved_interrupts(&t.pending_writes, &task.id);
+        let interrupts = pending_interrupts(&t.pending_writes, &task.id, scope.ns.as_str());
         let has_result = mine.iter().any(|w| !is_control(&w.channel));
-        let status = if error.is_some() {
-            TaskStatus::Error
-        } else if has_result {
+        // A result wins over a stale error (a retry or a resume that succeeded), and an
+        // interrupt raised after an error (the failed task ran again) is what the task waits
+        // on now; the error write, an upsert, stays either way.
+        let status = if has_result {
             TaskStatus::Done
         } else if !interrupts.is_empty() {
             TaskStatus::Interrupted
+        } else if error.is_some() {
+            TaskStatus::Error
         } else {
             TaskStatus::Todo
         };
@@ -1765,7 +1817,7 @@ pub(crate) async fn get_state(
             return Ok(None);
         };
         if let Some(live) = cache.peek(&scope, &head.checkpoint.id) {
-            return snapshot_from(g, &head, live).map(Some);
+            return snapshot_from(g, &scope, &head, live).map(Some);
         }
     }
     match cp.get_tuple(&scope, cfg.checkpoint_id.as_ref()).await? {
@@ -1811,10 +1863,10 @@ pub(crate) async fn history(
             None => Live::load(g, cp, &scope, &t.checkpoint).await?,
         };
         if parents.contains(&t.checkpoint.id) {
-            out.push(snapshot_from(g, &t, live.clone())?);
+            out.push(snapshot_from(g, &scope, &t, live.clone())?);
             rebuilt.insert(t.checkpoint.id.clone(), (live, t.pending_writes));
         } else {
-            out.push(snapshot_from(g, &t, live)?);
+            out.push(snapshot_from(g, &scope, &t, live)?);
         }
     }
     out.reverse();

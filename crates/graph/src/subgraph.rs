@@ -6,6 +6,8 @@
 //! declare, written to the parent through the parent's channels (as the reference does).
 //! An interrupt inside the subgraph interrupts the parent task; resuming the parent re-runs the
 //! task, which resumes the subgraph from its own checkpoint with the parent's resume value.
+//! A static breakpoint inside the subgraph pauses the parent task the same way, without an
+//! interrupt value; resuming the parent (`Input::Continue`) continues the subgraph.
 //! A `Command::to_parent` returned inside the subgraph ends the subgraph run and becomes the
 //! parent task's result (its update and gotos apply in the parent).
 
@@ -89,6 +91,18 @@ impl Node for SubgraphNode {
         };
         if let Some(first) = out.interrupts.into_iter().next() {
             return Err(NodeError(NodeErrorKind::Interrupt(first)));
+        }
+        // A run that stopped at a static breakpoint returns no interrupt, but its head still
+        // has tasks: only the top level swallows that pause (runtime-spec §2.6); here the
+        // parent task pauses too, and resuming the parent continues the subgraph.
+        if info.cp.is_some()
+            && sub
+                .get_state(&cfg)
+                .await
+                .map_err(NodeError::failed)?
+                .is_some_and(|s| !s.next.is_empty())
+        {
+            return Err(NodeError(NodeErrorKind::Paused));
         }
         Ok(Command::from(project(&out.values, &ctx_schema(&ctx))))
     }

@@ -167,6 +167,9 @@ pub struct NodeError(pub(crate) NodeErrorKind);
 
 pub(crate) enum NodeErrorKind {
     Interrupt(Interrupt),
+    /// A subgraph stopped at one of its static breakpoints: the task pauses without an
+    /// interrupt value, and resuming the parent continues the subgraph (runtime-spec §2.6).
+    Paused,
     Failed(BoxError),
 }
 
@@ -177,7 +180,7 @@ impl NodeError {
     }
     /// Whether this is an interrupt (propagate it with `?`, do not swallow it).
     pub fn is_interrupt(&self) -> bool {
-        matches!(self.0, NodeErrorKind::Interrupt(_))
+        matches!(self.0, NodeErrorKind::Interrupt(_) | NodeErrorKind::Paused)
     }
 }
 
@@ -191,6 +194,7 @@ impl fmt::Debug for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             NodeErrorKind::Interrupt(i) => write!(f, "Interrupt({:?})", i.value),
+            NodeErrorKind::Paused => f.write_str("Paused"),
             NodeErrorKind::Failed(e) => write!(f, "Failed({e})"),
         }
     }

@@ -415,6 +415,119 @@ async fn several_interrupts_need_a_resume_map() {
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["p=\"P\"", "q=\"Q\""]));
 }
 
+/// Only pending interrupts make a single resume value ambiguous (runtime-spec §2.2): once a
+/// resume map answered one of two interrupted tasks, the other's interrupt is the only one
+/// pending, and a single value answers it (the answered task's interrupt write stays stored).
+#[tokio::test]
+async fn a_single_resume_value_answers_the_one_interrupt_still_pending() {
+    let mut g = graph();
+    for name in ["p", "q"] {
+        g.add_node(name, move |_s: State, ctx: Context| async move {
+            let a = ctx.interrupt(json!(format!("{name}?")))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("{name}={a}")])))
+        });
+        g.add_edge("__start__", name);
+    }
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph.invoke(Update::new().set(&N, 1), &cfg).await.unwrap();
+    let p = out
+        .interrupts
+        .iter()
+        .find(|i| i.node.as_str() == "p")
+        .unwrap()
+        .id
+        .clone();
+    let out = graph
+        .invoke(
+            Command::resume_map([(p, json!("P"))].into_iter().collect()),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts.len(), 1);
+    assert_eq!(out.interrupts[0].node.as_str(), "q");
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.interrupts().len(), 1, "{:?}", snap.tasks);
+    let out = graph
+        .invoke(Command::resume(json!("Q")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["p=\"P\"", "q=\"Q\""]));
+}
+
+/// A task that failed once and then, run again, stops on an interrupt is interrupted, not
+/// failed: `get_state` shows the interrupt it waits on (its error write, an upsert, stays).
+#[tokio::test]
+async fn a_task_interrupted_after_it_failed_shows_its_interrupt() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut g = graph();
+    let f = failed.clone();
+    g.add_node("a", move |_s: State, ctx: Context| {
+        let f = f.clone();
+        async move {
+            if !f.swap(true, Ordering::SeqCst) {
+                return Err(NodeError::failed(std::io::Error::other("transient")));
+            }
+            let a = ctx.interrupt(json!("approve?"))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("a={a}")])))
+        }
+    });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    assert!(graph.invoke(Update::new().set(&N, 1), &cfg).await.is_err());
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.tasks[0].status, TaskStatus::Error);
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.interrupts.len(), 1);
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.tasks[0].status, TaskStatus::Interrupted);
+    assert_eq!(snap.interrupts(), out.interrupts);
+    let out = graph
+        .invoke(Command::resume(json!("yes")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["a=\"yes\""]));
+}
+
+/// `*` in a static breakpoint list names every node but the hidden ones (runtime-spec
+/// §2.3.5): the run stops before `a` with its input applied, not before the `__start__` task,
+/// and `interrupt_after(["*"])` does not pause after that task either.
+#[tokio::test]
+async fn a_star_breakpoint_skips_the_hidden_start_task() {
+    for before in [true, false] {
+        let mut g = graph();
+        g.add_node("a", add("a")).add_node("b", add("b"));
+        g.add_edge("__start__", "a")
+            .add_edge("a", "b")
+            .add_edge("b", "__end__");
+        if before {
+            g.interrupt_before(["*"]);
+        } else {
+            g.interrupt_after(["*"]);
+        }
+        let graph = memory(g);
+        let cfg = RunConfig::new("t");
+        let out = graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        let (first, next) = if before {
+            (log(&["in"]), "a")
+        } else {
+            (log(&["in", "a"]), "b")
+        };
+        assert_eq!(out.values.get(&LOG).unwrap(), &first, "before: {before}");
+        assert_eq!(
+            graph.get_state(&cfg).await.unwrap().unwrap().next,
+            vec![next.into()],
+            "before: {before}"
+        );
+    }
+}
+
 /// The recursion limit counts super-steps of real nodes after `__start__` (runtime-spec §2.3).
 #[tokio::test]
 async fn recursion_limit_error_after_limit_steps() {

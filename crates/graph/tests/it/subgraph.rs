@@ -284,3 +284,70 @@ async fn a_command_before_a_subgraph_forks_the_subgraph_too() {
         ["h-0", "ai-1", "h-1", "ai-3"]
     );
 }
+
+/// A static breakpoint inside a subgraph pauses the parent (runtime-spec §2.6: only the top
+/// level swallows the pause): the parent stops with `sub` next and `after` not run, and
+/// resuming the parent continues the subgraph past its breakpoint, then runs `after`. Both
+/// `interrupt_before` and `interrupt_after` inside the subgraph.
+#[tokio::test]
+async fn a_static_breakpoint_inside_a_subgraph_pauses_the_parent() {
+    for before in [true, false] {
+        let mut inner = graph();
+        // The inner `log` appends (the common graph's reducer); the parent's is a last value
+        // that takes the subgraph's final list.
+        for name in ["first", "second"] {
+            inner.add_node(name, move |_s: State, _c| async move {
+                Ok(Update::new().set(&LOG, log(&[&format!("inner.{name}")])))
+            });
+        }
+        inner
+            .add_edge("__start__", "first")
+            .add_edge("first", "second")
+            .add_edge("second", "__end__");
+        if before {
+            inner.interrupt_before(["second"]);
+        } else {
+            inner.interrupt_after(["first"]);
+        }
+        let mut outer = StateGraph::new();
+        outer
+            .channel(&LOG, ChannelSpec::last_value())
+            .expect("declared once");
+        outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+        outer.add_node("after", |s: State, _c| async move {
+            let mut l = s.get(&LOG).cloned().unwrap_or_default();
+            l.push("after".to_owned());
+            Ok(Update::new().set(&LOG, l))
+        });
+        outer
+            .add_edge("__start__", "sub")
+            .add_edge("sub", "after")
+            .add_edge("after", "__end__");
+        let graph = outer
+            .compile()
+            .expect("valid outer graph")
+            .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+        let cfg = RunConfig::new("t");
+        let out = graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        assert!(out.interrupts.is_empty(), "before: {before}");
+        assert_eq!(
+            out.values.get(&LOG).unwrap(),
+            &log(&["in"]),
+            "before: {before}"
+        );
+        let head = graph.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(head.next, vec!["sub".into()], "before: {before}");
+        let out = graph
+            .invoke(antler_graph::Input::Continue, &cfg)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.values.get(&LOG).unwrap(),
+            &log(&["in", "inner.first", "inner.second", "after"]),
+            "before: {before}"
+        );
+    }
+}
