@@ -375,6 +375,25 @@ impl MarkFold {
     }
 }
 
+/// Whether the raw recorded configuration (`channel_mode`, `snapshot_frequency` values) is
+/// `expected` (`None`: not recorded, as `read_config` reads a store missing either key).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers record a configuration")
+)]
+pub(crate) fn config_is(
+    current: &(Option<String>, Option<String>),
+    expected: Option<(ChannelMode, SnapshotFrequency)>,
+) -> bool {
+    match expected {
+        None => current.0.is_none() || current.1.is_none(),
+        Some((mode, frequency)) => {
+            current.0.as_deref() == Some(mode.as_str())
+                && current.1.as_deref() == Some(frequency.to_string().as_str())
+        }
+    }
+}
+
 /// The merged runs of message bodies that value blobs and write rows reference.
 pub(crate) fn runs_of_rows(blobs: &[BlobRow], writes: &[WriteRow]) -> Vec<(u64, u64)> {
     referenced_runs(
@@ -435,7 +454,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
         not(any(feature = "sqlite", feature = "postgres")),
         allow(dead_code, reason = "only the database savers open a recorded store")
     )]
-    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()>;
+    /// Records `mode` and `frequency` only if the store still records `expected` (`None`: no
+    /// configuration), in one transaction: two processes opening one new store with different
+    /// configurations cannot both record theirs, nor leave one key of each.
+    async fn write_config(
+        &self,
+        mode: ChannelMode,
+        frequency: SnapshotFrequency,
+        expected: Option<(ChannelMode, SnapshotFrequency)>,
+    ) -> Result<()>;
     /// The addressed checkpoint, or the greatest id of the namespace when `id` is `None`.
     async fn checkpoint(
         &self,
@@ -811,9 +838,20 @@ impl<B: Backend> Engine<B> {
     pub(crate) async fn open(backend: B, config: StoreConfig) -> Result<Self> {
         let stored = backend.read_config().await?;
         if config.check_against(stored)? {
-            backend
-                .write_config(config.mode, config.snapshot_frequency)
-                .await?;
+            let ours = (config.mode, config.snapshot_frequency);
+            backend.write_config(ours.0, ours.1, stored).await?;
+            // Another process may have recorded its configuration since the read: the write
+            // replaced only what was read, and what the store records now decides.
+            let now = backend.read_config().await?;
+            if now != Some(ours) {
+                let (stored_mode, stored_frequency) = now.unwrap_or(ours);
+                return Err(Error::StoreConfigMismatch {
+                    stored_mode,
+                    stored_frequency,
+                    requested_mode: ours.0,
+                    requested_frequency: ours.1,
+                });
+            }
         }
         Ok(Self {
             backend,

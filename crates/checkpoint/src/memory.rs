@@ -124,8 +124,16 @@ impl Backend for MemoryBackend {
         Ok(self.lock().config)
     }
 
-    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
-        self.lock().config = Some((mode, frequency));
+    async fn write_config(
+        &self,
+        mode: ChannelMode,
+        frequency: SnapshotFrequency,
+        expected: Option<(ChannelMode, SnapshotFrequency)>,
+    ) -> Result<()> {
+        let mut t = self.lock();
+        if t.config == expected {
+            t.config = Some((mode, frequency));
+        }
         Ok(())
     }
 

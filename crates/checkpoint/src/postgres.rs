@@ -515,18 +515,40 @@ impl Backend for PgBackend {
         Ok(Some((mode, freq)))
     }
 
-    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
-        let c = self.client("recording store configuration").await?;
+    async fn write_config(
+        &self,
+        mode: ChannelMode,
+        frequency: SnapshotFrequency,
+        expected: Option<(ChannelMode, SnapshotFrequency)>,
+    ) -> Result<()> {
+        let ctx = "postgres: recording store configuration";
+        let mut c = self.client(ctx).await?;
+        let tx = c.transaction().await.map_err(pg_err(ctx))?;
+        // A lock that conflicts with itself: concurrent openers compare and write one at a
+        // time, and each compares against what the one before it committed.
+        tx.batch_execute(&self.sql("LOCK TABLE {s}.antler_meta IN SHARE ROW EXCLUSIVE MODE"))
+            .await
+            .map_err(pg_err(ctx))?;
+        let rows = tx
+            .query(&self.sql("SELECT key, value FROM {s}.antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')"), &[])
+            .await
+            .map_err(pg_err(ctx))?;
+        let get = |k: &str| {
+            rows.iter()
+                .find(|r| r.get::<_, &str>(0) == k)
+                .map(|r| r.get::<_, String>(1))
+        };
+        if !crate::engine::config_is(&(get("channel_mode"), get("snapshot_frequency")), expected) {
+            return Ok(());
+        }
         let sql = self.sql("INSERT INTO {s}.antler_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value");
         for (k, v) in [
             ("channel_mode", mode.as_str().to_owned()),
             ("snapshot_frequency", frequency.to_string()),
         ] {
-            c.execute(&sql, &[&k, &v])
-                .await
-                .map_err(pg_err("postgres: recording store configuration"))?;
+            tx.execute(&sql, &[&k, &v]).await.map_err(pg_err(ctx))?;
         }
-        Ok(())
+        tx.commit().await.map_err(pg_err(ctx))
     }
 
     async fn checkpoint(
@@ -1580,6 +1602,42 @@ mod tests {
                 None
             }
         }
+    }
+
+    /// Recording the configuration is a compare-and-set: a process whose read found no
+    /// configuration does not overwrite one another process recorded meanwhile.
+    #[tokio::test]
+    async fn the_configuration_is_recorded_only_over_what_was_read() {
+        use crate::engine::Backend;
+        let Some(url) = database_url() else { return };
+        let freq = |n| SnapshotFrequency::new(n).unwrap();
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        let saver = PostgresSaver::connect(
+            PostgresOptions::new(url).with_schema(schema),
+            StoreConfig::delta(freq(10)),
+        )
+        .await
+        .expect("connect");
+        let b = &saver.engine.backend;
+        b.write_config(ChannelMode::Full, freq(50), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            b.read_config().await.unwrap(),
+            Some((ChannelMode::Delta, freq(10)))
+        );
+        b.write_config(
+            ChannelMode::Full,
+            freq(50),
+            Some((ChannelMode::Delta, freq(10))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            b.read_config().await.unwrap(),
+            Some((ChannelMode::Full, freq(50)))
+        );
+        saver.drop_schema().await.expect("drop");
     }
 
     /// The message index keeps the first sequence number of a repeated body, so the backend

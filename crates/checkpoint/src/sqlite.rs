@@ -12,8 +12,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
     Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
-    ScanArg, StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
-    unreferenced,
+    ScanArg, StorageStats, TupleRows, WriteRow, config_is, impl_saver, record_keys, runs_of_rows,
+    scan_sql, unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -516,9 +516,26 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn write_config(&self, mode: ChannelMode, frequency: SnapshotFrequency) -> Result<()> {
+    async fn write_config(
+        &self,
+        mode: ChannelMode,
+        frequency: SnapshotFrequency,
+        expected: Option<(ChannelMode, SnapshotFrequency)>,
+    ) -> Result<()> {
         self.run(move |c| {
+            // The write lock first (IMMEDIATE): the compare and the write see one state.
             let tx = write_tx(c).map_err(sql_err("sqlite: recording store configuration"))?;
+            let get = |k: &str| -> Result<Option<String>> {
+                tx.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql_err("sqlite: reading store configuration"))
+            };
+            let current = (get("channel_mode")?, get("snapshot_frequency")?);
+            if !config_is(&current, expected) {
+                return Ok(());
+            }
             for (k, v) in [
                 ("channel_mode", mode.as_str().to_owned()),
                 ("snapshot_frequency", frequency.to_string()),
@@ -1266,6 +1283,37 @@ impl_saver!(SqliteSaver);
 mod tests {
     use super::{SqliteOptions, SqliteSaver};
     use crate::mode::StoreConfig;
+
+    /// Recording the configuration is a compare-and-set: a process whose read found no
+    /// configuration does not overwrite one another process recorded meanwhile.
+    #[tokio::test]
+    async fn the_configuration_is_recorded_only_over_what_was_read() {
+        use crate::engine::Backend;
+        use crate::mode::{ChannelMode, SnapshotFrequency};
+        let freq = |n| SnapshotFrequency::new(n).unwrap();
+        let saver = SqliteSaver::open_in_memory(StoreConfig::delta(freq(10)))
+            .await
+            .unwrap();
+        let b = &saver.engine.backend;
+        b.write_config(ChannelMode::Full, freq(50), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            b.read_config().await.unwrap(),
+            Some((ChannelMode::Delta, freq(10)))
+        );
+        b.write_config(
+            ChannelMode::Full,
+            freq(50),
+            Some((ChannelMode::Delta, freq(10))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            b.read_config().await.unwrap(),
+            Some((ChannelMode::Full, freq(50)))
+        );
+    }
 
     async fn mmap_size(saver: &SqliteSaver) -> i64 {
         saver
