@@ -596,11 +596,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
     ) -> Result<Vec<(CheckpointNs, ChannelName, ChannelVersion)>>;
+    /// Deletes the blobs `keys` of a thread, in one transaction, only if the thread's
+    /// checkpoints are still exactly `expected` (sorted): a checkpoint put since they were read
+    /// may reference a key chosen from a scan that did not see it. `Ok(false)`: nothing deleted.
     async fn delete_blobs(
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-    ) -> Result<()>;
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool>;
     /// Every write value of a thread (for message garbage collection).
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
     async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
@@ -2054,7 +2058,17 @@ impl<B: Backend> Engine<B> {
             .filter(|k| !live.contains(k))
             .collect();
         if !dead.is_empty() {
-            self.backend.delete_blobs(thread, &dead).await?;
+            // `live` comes from the checkpoints read when the prune began; a put committed
+            // since may store or need a key it lacks. The backend deletes only if the thread's
+            // checkpoints are still these; otherwise the blobs stay for a later collection.
+            // (A put committing after that check stores keys the scan above did not return.)
+            let mut expected: Vec<(CheckpointNs, CheckpointId)> = all
+                .iter()
+                .map(|d| (d.row.ns.clone(), d.row.id))
+                .filter(|k| !doomed.contains(k))
+                .collect();
+            expected.sort();
+            self.backend.delete_blobs(thread, &dead, &expected).await?;
         }
         let blob_values = self.backend.all_blob_values(thread).await?;
         let write_values = self.backend.all_write_values(thread).await?;
@@ -2978,6 +2992,43 @@ mod tests {
                 Vec::<u64>::new()
             );
         }
+    }
+
+    /// Blob collection decides from the checkpoints a prune read when it began: a checkpoint
+    /// put since then keeps the values it stored (collection is skipped; before, its new
+    /// blob was unreferenced by those checkpoints and deleted, and it read without it).
+    #[tokio::test]
+    async fn collection_keeps_the_values_of_a_checkpoint_put_since_the_prune_read() {
+        let e = engine();
+        let t = ThreadId::new("t");
+        let put = |parent: CheckpointConfig, channels: &'static [(&'static str, u64)]| {
+            let e = &e;
+            async move {
+                let mut cp = Checkpoint::empty();
+                for (c, v) in channels {
+                    cp.channel_versions
+                        .insert((*c).into(), ChannelVersion::new(*v));
+                    cp.channel_values
+                        .insert((*c).into(), Blob::json(v).unwrap());
+                }
+                let nv = cp.channel_versions.clone();
+                e.put(&parent, cp, CheckpointMetadata::default(), &nv)
+                    .await
+                    .unwrap()
+            }
+        };
+        let c1 = put(CheckpointConfig::latest("t"), &[("a", 1)]).await;
+        let c2 = put(c1, &[("a", 2)]).await;
+        let read_at_start = e.decoded_thread(&t).await.unwrap();
+        let c3 = put(c2, &[("a", 2), ("b", 3)]).await;
+        e.collect_garbage(&t, &read_at_start, &HashSet::new())
+            .await
+            .unwrap();
+        let got = e.get_tuple(&c3).await.unwrap().unwrap();
+        assert_eq!(
+            got.checkpoint.channel_values.get(&ChannelName::new("b")),
+            Some(&Blob::json(&3).unwrap())
+        );
     }
 
     /// A put refused for a version clash writes nothing, not even the message bodies it

@@ -538,12 +538,23 @@ impl Backend for MemoryBackend {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-    ) -> Result<()> {
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool> {
         let mut t = self.lock();
+        // Keys are ordered by (thread, namespace, id): the thread's checkpoints come sorted.
+        let now: Vec<(CheckpointNs, CheckpointId)> = t
+            .checkpoints
+            .keys()
+            .filter(|k| &k.0 == thread)
+            .map(|k| (k.1.clone(), k.2))
+            .collect();
+        if now != expected {
+            return Ok(false);
+        }
         for (ns, c, v) in keys {
             t.blobs.remove(&(thread.clone(), ns.clone(), c.clone(), *v));
         }
-        Ok(())
+        Ok(true)
     }
 
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {

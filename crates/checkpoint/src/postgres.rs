@@ -1220,9 +1220,34 @@ impl Backend for PgBackend {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-    ) -> Result<()> {
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting blobs");
-        let c = self.client(&ctx).await?;
+        let mut c = self.client(&ctx).await?;
+        let c = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        // The caller read the blob keys before this check: a put committing after it stores
+        // keys that list did not return, so READ COMMITTED needs no lock here.
+        let mut now = c
+            .query(
+                &self.sql(
+                    "SELECT checkpoint_ns, checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1",
+                ),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx.clone()))?
+            .iter()
+            .map(|r| {
+                Ok((
+                    CheckpointNs::new(r.get::<_, String>(0)),
+                    id_from(thread.as_str(), r.get(1))?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        now.sort();
+        if now != expected {
+            return Ok(false);
+        }
         let ns: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
         let ch: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
         let v = keys
@@ -1237,8 +1262,9 @@ impl Backend for PgBackend {
             &[&thread.as_str(), &ns, &ch, &v],
         )
         .await
-        .map_err(pg_err(ctx))?;
-        Ok(())
+        .map_err(pg_err(ctx.clone()))?;
+        c.commit().await.map_err(pg_err(ctx))?;
+        Ok(true)
     }
 
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {

@@ -981,11 +981,27 @@ impl Backend for SqliteBackend {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-    ) -> Result<()> {
-        let (thread, keys) = (thread.to_string(), keys.to_vec());
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool> {
+        let (thread, keys, expected) = (thread.to_string(), keys.to_vec(), expected.to_vec());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting blobs");
+            // Under the write lock: no put commits between the check and the deletes.
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
+            let mut now = tx
+                .prepare("SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ?1")
+                .and_then(|mut s| {
+                    s.query_map([&thread], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                })
+                .map_err(sql_err(ctx.clone()))?
+                .into_iter()
+                .map(|(ns, id)| Ok((CheckpointNs::new(ns), id_from(&thread, id)?)))
+                .collect::<Result<Vec<_>>>()?;
+            now.sort();
+            if now != expected {
+                return Ok(false);
+            }
             for (ns, ch, v) in keys {
                 tx.execute(
                     "DELETE FROM blobs WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?4",
@@ -993,7 +1009,8 @@ impl Backend for SqliteBackend {
                 )
                 .map_err(sql_err(ctx.clone()))?;
             }
-            tx.commit().map_err(sql_err(ctx))
+            tx.commit().map_err(sql_err(ctx))?;
+            Ok(true)
         })
         .await
     }
