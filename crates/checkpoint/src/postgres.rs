@@ -761,94 +761,22 @@ impl Backend for PgBackend {
         id: Option<CheckpointId>,
         with_values: bool,
     ) -> Result<Option<TupleRows>> {
-        let ctx = format!("postgres: thread {thread}: reading checkpoint");
-        let c = self.client(&ctx).await?;
-        let head_sql = if id.is_some() {
-            &self.hot.head_by_id
-        } else {
-            &self.hot.head_latest
-        };
-        let (blobs_sql, messages_sql) = (&self.hot.blobs, &self.hot.messages);
-        // On a connection that was not warmed the three statements are prepared at once (one
-        // round trip, not three); afterwards they come from the connection's statement cache.
-        let (head, blobs_st, messages_st) = tokio::join!(
-            c.prepare_cached(head_sql),
-            c.prepare_cached(blobs_sql),
-            c.prepare_cached(messages_sql)
-        );
-        let (head, blobs_st, messages_st) = (
-            head.map_err(pg_err(ctx.clone()))?,
-            blobs_st.map_err(pg_err(ctx.clone()))?,
-            messages_st.map_err(pg_err(ctx.clone()))?,
-        );
-        // One statement for the checkpoint row and its writes: one round trip, one snapshot.
-        let rows = match id {
-            Some(id) => {
-                c.query(
-                    &head,
-                    &[&thread.as_str(), &ns.as_str(), &id.to_bytes().as_slice()],
-                )
-                .await
-            }
-            None => c.query(&head, &[&thread.as_str(), &ns.as_str()]).await,
-        }
-        .map_err(pg_err(ctx.clone()))?;
-        let mut row = None;
-        let mut epoch = 0;
-        let mut pending = Vec::new();
-        for r in &rows {
-            if r.get::<_, i16>(0) == 0 {
-                epoch = u64_of(r.get(6), "thread epoch")?;
-                row = Some(union_row(r, thread, ns)?);
-            } else {
-                pending.push((
-                    TaskId::new(r.get::<_, String>(5)),
-                    r.get::<_, i64>(6),
-                    ChannelName::new(r.get::<_, String>(7)),
-                    TaskPath::new(r.get::<_, String>(8)),
-                    r.get::<_, Vec<u8>>(9),
-                ));
+        // The values are read by a second statement, which returns them only if the checkpoint
+        // still exists: a checkpoint deleted in between (a prune, delete_for_runs or
+        // delete_thread of another process) is not returned without the values it lists,
+        // which would read as none. An addressed one is then gone; the latest is read again.
+        for _ in 0..3 {
+            match self.tuple_rows_once(thread, ns, id, with_values).await? {
+                Some(rows) => return Ok(rows),
+                None if id.is_some() => return Ok(None),
+                None => {}
             }
         }
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let writes: Vec<WriteRow> = pending
-            .into_iter()
-            .map(|(task_id, idx, channel, task_path, value)| WriteRow {
-                checkpoint_id: row.id,
-                task_id,
-                idx,
-                channel,
-                task_path,
-                value,
-            })
-            .collect();
-        let keys = if with_values {
-            record_keys(&row)
-        } else {
-            Vec::new()
-        };
-        let blobs = if keys.is_empty() {
-            Vec::new()
-        } else {
-            let ctx = format!("postgres: thread {thread}: reading blobs");
-            read_blobs(&c, &blobs_st, thread, ns, &keys, ctx).await?
-        };
-        let runs = runs_of_rows(&blobs, &writes);
-        let bodies = if runs.is_empty() {
-            Vec::new()
-        } else {
-            let ctx = format!("postgres: thread {thread}: reading messages");
-            read_bodies(&c, &messages_st, thread, &runs, ctx).await?
-        };
-        Ok(Some(TupleRows {
-            row,
-            blobs,
-            writes,
-            bodies,
-            epoch,
-        }))
+        Err(Error::Conflict {
+            thread_id: thread.clone(),
+            detail: "the thread's latest checkpoint was deleted while it was read, three times"
+                .into(),
+        })
     }
 
     async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {
@@ -1483,6 +1411,138 @@ impl PostgresSaver {
         c.batch_execute(&b.sql("DROP SCHEMA IF EXISTS {s} CASCADE"))
             .await
             .map_err(pg_err("postgres: dropping schema"))
+    }
+}
+
+impl PgBackend {
+    /// `tuple_rows`, once: the checkpoint row and its writes in one statement, then its values
+    /// (only if the row still exists), then the bodies they reference. `None`: the row was
+    /// read, then deleted before its values were.
+    async fn tuple_rows_once(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        with_values: bool,
+    ) -> Result<Option<Option<TupleRows>>> {
+        let ctx = format!("postgres: thread {thread}: reading checkpoint");
+        let c = self.client(&ctx).await?;
+        let head_sql = if id.is_some() {
+            &self.hot.head_by_id
+        } else {
+            &self.hot.head_latest
+        };
+        let (blobs_sql, messages_sql) = (&self.hot.checkpoint_blobs, &self.hot.messages);
+        // On a connection that was not warmed the three statements are prepared at once (one
+        // round trip, not three); afterwards they come from the connection's statement cache.
+        let (head, blobs_st, messages_st) = tokio::join!(
+            c.prepare_cached(head_sql),
+            c.prepare_cached(blobs_sql),
+            c.prepare_cached(messages_sql)
+        );
+        let (head, blobs_st, messages_st) = (
+            head.map_err(pg_err(ctx.clone()))?,
+            blobs_st.map_err(pg_err(ctx.clone()))?,
+            messages_st.map_err(pg_err(ctx.clone()))?,
+        );
+        // One statement for the checkpoint row and its writes: one round trip, one snapshot.
+        let rows = match id {
+            Some(id) => {
+                c.query(
+                    &head,
+                    &[&thread.as_str(), &ns.as_str(), &id.to_bytes().as_slice()],
+                )
+                .await
+            }
+            None => c.query(&head, &[&thread.as_str(), &ns.as_str()]).await,
+        }
+        .map_err(pg_err(ctx.clone()))?;
+        let mut row = None;
+        let mut epoch = 0;
+        let mut pending = Vec::new();
+        for r in &rows {
+            if r.get::<_, i16>(0) == 0 {
+                epoch = u64_of(r.get(6), "thread epoch")?;
+                row = Some(union_row(r, thread, ns)?);
+            } else {
+                pending.push((
+                    TaskId::new(r.get::<_, String>(5)),
+                    r.get::<_, i64>(6),
+                    ChannelName::new(r.get::<_, String>(7)),
+                    TaskPath::new(r.get::<_, String>(8)),
+                    r.get::<_, Vec<u8>>(9),
+                ));
+            }
+        }
+        let Some(row) = row else {
+            return Ok(Some(None));
+        };
+        let writes: Vec<WriteRow> = pending
+            .into_iter()
+            .map(|(task_id, idx, channel, task_path, value)| WriteRow {
+                checkpoint_id: row.id,
+                task_id,
+                idx,
+                channel,
+                task_path,
+                value,
+            })
+            .collect();
+        let keys = if with_values {
+            record_keys(&row)
+        } else {
+            Vec::new()
+        };
+        let blobs = if keys.is_empty() {
+            Vec::new()
+        } else {
+            let ctx = format!("postgres: thread {thread}: reading blobs");
+            let (channels, versions) = key_arrays(&keys)?;
+            let rows = c
+                .query(
+                    &blobs_st,
+                    &[
+                        &thread.as_str(),
+                        &ns.as_str(),
+                        &row.id.to_bytes().as_slice(),
+                        &channels,
+                        &versions,
+                    ],
+                )
+                .await
+                .map_err(pg_err(ctx))?;
+            let mut still = false;
+            let mut blobs = Vec::new();
+            for r in &rows {
+                if r.get::<_, i16>(0) == 0 {
+                    still = true;
+                } else {
+                    blobs.push(BlobRow {
+                        channel: ChannelName::new(r.get::<_, String>(5)),
+                        version: ChannelVersion::new(u64_of(r.get(6), "channel version")?),
+                        data: r.get(4),
+                    });
+                }
+            }
+            if !still {
+                return Ok(None);
+            }
+            blobs
+        };
+        let runs = runs_of_rows(&blobs, &writes);
+        let bodies = if runs.is_empty() {
+            Vec::new()
+        } else {
+            let ctx = format!("postgres: thread {thread}: reading messages");
+            read_bodies(&c, &messages_st, thread, &runs, ctx).await?
+        };
+        Ok(Some(Some(TupleRows {
+            row,
+            blobs,
+            writes,
+            bodies,
+            epoch,
+        })))
     }
 }
 

@@ -680,19 +680,25 @@ impl Backend for SqliteBackend {
         let (thread, ns) = (thread.to_string(), ns.to_string());
         // One trip to the blocking pool for the four reads, instead of four.
         let rows = self.run(move |c| {
+            // One read transaction: the row, its values and writes and their bodies come from
+            // one snapshot, so a prune or delete committing in between cannot leave the row
+            // without the values it lists (a missing value would read as none).
+            let ctx = format!("sqlite: thread {thread}: reading checkpoint");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
             // The epoch before the bodies (see `TupleRows::epoch`).
-            let epoch = read_epoch(c, &thread)?;
-            let Some(row) = read_checkpoint(c, &thread, &ns, id)? else {
+            let epoch = read_epoch(&tx, &thread)?;
+            let Some(row) = read_checkpoint(&tx, &thread, &ns, id)? else {
                 return Ok(None);
             };
             let blobs = if with_values {
-                read_blobs(c, &thread, &ns, record_keys(&row))?
+                read_blobs(&tx, &thread, &ns, record_keys(&row))?
             } else {
                 Vec::new()
             };
-            let writes = read_writes(c, &thread, &ns, &[row.id])?;
+            let writes = read_writes(&tx, &thread, &ns, &[row.id])?;
             let runs = runs_of_rows(&blobs, &writes);
-            let bodies = read_bodies(c, &thread, &runs)?;
+            let bodies = read_bodies(&tx, &thread, &runs)?;
+            tx.commit().map_err(sql_err(ctx))?;
             Ok(Some((row, blobs, writes, bodies, epoch)))
         });
         Ok(rows
