@@ -305,3 +305,85 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
         saver.drop_schema().await.unwrap();
     });
 }
+
+/// A checkpoint deleted (with its values) by another process between the read of its row and
+/// the read of its values is not returned without them: the addressed read finds it gone.
+/// The other process holds a lock on `blobs` so the read stops between its two statements.
+#[test]
+fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointSource, Saver, StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let saver = std::sync::Arc::new(saver);
+        let cp = checkpoint(&[("title", 1, serde_json::json!("kept"))]);
+        let nv: ChannelVersions = cp.channel_versions.clone();
+        let at = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                cp,
+                metadata(CheckpointSource::Input, -1, None),
+                &nv,
+            )
+            .await
+            .unwrap();
+        // Warm the pool's connections, so the read below prepares nothing (a prepare would
+        // wait on the lock before the first statement).
+        for _ in 0..4 {
+            assert!(saver.get_tuple(&at).await.unwrap().is_some());
+        }
+        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let s = options.schema.clone();
+        let tx = other.transaction().await.unwrap();
+        tx.batch_execute(&format!(
+            "LOCK TABLE \"{s}\".blobs IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+        let reading = {
+            let (saver, at) = (saver.clone(), at.clone());
+            tokio::spawn(async move { saver.get_tuple(&at).await })
+        };
+        let (watch, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let watch_task = tokio::spawn(conn);
+        let mut blocked = false;
+        for _ in 0..5_000 {
+            let waiting: i64 = watch
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                blocked = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(blocked, "the read waits on the lock");
+        tx.batch_execute(&format!(
+            "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't'; DELETE FROM \"{s}\".blobs WHERE thread_id = 't';"
+        ))
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        let got = reading.await.unwrap().unwrap();
+        assert!(got.is_none(), "{got:?}");
+        drop((other, watch));
+        task.abort();
+        watch_task.abort();
+        let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
+        saver.drop_schema().await.unwrap();
+    });
+}
