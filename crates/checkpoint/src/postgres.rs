@@ -481,6 +481,13 @@ fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres
                 thread_id: thread,
                 detail: "message sequence numbers were taken by another writer".into(),
             }
+        } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
+            // The server broke a lock cycle with a concurrent writer of the thread by aborting
+            // this write: nothing of it was stored, and it may be retried.
+            Error::Conflict {
+                thread_id: thread,
+                detail: "the write deadlocked with a concurrent writer of the thread and was rolled back; retry it".into(),
+            }
         } else {
             Error::backend(context, e)
         }
@@ -972,11 +979,18 @@ impl Backend for PgBackend {
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx.clone()))?;
+        // The thread's checkpoint rows next, as `put_writes` and a re-put lock them before
+        // their writes and values: the deletes below then take rows in the order writers do.
+        tx.execute(
+            &self.sql("SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 FOR UPDATE"),
+            &[&thread.as_str()],
+        )
+        .await
+        .map_err(pg_err(ctx.clone()))?;
         // A put that stores no message list takes no epoch lock and may commit between these
         // statements. Values before checkpoints: its checkpoint is then deleted with the rest
         // (its values left as unreferenced garbage) or kept with all its values, never kept
-        // without them. Checkpoints before marks, in the order a put locks their rows (so the
-        // two cannot deadlock): a checkpoint kept without its mark reads as an unknown mark.
+        // without them; a checkpoint kept without its mark reads as an unknown mark.
         for table in [
             "writes",
             "blobs",
@@ -1097,8 +1111,11 @@ impl Backend for PgBackend {
         for sql in [
             "INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
              ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
-            "INSERT INTO {s}.blobs SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
-             ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET data = EXCLUDED.data",
+            // The collision check above reads one snapshot; a put to the target committing after
+            // it is met here, as in `put`: other bytes divide by zero (mapped below).
+            "INSERT INTO {s}.blobs AS x SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
+             ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
+             SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END",
             "INSERT INTO {s}.writes SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
              ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value",
             "INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
@@ -1113,7 +1130,15 @@ impl Backend for PgBackend {
                AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)
              ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = NULL",
         ] {
-            tx.execute(&self.sql(sql), &[&source.as_str(), &target.as_str()]).await.map_err(pg_err(ctx.clone()))?;
+            tx.execute(&self.sql(sql), &[&source.as_str(), &target.as_str()])
+                .await
+                .map_err(|e| {
+                    if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
+                        crate::engine::blob_collision(source, target)
+                    } else {
+                        Error::backend(ctx.clone(), e)
+                    }
+                })?;
         }
         tx.commit().await.map_err(pg_err(ctx))
     }

@@ -530,6 +530,10 @@ pub struct RunOutcome {
     pub interrupts: Vec<Interrupt>,
     /// The head checkpoint after the run.
     pub checkpoint_id: Option<CheckpointId>,
+    /// Whether the run stopped before the graph finished, on interrupts or at a static
+    /// breakpoint (`interrupt_before`/`interrupt_after`, where `interrupts` is empty): resuming
+    /// the thread continues it.
+    pub paused: bool,
 }
 
 /// Kind of a task.

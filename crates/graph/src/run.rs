@@ -1293,7 +1293,7 @@ async fn run_inner(
             .map(|(t, _)| t)
             .collect();
         if should_interrupt(g, &live, &g.interrupt_before, &to_run) {
-            return Ok(finish(g, live, ckpt_id, dirty, Vec::new()));
+            return Ok(finish(g, live, ckpt_id, dirty, Vec::new(), true));
         }
         execute(
             g,
@@ -1353,8 +1353,11 @@ async fn run_inner(
             // The reference applies the finished tasks' writes to build its output, so their conflicts win.
             let mut scratch = live.clone();
             apply_writes(g, &mut scratch, &batch)?;
-            em.send(StreamEvent::Interrupted(interrupts.clone()));
-            return Ok(finish(g, live, ckpt_id, dirty, interrupts));
+            // A subgraph's pause has no interrupt to report, as a static breakpoint here has none.
+            if !interrupts.is_empty() {
+                em.send(StreamEvent::Interrupted(interrupts.clone()));
+            }
+            return Ok(finish(g, live, ckpt_id, dirty, interrupts, true));
         }
         let updated = apply_writes(g, &mut live, &batch)?;
         live.updated = Some(updated);
@@ -1395,10 +1398,10 @@ async fn run_inner(
         pending.clear();
         let ran: Vec<&Task> = tasks.iter().collect();
         if should_interrupt(g, &live, &g.interrupt_after, &ran) {
-            return Ok(finish(g, live, ckpt_id, dirty, Vec::new()));
+            return Ok(finish(g, live, ckpt_id, dirty, Vec::new(), true));
         }
     }
-    Ok(finish(g, live, ckpt_id, dirty, Vec::new()))
+    Ok(finish(g, live, ckpt_id, dirty, Vec::new(), false))
 }
 
 /// The outcome, plus the head's live channels for the hot-state cache when they are exactly the
@@ -1409,11 +1412,13 @@ fn finish(
     ckpt_id: Option<CheckpointId>,
     dirty: bool,
     interrupts: Vec<Interrupt>,
+    paused: bool,
 ) -> (RunOutcome, Option<(CheckpointId, Live)>) {
     let outcome = RunOutcome {
         values: live.state_view(g),
         interrupts,
         checkpoint_id: ckpt_id.clone(),
+        paused,
     };
     let head = if dirty {
         None
@@ -1542,7 +1547,7 @@ async fn execute(
                     live,
                     !info.cfg.checkpoint_ns.is_empty(),
                 ));
-                persist_result(g, t, results[i].as_ref(), None, ck, persist).await?;
+                persist_result(g, t, results[i].as_ref(), None, pending, ck, persist).await?;
             }
             NodeImpl::User(node) => {
                 let ctx = Arc::new(TaskCtx {
@@ -1613,8 +1618,16 @@ async fn execute(
                 };
                 let node = g.nodes[tasks[i].node].id.clone();
                 results[i] = Some(TaskResult::Failed(Error::NodePanicked { node, message }));
-                persist_result(g, &tasks[i], results[i].as_ref(), ctxs.get(&i), ck, persist)
-                    .await?;
+                persist_result(
+                    g,
+                    &tasks[i],
+                    results[i].as_ref(),
+                    ctxs.get(&i),
+                    pending,
+                    ck,
+                    persist,
+                )
+                .await?;
                 continue;
             }
         };
@@ -1631,7 +1644,7 @@ async fn execute(
                 })
             }
         });
-        persist_result(g, t, results[i].as_ref(), ctx, ck, persist).await?;
+        persist_result(g, t, results[i].as_ref(), ctx, pending, ck, persist).await?;
     }
     Ok(())
 }
@@ -1653,6 +1666,7 @@ async fn persist_result(
     t: &Task,
     r: Option<&TaskResult>,
     ctx: Option<&Arc<TaskCtx>>,
+    pending: &[PendingWrite],
     ck: &CheckpointId,
     persist: &mut Persist<'_>,
 ) -> Result<()> {
@@ -1689,6 +1703,15 @@ async fn persist_result(
                 ERROR.to_owned(),
                 serde_json::json!({ "message": error_message(e) }),
             ));
+            // The task's interrupt, if it had one, is answered or gone: the failure is what it
+            // ended on. (A subgraph's task stores no answers to show that its interrupt was
+            // answered, so the stale interrupt would otherwise outrank the error.)
+            if pending
+                .iter()
+                .any(|w| w.task_id == t.id && w.channel == INTERRUPT)
+            {
+                out.push((INTERRUPT.to_owned(), Json::Array(Vec::new())));
+            }
         }
         None => return Ok(()),
     }

@@ -81,7 +81,11 @@ impl Node for SubgraphNode {
                     (None, true) => Input::Continue,
                 }
             }
-            _ => Input::Values(project(&input, &self.graph.g.schema)),
+            // The subgraph already finished in this namespace (the parent task runs again:
+            // its step was resumed, or the subgraph paused after its last node): its final
+            // values are the result, not a second run from scratch.
+            Some(snap) => return Ok(Command::from(project(&snap.values, &ctx_schema(&ctx)))),
+            None => Input::Values(project(&input, &self.graph.g.schema)),
         };
         let out = match sub.invoke(sub_input, &cfg).await {
             Ok(out) => out,
@@ -92,16 +96,10 @@ impl Node for SubgraphNode {
         if let Some(first) = out.interrupts.into_iter().next() {
             return Err(NodeError(NodeErrorKind::Interrupt(first)));
         }
-        // A run that stopped at a static breakpoint returns no interrupt, but its head still
-        // has tasks: only the top level swallows that pause (runtime-spec §2.6); here the
-        // parent task pauses too, and resuming the parent continues the subgraph.
-        if info.cp.is_some()
-            && sub
-                .get_state(&cfg)
-                .await
-                .map_err(NodeError::failed)?
-                .is_some_and(|s| !s.next.is_empty())
-        {
+        // A run that stopped at a static breakpoint returns no interrupt: only the top level
+        // swallows that pause (runtime-spec §2.6); here the parent task pauses too, and
+        // resuming the parent continues the subgraph.
+        if out.paused {
             return Err(NodeError(NodeErrorKind::Paused));
         }
         Ok(Command::from(project(&out.values, &ctx_schema(&ctx))))

@@ -275,6 +275,7 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
             .await
             .unwrap();
         let watch_task = tokio::spawn(conn);
+        let mut blocked = false;
         for _ in 0..5_000 {
             let waiting: i64 = watch
                 .query_one(
@@ -285,10 +286,13 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
                 .unwrap()
                 .get(0);
             if waiting > 0 {
+                blocked = true;
                 break;
             }
             tokio::task::yield_now().await;
         }
+        // Otherwise the put would meet the committed value in its snapshot check instead.
+        assert!(blocked, "the put waits on the other writer's key");
         tx.commit().await.unwrap();
         let err = racing.await.unwrap().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
@@ -384,6 +388,101 @@ fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
         task.abort();
         watch_task.abort();
         let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
+        saver.drop_schema().await.unwrap();
+    });
+}
+
+/// A copy racing a put to the target that stores other bytes under a version the source uses:
+/// the copy's collision check sees no such value in its snapshot, its insert waits on the key,
+/// and must then fail with `Conflict` and copy nothing instead of overwriting the target's value.
+#[test]
+fn a_copy_racing_a_put_to_its_target_does_not_overwrite_the_target_value() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointSource, ErrorKind, ListQuery, Saver,
+        StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let saver = std::sync::Arc::new(saver);
+        let cp = checkpoint(&[("title", 1, serde_json::json!("theirs"))]);
+        let nv: ChannelVersions = cp.channel_versions.clone();
+        saver
+            .put(
+                &CheckpointConfig::latest("src"),
+                cp,
+                metadata(CheckpointSource::Input, -1, None),
+                &nv,
+            )
+            .await
+            .unwrap();
+        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let s = options.schema.clone();
+        let tx = other.transaction().await.unwrap();
+        tx.execute(
+            &format!(
+                "INSERT INTO \"{s}\".blobs (thread_id, checkpoint_ns, channel, version, data)
+                 VALUES ('dst', '', 'title', 1, '\\x32000000007b7d')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+        let copying = {
+            let saver = saver.clone();
+            tokio::spawn(async move { saver.copy_thread(&"src".into(), &"dst".into()).await })
+        };
+        let (watch, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let watch_task = tokio::spawn(conn);
+        let mut blocked = false;
+        for _ in 0..5_000 {
+            let waiting: i64 = watch
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                blocked = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(blocked, "the copy waits on the target's key");
+        tx.commit().await.unwrap();
+        let err = copying.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        assert!(
+            saver
+                .list(&ListQuery::thread("dst"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let kept: Vec<u8> = watch
+            .query_one(
+                &format!(
+                    "SELECT data FROM \"{s}\".blobs WHERE thread_id = 'dst' AND channel = 'title'"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(kept, b"\x32\x00\x00\x00\x00{}".to_vec());
+        drop((other, watch));
+        task.abort();
+        watch_task.abort();
+        let saver = std::sync::Arc::try_unwrap(saver).expect("the copy is done");
         saver.drop_schema().await.unwrap();
     });
 }

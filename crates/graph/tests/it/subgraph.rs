@@ -287,11 +287,13 @@ async fn a_command_before_a_subgraph_forks_the_subgraph_too() {
 
 /// A static breakpoint inside a subgraph pauses the parent (runtime-spec §2.6: only the top
 /// level swallows the pause): the parent stops with `sub` next and `after` not run, and
-/// resuming the parent continues the subgraph past its breakpoint, then runs `after`. Both
-/// `interrupt_before` and `interrupt_after` inside the subgraph.
+/// resuming the parent continues the subgraph past its breakpoint, then runs `after`:
+/// `interrupt_before`, `interrupt_after` and `interrupt_after` on the subgraph's last node
+/// (where the subgraph has nothing left to run, and resuming takes its final values instead
+/// of running it again).
 #[tokio::test]
 async fn a_static_breakpoint_inside_a_subgraph_pauses_the_parent() {
-    for before in [true, false] {
+    for (before, after_node) in [(true, "first"), (false, "first"), (false, "second")] {
         let mut inner = graph();
         // The inner `log` appends (the common graph's reducer); the parent's is a last value
         // that takes the subgraph's final list.
@@ -307,7 +309,7 @@ async fn a_static_breakpoint_inside_a_subgraph_pauses_the_parent() {
         if before {
             inner.interrupt_before(["second"]);
         } else {
-            inner.interrupt_after(["first"]);
+            inner.interrupt_after([after_node]);
         }
         let mut outer = StateGraph::new();
         outer
@@ -332,14 +334,22 @@ async fn a_static_breakpoint_inside_a_subgraph_pauses_the_parent() {
             .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
             .await
             .unwrap();
-        assert!(out.interrupts.is_empty(), "before: {before}");
+        assert!(
+            out.interrupts.is_empty(),
+            "before: {before}, after {after_node}"
+        );
+        assert!(out.paused, "before: {before}, after {after_node}");
         assert_eq!(
             out.values.get(&LOG).unwrap(),
             &log(&["in"]),
-            "before: {before}"
+            "before: {before}, after {after_node}"
         );
         let head = graph.get_state(&cfg).await.unwrap().unwrap();
-        assert_eq!(head.next, vec!["sub".into()], "before: {before}");
+        assert_eq!(
+            head.next,
+            vec!["sub".into()],
+            "before: {before}, after {after_node}"
+        );
         let out = graph
             .invoke(antler_graph::Input::Continue, &cfg)
             .await
@@ -347,7 +357,51 @@ async fn a_static_breakpoint_inside_a_subgraph_pauses_the_parent() {
         assert_eq!(
             out.values.get(&LOG).unwrap(),
             &log(&["in", "inner.first", "inner.second", "after"]),
-            "before: {before}"
+            "before: {before}, after {after_node}"
         );
     }
+}
+
+/// A subgraph task whose interrupt was answered and whose subgraph then failed shows as failed,
+/// without the answered interrupt: the failure replaces the task's interrupt write (a
+/// subgraph's task stores no answers that would mark the interrupt answered).
+#[tokio::test]
+async fn a_subgraph_that_fails_after_its_resume_shows_as_failed() {
+    let mut inner = graph();
+    inner.add_node("ask", |_s: State, ctx: Context| async move {
+        ctx.interrupt(json!("go?"))?;
+        Err::<Update, _>(antler_graph::NodeError::failed(std::io::Error::other(
+            "broke",
+        )))
+    });
+    inner
+        .add_edge("__start__", "ask")
+        .add_edge("ask", "__end__");
+    let mut outer = StateGraph::new();
+    outer
+        .channel(&LOG, ChannelSpec::last_value())
+        .expect("declared once");
+    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts.len(), 1);
+    assert!(
+        graph
+            .invoke(Command::resume(json!("yes")), &cfg)
+            .await
+            .is_err()
+    );
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.tasks[0].status, antler_graph::TaskStatus::Error);
+    assert!(head.interrupts().is_empty(), "{:?}", head.tasks);
 }
