@@ -33,6 +33,37 @@ pub(crate) async fn fresh(config: StoreConfig) -> Option<(PostgresSaver, Postgre
     Some((saver, options))
 }
 
+/// A second session on the test server, with the task that drives its connection.
+async fn connect(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to DATABASE_URL");
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (client, task)
+}
+
+/// Whether some session of the database comes to wait on a lock (polled up to 5,000 times,
+/// yielding in between so the session under test can run).
+async fn until_a_session_waits_on_a_lock(watch: &tokio_postgres::Client) -> bool {
+    for _ in 0..5_000 {
+        let waiting: i64 = watch
+            .query_one(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                &[],
+            )
+            .await
+            .expect("read pg_stat_activity")
+            .get(0);
+        if waiting > 0 {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
+
 mod suite {
     use antler_checkpoint::{Saver, StoreConfig};
 
@@ -53,10 +84,7 @@ fn a_namespace_that_lost_its_mark_falls_back_to_its_records() {
         let Some((saver, options)) = fresh(StoreConfig::full()).await else {
             return;
         };
-        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
+        let (client, task) = connect(&options.url).await;
         let delete = format!(
             "DELETE FROM \"{}\".version_marks WHERE thread_id = $1",
             options.schema
@@ -146,10 +174,7 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
             .unwrap();
         drop(saver);
         let url = database_url().unwrap();
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
+        let (client, task) = connect(&url).await;
         let s = options.schema.clone();
         client
             .batch_execute(&format!(
@@ -241,10 +266,7 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
             .await
             .unwrap();
         // Another writer's uncommitted value for `title` at version 2.
-        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
+        let (mut other, task) = connect(&options.url).await;
         let s = options.schema.clone();
         let tx = other.transaction().await.unwrap();
         tx.execute(
@@ -271,26 +293,8 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
             })
         };
         // Wait until the put is blocked on the other writer's key, then commit that writer.
-        let (watch, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let watch_task = tokio::spawn(conn);
-        let mut blocked = false;
-        for _ in 0..5_000 {
-            let waiting: i64 = watch
-                .query_one(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting > 0 {
-                blocked = true;
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        let (watch, watch_task) = connect(&options.url).await;
+        let blocked = until_a_session_waits_on_a_lock(&watch).await;
         // Otherwise the put would meet the committed value in its snapshot check instead.
         assert!(blocked, "the put waits on the other writer's key");
         tx.commit().await.unwrap();
@@ -340,10 +344,7 @@ fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
         for _ in 0..4 {
             assert!(saver.get_tuple(&at).await.unwrap().is_some());
         }
-        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
+        let (mut other, task) = connect(&options.url).await;
         let s = options.schema.clone();
         let tx = other.transaction().await.unwrap();
         tx.batch_execute(&format!(
@@ -355,26 +356,8 @@ fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
             let (saver, at) = (saver.clone(), at.clone());
             tokio::spawn(async move { saver.get_tuple(&at).await })
         };
-        let (watch, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let watch_task = tokio::spawn(conn);
-        let mut blocked = false;
-        for _ in 0..5_000 {
-            let waiting: i64 = watch
-                .query_one(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting > 0 {
-                blocked = true;
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        let (watch, watch_task) = connect(&options.url).await;
+        let blocked = until_a_session_waits_on_a_lock(&watch).await;
         assert!(blocked, "the read waits on the lock");
         tx.batch_execute(&format!(
             "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't'; DELETE FROM \"{s}\".blobs WHERE thread_id = 't';"
@@ -418,10 +401,7 @@ fn a_copy_racing_a_put_to_its_target_does_not_overwrite_the_target_value() {
             )
             .await
             .unwrap();
-        let (mut other, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
+        let (mut other, task) = connect(&options.url).await;
         let s = options.schema.clone();
         let tx = other.transaction().await.unwrap();
         tx.execute(
@@ -437,26 +417,8 @@ fn a_copy_racing_a_put_to_its_target_does_not_overwrite_the_target_value() {
             let saver = saver.clone();
             tokio::spawn(async move { saver.copy_thread(&"src".into(), &"dst".into()).await })
         };
-        let (watch, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let watch_task = tokio::spawn(conn);
-        let mut blocked = false;
-        for _ in 0..5_000 {
-            let waiting: i64 = watch
-                .query_one(
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting > 0 {
-                blocked = true;
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        let (watch, watch_task) = connect(&options.url).await;
+        let blocked = until_a_session_waits_on_a_lock(&watch).await;
         assert!(blocked, "the copy waits on the target's key");
         tx.commit().await.unwrap();
         let err = copying.await.unwrap().unwrap_err();
