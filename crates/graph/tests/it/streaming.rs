@@ -155,3 +155,55 @@ async fn custom_events_arrive_while_the_task_runs() {
     }
     assert_eq!(got, vec!["\"started\"".to_owned(), "done 2".to_owned()]);
 }
+
+/// A subgraph paused at a static breakpoint pauses the parent without an `Interrupted` event,
+/// as a static breakpoint of the parent's own does (there is no interrupt to report); the
+/// final outcome says the run paused.
+#[tokio::test]
+async fn a_subgraph_breakpoint_streams_no_empty_interrupt_event() {
+    let mut inner = graph();
+    inner.add_node("first", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["first"])))
+    });
+    inner.add_node("second", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["second"])))
+    });
+    inner
+        .add_edge("__start__", "first")
+        .add_edge("first", "second")
+        .add_edge("second", "__end__");
+    inner.interrupt_before(["second"]);
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.compile().unwrap());
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = memory(outer);
+    let modes = StreamModes {
+        values: true,
+        updates: true,
+        custom: true,
+        debug: true,
+    };
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&LOG, log(&["in"])),
+            &RunConfig::new("t"),
+            modes,
+        )
+        .collect()
+        .await;
+    assert!(
+        !items
+            .iter()
+            .any(|i| matches!(i, Ok(StreamItem::Event(StreamEvent::Interrupted(_))))),
+        "{items:?}"
+    );
+    match items.last() {
+        Some(Ok(StreamItem::Done(out))) => {
+            assert!(out.paused);
+            assert!(out.interrupts.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+}
