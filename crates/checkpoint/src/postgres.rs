@@ -399,6 +399,15 @@ fn key_arrays(keys: &[(ChannelName, ChannelVersion)]) -> Result<(Vec<&str>, Vec<
     Ok((channels, versions))
 }
 
+/// Whether every body the values and writes of `rows` reference was read.
+fn bodies_complete(rows: &TupleRows) -> bool {
+    let wanted: u64 = runs_of_rows(&rows.blobs, &rows.writes)
+        .iter()
+        .map(|(_, len)| *len)
+        .sum();
+    rows.bodies.len() as u64 == wanted
+}
+
 /// The checkpoint row of a statement that tells rows apart by its first column (columns 1–4:
 /// id, parent, record, metadata; [`HEAD_SQL`], [`CHECKPOINT_BLOBS_SQL`]).
 fn union_row(
@@ -772,8 +781,13 @@ impl Backend for PgBackend {
         // still exists: a checkpoint deleted in between (a prune, delete_for_runs or
         // delete_thread of another process) is not returned without the values it lists,
         // which would read as none. An addressed one is then gone; the latest is read again.
-        for _ in 0..3 {
+        // Bodies are read by a third statement: a collection committing before it (a prune,
+        // or a delete of the thread) leaves references without bodies. Such a read starts
+        // again, which finds the checkpoint gone or complete; the last attempt returns what
+        // it read, and a body that is really missing is the engine's typed error.
+        for attempt in 0..3 {
             match self.tuple_rows_once(thread, ns, id, with_values).await? {
+                Some(Some(rows)) if attempt < 2 && !bodies_complete(&rows) => {}
                 Some(rows) => return Ok(rows),
                 None if id.is_some() => return Ok(None),
                 None => {}
