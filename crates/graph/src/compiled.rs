@@ -906,6 +906,11 @@ impl CompiledGraph {
     }
 
     /// Applies `values` as if `as_node` had written them, creating an `update` checkpoint; returns its id.
+    ///
+    /// `as_node` may be `__start__`: the values are then the input task's writes, and the nodes
+    /// after `__start__` run next (a thread seeded without running anything). Without
+    /// `as_node`, the node that ran last is taken ([`Error::AmbiguousAsNode`] when several did,
+    /// or none did in a graph of more than one node).
     pub async fn update_state(
         &self,
         config: &RunConfig,

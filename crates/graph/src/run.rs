@@ -1953,14 +1953,11 @@ pub(crate) async fn update_state(
         }
     }
     let node = match as_node {
-        Some(n) => {
-            *g.node_idx
-                .get(&n)
-                .filter(|&&i| i != 0)
-                .ok_or_else(|| Error::AmbiguousAsNode {
-                    reason: format!("unknown node '{n}'"),
-                })?
-        }
+        // `__start__` too (node 0): its writers take the values as input and trigger the
+        // nodes after it, which is how a thread is seeded without running anything.
+        Some(n) => *g.node_idx.get(&n).ok_or_else(|| Error::AmbiguousAsNode {
+            reason: format!("unknown node '{n}'"),
+        })?,
         None => infer_as_node(g, &live)?,
     };
     let resolved = resolve(g, node, &Command::from(values), &live)?;

@@ -1168,3 +1168,28 @@ async fn a_replay_of_the_newest_fork_drops_its_stale_resume_value() {
         .unwrap();
     assert_eq!(out.interrupts[0].value, json!("first?"));
 }
+
+/// `update_state(values, as_node = "__start__")` applies the values as the input task's writes
+/// (runtime-spec §8: "its writers run"): a fresh thread is seeded with them, the nodes after
+/// `__start__` are next, and a run continues from there.
+#[tokio::test]
+async fn update_state_as_start_seeds_a_thread() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .update_state(
+            &cfg,
+            Update::new().set(&LOG, log(&["seed"])),
+            Some("__start__".into()),
+        )
+        .await
+        .unwrap();
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.values.get(&LOG).unwrap(), &log(&["seed"]));
+    assert_eq!(snap.next, vec!["a".into()]);
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["seed", "a"]));
+}
