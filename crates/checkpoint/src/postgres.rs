@@ -482,6 +482,22 @@ async fn read_bodies(
         .collect()
 }
 
+/// A write's error: a deadlock the server broke by aborting it (nothing of it stored) is a
+/// retryable [`Error::Conflict`]; anything else a backend error.
+fn deadlock_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    let thread = thread.clone();
+    move |e| {
+        if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
+            Error::Conflict {
+                thread_id: thread,
+                detail: "the write deadlocked with a concurrent writer of the thread and was rolled back; retry it".into(),
+            }
+        } else {
+            Error::backend(context, e)
+        }
+    }
+}
+
 fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres::Error) -> Error {
     let thread = thread.clone();
     move |e| {
@@ -987,20 +1003,23 @@ impl Backend for PgBackend {
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting");
         let mut c = self.client(&ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        let tx = c
+            .transaction()
+            .await
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         // The bump first: it locks the epoch row, so a write of the thread either committed
         // before (and the deletes below see its rows) or waits and fails on the new epoch.
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
-            .map_err(pg_err(ctx.clone()))?;
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         // The thread's checkpoint rows next, as `put_writes` and a re-put lock them before
         // their writes and values: the deletes below then take rows in the order writers do.
         tx.execute(
-            &self.sql("SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 FOR UPDATE"),
+            &self.sql("SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 ORDER BY checkpoint_ns, checkpoint_id FOR UPDATE"),
             &[&thread.as_str()],
         )
         .await
-        .map_err(pg_err(ctx.clone()))?;
+        .map_err(deadlock_or(thread, ctx.clone()))?;
         // A put that stores no message list takes no epoch lock and may commit between these
         // statements. Values before checkpoints: its checkpoint is then deleted with the rest
         // (its values left as unreferenced garbage) or kept with all its values, never kept
@@ -1017,9 +1036,9 @@ impl Backend for PgBackend {
                 &[&thread.as_str()],
             )
             .await
-            .map_err(pg_err(ctx.clone()))?;
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         }
-        tx.commit().await.map_err(pg_err(ctx))
+        tx.commit().await.map_err(deadlock_or(thread, ctx))
     }
 
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
@@ -1052,23 +1071,38 @@ impl Backend for PgBackend {
     ) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting checkpoints");
         let mut c = self.client(&ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        let tx = c
+            .transaction()
+            .await
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
+        // The rows in key order first, as `delete_thread` locks them, so the two cannot
+        // deadlock on the order a scan happens to take.
+        tx.execute(
+            &self.sql("SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])
+                        ORDER BY checkpoint_ns, checkpoint_id FOR UPDATE"),
+            &[&thread.as_str(), &ns.as_str(), &id_bytes],
+        )
+        .await
+        .map_err(deadlock_or(thread, ctx.clone()))?;
         for table in ["checkpoints", "writes"] {
             tx.execute(
                 &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])")),
                 &[&thread.as_str(), &ns.as_str(), &id_bytes],
             )
             .await
-            .map_err(pg_err(ctx.clone()))?;
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         }
-        tx.commit().await.map_err(pg_err(ctx))
+        tx.commit().await.map_err(deadlock_or(thread, ctx))
     }
 
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
         let ctx = format!("postgres: copying thread {source} to {target}");
         let mut c = self.client(&ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        let tx = c
+            .transaction()
+            .await
+            .map_err(deadlock_or(target, ctx.clone()))?;
         // The epoch rows first, in thread order (so two copies in opposite directions cannot
         // deadlock): the target's bumped, as in `delete_thread`, so the collision check below
         // sees every body a write of the target committed; the source's locked unchanged, so
@@ -1080,7 +1114,7 @@ impl Backend for PgBackend {
             if bump {
                 tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
                     .await
-                    .map_err(pg_err(ctx.clone()))?;
+                    .map_err(deadlock_or(target, ctx.clone()))?;
             } else if source != target {
                 tx.execute(
                     &self.sql(
@@ -1090,7 +1124,7 @@ impl Backend for PgBackend {
                     &[&thread.as_str()],
                 )
                 .await
-                .map_err(pg_err(ctx.clone()))?;
+                .map_err(deadlock_or(target, ctx.clone()))?;
             }
         }
         let collides: bool = tx
@@ -1102,7 +1136,7 @@ impl Backend for PgBackend {
                 &[&source.as_str(), &target.as_str()],
             )
             .await
-            .map_err(pg_err(ctx.clone()))?
+            .map_err(deadlock_or(target, ctx.clone()))?
             .get(0);
         if collides {
             return Err(crate::engine::body_collision(source, target));
@@ -1117,7 +1151,7 @@ impl Backend for PgBackend {
                 &[&source.as_str(), &target.as_str()],
             )
             .await
-            .map_err(pg_err(ctx.clone()))?
+            .map_err(deadlock_or(target, ctx.clone()))?
             .get(0);
         if clashes {
             return Err(crate::engine::blob_collision(source, target));
@@ -1150,11 +1184,11 @@ impl Backend for PgBackend {
                     if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
                         crate::engine::blob_collision(source, target)
                     } else {
-                        Error::backend(ctx.clone(), e)
+                        deadlock_or(target, ctx.clone())(e)
                     }
                 })?;
         }
-        tx.commit().await.map_err(pg_err(ctx))
+        tx.commit().await.map_err(deadlock_or(target, ctx))
     }
 
     async fn blob_keys(

@@ -909,8 +909,8 @@ impl CompiledGraph {
     ///
     /// `as_node` may be `__start__`: the values are then the input task's writes, and the nodes
     /// after `__start__` run next (a thread seeded without running anything). Without
-    /// `as_node`, the node that ran last is taken ([`Error::AmbiguousAsNode`] when several did,
-    /// or none did in a graph of more than one node).
+    /// `as_node`, the node that ran last is taken, `__start__` included, and `__start__` when
+    /// nothing ran ([`Error::AmbiguousAsNode`] when several ran last together).
     pub async fn update_state(
         &self,
         config: &RunConfig,

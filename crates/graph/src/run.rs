@@ -1995,8 +1995,10 @@ pub(crate) async fn update_state(
 }
 
 fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
+    // Every node counts, `__start__` included: after an input that stopped at a breakpoint
+    // it is the node that ran last, so the update lands as input and the next node stays next.
     let mut best: Option<(u64, Vec<usize>)> = None;
-    for (i, n) in g.nodes.iter().enumerate().skip(1) {
+    for (i, n) in g.nodes.iter().enumerate() {
         let Some(m) = live.seen.get(n.id.as_str()) else {
             continue;
         };
@@ -2012,9 +2014,8 @@ fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
         Some(_) => Err(Error::AmbiguousAsNode {
             reason: "several nodes ran last".to_owned(),
         }),
-        None if g.nodes.len() == 2 => Ok(1),
-        None => Err(Error::AmbiguousAsNode {
-            reason: "no node has run yet".to_owned(),
-        }),
+        // Nothing has run (a fresh thread): the update is the thread's input, as in the
+        // reference, whose input node is `__start__`.
+        None => Ok(0),
     }
 }

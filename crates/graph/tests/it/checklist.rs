@@ -1193,3 +1193,52 @@ async fn update_state_as_start_seeds_a_thread() {
     let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["seed", "a"]));
 }
+
+/// Without `as_node`, `update_state` takes the node that ran last, `__start__` included, and
+/// `__start__` when nothing ran: on a fresh thread, and after an input that stopped at a
+/// breakpoint before the first node, the values land as input and the first node stays next
+/// (a one-node graph too, where the update used to count as that node's and left nothing next).
+#[tokio::test]
+async fn update_state_without_as_node_after_only_the_input_is_input() {
+    for nodes in [1, 2] {
+        let mut g = graph();
+        g.add_node("a", add("a"));
+        g.add_edge("__start__", "a");
+        if nodes == 2 {
+            g.add_node("b", add("b"));
+            g.add_edge("a", "b").add_edge("b", "__end__");
+        } else {
+            g.add_edge("a", "__end__");
+        }
+        g.interrupt_before(["a"]);
+        let graph = memory(g);
+        // A fresh thread.
+        let fresh = RunConfig::new("fresh");
+        graph
+            .update_state(&fresh, Update::new().set(&LOG, log(&["seed"])), None)
+            .await
+            .unwrap();
+        let snap = graph.get_state(&fresh).await.unwrap().unwrap();
+        assert_eq!(snap.next, vec!["a".into()], "nodes: {nodes}");
+        // An input stopped before `a`.
+        let cfg = RunConfig::new("t");
+        graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        graph
+            .update_state(&cfg, Update::new().set(&LOG, log(&["more"])), None)
+            .await
+            .unwrap();
+        let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(snap.next, vec!["a".into()], "nodes: {nodes}");
+        assert_eq!(snap.values.get(&LOG).unwrap(), &log(&["in", "more"]));
+        let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+        let want = if nodes == 2 {
+            log(&["in", "more", "a", "b"])
+        } else {
+            log(&["in", "more", "a"])
+        };
+        assert_eq!(out.values.get(&LOG).unwrap(), &want, "nodes: {nodes}");
+    }
+}
