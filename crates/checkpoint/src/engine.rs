@@ -394,6 +394,32 @@ pub(crate) fn config_is(
     }
 }
 
+/// The compare-and-set of [`Backend::write_config`], on a backend opened with delta mode and
+/// frequency 10: a write that expects no configuration leaves the recorded one, a write that
+/// expects the recorded one replaces it.
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
+pub(crate) async fn check_config_compare_and_set<B: Backend>(b: &B) {
+    let freq = |n| SnapshotFrequency::new(n).expect("a valid frequency");
+    b.write_config(ChannelMode::Full, freq(50), None)
+        .await
+        .expect("write the configuration");
+    assert_eq!(
+        b.read_config().await.expect("read the configuration"),
+        Some((ChannelMode::Delta, freq(10)))
+    );
+    b.write_config(
+        ChannelMode::Full,
+        freq(50),
+        Some((ChannelMode::Delta, freq(10))),
+    )
+    .await
+    .expect("write the configuration");
+    assert_eq!(
+        b.read_config().await.expect("read the configuration"),
+        Some((ChannelMode::Full, freq(50)))
+    );
+}
+
 /// The merged runs of message bodies that value blobs and write rows reference.
 pub(crate) fn runs_of_rows(blobs: &[BlobRow], writes: &[WriteRow]) -> Vec<(u64, u64)> {
     referenced_runs(
@@ -1484,15 +1510,7 @@ impl<B: Backend> Engine<B> {
         let mut pending = Vec::with_capacity(rows.len());
         let mut runs = Vec::new();
         for b in rows {
-            let p = decode_pending(
-                thread,
-                id,
-                &format!("blob of channel {} at version {}", b.channel, b.version),
-                &b.data,
-            )?;
-            if let Pending::Refs(_, r) = &p {
-                runs.extend_from_slice(r);
-            }
+            let p = decode_blob_row(thread, id, &b, &mut runs)?;
             pending.push(((b.channel, b.version), p));
         }
         let bodies = self.fetch_seeding_bodies(thread, id, &runs).await?;
@@ -2227,6 +2245,26 @@ struct Walk {
     visited: Vec<CheckpointId>,
 }
 
+/// Decodes a stored value blob (attributed to checkpoint `cp` in errors) and adds the body
+/// runs it references to `runs`.
+fn decode_blob_row(
+    thread: &ThreadId,
+    cp: CheckpointId,
+    b: &BlobRow,
+    runs: &mut Vec<(u64, u64)>,
+) -> Result<Pending> {
+    let p = decode_pending(
+        thread,
+        cp,
+        &format!("blob of channel {} at version {}", b.channel, b.version),
+        &b.data,
+    )?;
+    if let Pending::Refs(_, r) = &p {
+        runs.extend_from_slice(r);
+    }
+    Ok(p)
+}
+
 fn decode_pending(
     thread: &ThreadId,
     cp: CheckpointId,
@@ -2341,15 +2379,7 @@ fn decode_group(
             .map(|&i| &rows[i])
             .find(|d| d.checkpoint.channel_versions.get(&b.channel) == Some(&b.version))
             .map_or(first_cp, |d| d.row.id);
-        let pending = decode_pending(
-            thread,
-            cp,
-            &format!("blob of channel {} at version {}", b.channel, b.version),
-            &b.data,
-        )?;
-        if let Pending::Refs(_, r) = &pending {
-            runs.extend_from_slice(r);
-        }
+        let pending = decode_blob_row(thread, cp, &b, &mut runs)?;
         by_key.insert((b.channel, b.version), pending);
     }
     let mut writes = Vec::with_capacity(write_rows.len());

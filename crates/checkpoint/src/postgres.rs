@@ -1767,35 +1767,15 @@ mod tests {
     /// configuration does not overwrite one another process recorded meanwhile.
     #[tokio::test]
     async fn the_configuration_is_recorded_only_over_what_was_read() {
-        use crate::engine::Backend;
         let Some(url) = database_url() else { return };
-        let freq = |n| SnapshotFrequency::new(n).unwrap();
         let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
         let saver = PostgresSaver::connect(
             PostgresOptions::new(url).with_schema(schema),
-            StoreConfig::delta(freq(10)),
+            StoreConfig::delta(SnapshotFrequency::new(10).unwrap()),
         )
         .await
         .expect("connect");
-        let b = &saver.engine.backend;
-        b.write_config(ChannelMode::Full, freq(50), None)
-            .await
-            .unwrap();
-        assert_eq!(
-            b.read_config().await.unwrap(),
-            Some((ChannelMode::Delta, freq(10)))
-        );
-        b.write_config(
-            ChannelMode::Full,
-            freq(50),
-            Some((ChannelMode::Delta, freq(10))),
-        )
-        .await
-        .unwrap();
-        assert_eq!(
-            b.read_config().await.unwrap(),
-            Some((ChannelMode::Full, freq(50)))
-        );
+        crate::engine::check_config_compare_and_set(&saver.engine.backend).await;
         saver.drop_schema().await.expect("drop");
     }
 

@@ -319,60 +319,11 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
 /// The other process holds a lock on `blobs` so the read stops between its two statements.
 #[test]
 fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
-    use antler_checkpoint::testing::{checkpoint, metadata};
-    use antler_checkpoint::{
-        ChannelVersions, CheckpointConfig, CheckpointSource, Saver, StoreConfig,
-    };
-    antler_checkpoint::testing::block_on(async {
-        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
-            return;
-        };
-        let saver = std::sync::Arc::new(saver);
-        let cp = checkpoint(&[("title", 1, serde_json::json!("kept"))]);
-        let nv: ChannelVersions = cp.channel_versions.clone();
-        let at = saver
-            .put(
-                &CheckpointConfig::latest("t"),
-                cp,
-                metadata(CheckpointSource::Input, -1, None),
-                &nv,
-            )
-            .await
-            .unwrap();
-        // Warm the pool's connections, so the read below prepares nothing (a prepare would
-        // wait on the lock before the first statement).
-        for _ in 0..4 {
-            assert!(saver.get_tuple(&at).await.unwrap().is_some());
-        }
-        let (mut other, task) = connect(&options.url).await;
-        let s = options.schema.clone();
-        let tx = other.transaction().await.unwrap();
-        tx.batch_execute(&format!(
-            "LOCK TABLE \"{s}\".blobs IN ACCESS EXCLUSIVE MODE"
-        ))
-        .await
-        .unwrap();
-        let reading = {
-            let (saver, at) = (saver.clone(), at.clone());
-            tokio::spawn(async move { saver.get_tuple(&at).await })
-        };
-        let (watch, watch_task) = connect(&options.url).await;
-        let blocked = until_a_session_waits_on_a_lock(&watch).await;
-        assert!(blocked, "the read waits on the lock");
-        tx.batch_execute(&format!(
-            "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't'; DELETE FROM \"{s}\".blobs WHERE thread_id = 't';"
-        ))
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
-        let got = reading.await.unwrap().unwrap();
-        assert!(got.is_none(), "{got:?}");
-        drop((other, watch));
-        task.abort();
-        watch_task.abort();
-        let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
-        saver.drop_schema().await.unwrap();
-    });
+    use antler_checkpoint::testing::checkpoint;
+    antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
+        checkpoint(&[("title", 1, serde_json::json!("kept"))]),
+        "blobs",
+    ));
 }
 
 /// A copy racing a put to the target that stores other bytes under a version the source uses:
@@ -454,71 +405,82 @@ fn a_copy_racing_a_put_to_its_target_does_not_overwrite_the_target_value() {
 /// on bodies that were collected meanwhile. A lock on `messages` stops the read there.
 #[test]
 fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
+    use antler_checkpoint::{Blob, Checkpoint, MessagesKind};
+    let list = [
+        serde_json::json!({"type": "human", "content": "q", "id": "h"}),
+        serde_json::json!({"type": "ai", "content": "a", "id": "a"}),
+    ];
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("messages".into(), 1.into());
+    cp.channel_values.insert(
+        "messages".into(),
+        Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
+    );
+    antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
+        cp, "messages",
+    ));
+}
+
+/// Puts `cp` on thread `t`, starts an addressed read of it, lets the read stop on a lock on
+/// `table` held by another session, deletes the thread's checkpoints, values and bodies in
+/// that session, and checks that the read then finds the checkpoint gone (`Ok(None)`).
+async fn read_stopped_at_a_lock_while_the_thread_goes(
+    cp: antler_checkpoint::Checkpoint,
+    table: &str,
+) {
     use antler_checkpoint::testing::metadata;
     use antler_checkpoint::{
-        Blob, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointSource, MessagesKind, Saver,
-        StoreConfig,
+        ChannelVersions, CheckpointConfig, CheckpointSource, Saver, StoreConfig,
     };
-    antler_checkpoint::testing::block_on(async {
-        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
-            return;
-        };
-        let saver = std::sync::Arc::new(saver);
-        let list = [
-            serde_json::json!({"type": "human", "content": "q", "id": "h"}),
-            serde_json::json!({"type": "ai", "content": "a", "id": "a"}),
-        ];
-        let mut cp = Checkpoint::empty();
-        cp.channel_versions.insert("messages".into(), 1.into());
-        cp.channel_values.insert(
-            "messages".into(),
-            Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
-        );
-        let nv: ChannelVersions = cp.channel_versions.clone();
-        let at = saver
-            .put(
-                &CheckpointConfig::latest("t"),
-                cp,
-                metadata(CheckpointSource::Input, -1, None),
-                &nv,
-            )
-            .await
-            .unwrap();
-        // Warm the pool's connections, so the read below prepares nothing.
-        for _ in 0..4 {
-            assert!(saver.get_tuple(&at).await.unwrap().is_some());
-        }
-        let (mut other, task) = connect(&options.url).await;
-        let s = options.schema.clone();
-        let tx = other.transaction().await.unwrap();
-        tx.batch_execute(&format!(
-            "LOCK TABLE \"{s}\".messages IN ACCESS EXCLUSIVE MODE"
-        ))
+    let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+        return;
+    };
+    let saver = std::sync::Arc::new(saver);
+    let nv: ChannelVersions = cp.channel_versions.clone();
+    let at = saver
+        .put(
+            &CheckpointConfig::latest("t"),
+            cp,
+            metadata(CheckpointSource::Input, -1, None),
+            &nv,
+        )
         .await
         .unwrap();
-        let reading = {
-            let (saver, at) = (saver.clone(), at.clone());
-            tokio::spawn(async move { saver.get_tuple(&at).await })
-        };
-        let (watch, watch_task) = connect(&options.url).await;
-        assert!(
-            until_a_session_waits_on_a_lock(&watch).await,
-            "the read waits on the lock"
-        );
-        tx.batch_execute(&format!(
-            "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't';
-             DELETE FROM \"{s}\".blobs WHERE thread_id = 't';
-             DELETE FROM \"{s}\".messages WHERE thread_id = 't';"
-        ))
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
-        let got = reading.await.unwrap();
-        assert!(matches!(got, Ok(None)), "{got:?}");
-        drop((other, watch));
-        task.abort();
-        watch_task.abort();
-        let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
-        saver.drop_schema().await.unwrap();
-    });
+    // Warm the pool's connections, so the read below prepares nothing (a prepare would wait
+    // on the lock before the first statement).
+    for _ in 0..4 {
+        assert!(saver.get_tuple(&at).await.unwrap().is_some());
+    }
+    let (mut other, task) = connect(&options.url).await;
+    let s = options.schema.clone();
+    let tx = other.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "LOCK TABLE \"{s}\".{table} IN ACCESS EXCLUSIVE MODE"
+    ))
+    .await
+    .unwrap();
+    let reading = {
+        let (saver, at) = (saver.clone(), at.clone());
+        tokio::spawn(async move { saver.get_tuple(&at).await })
+    };
+    let (watch, watch_task) = connect(&options.url).await;
+    assert!(
+        until_a_session_waits_on_a_lock(&watch).await,
+        "the read waits on the lock"
+    );
+    tx.batch_execute(&format!(
+        "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't';
+         DELETE FROM \"{s}\".blobs WHERE thread_id = 't';
+         DELETE FROM \"{s}\".messages WHERE thread_id = 't';"
+    ))
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let got = reading.await.unwrap();
+    assert!(matches!(got, Ok(None)), "{got:?}");
+    drop((other, watch));
+    task.abort();
+    watch_task.abort();
+    let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
+    saver.drop_schema().await.unwrap();
 }
