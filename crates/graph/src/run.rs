@@ -1073,17 +1073,21 @@ async fn run_inner(
             Input::Command(c) => c.resume.is_none(),
             Input::Values(_) => false,
         };
+    // Whether the loaded checkpoint is the newest of its namespace. Only then can a later run
+    // load input stored on it (a run on an older checkpoint addresses it, and drops that input),
+    // and only then has it no children, whose history walks would replay such input.
+    let loaded_is_newest = if explicit && matches!(input, Input::Continue | Input::Command(_)) {
+        match cp {
+            Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id) == ckpt_id,
+            None => false,
+        }
+    } else {
+        !explicit
+    };
     // Whether that fork checkpoint will be saved: not when the addressed checkpoint is the
     // thread's newest and itself a fork or an update (it has no children to keep apart from).
-    let fork_saved = if replay {
-        let newest = match cp {
-            Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id),
-            None => None,
-        };
-        !(newest == ckpt_id && matches!(meta_source, Some(Source::Update | Source::Fork)))
-    } else {
-        false
-    };
+    let fork_saved =
+        replay && !(loaded_is_newest && matches!(meta_source, Some(Source::Update | Source::Fork)));
     if replay || matches!(input, Input::Values(_)) {
         // Pending writes of the loaded checkpoint that this run will not apply.
         force_unreplayed(g, &mut live, &pending);
@@ -1149,7 +1153,11 @@ async fn run_inner(
         if fork_saved || (explicit && !replay) {
             force_snapshots(g, &mut live, null_writes.iter().map(|(c, _)| c.as_str()));
         }
+        // They are stored on the loaded checkpoint, for a later run on the head to find, only
+        // when it is the newest: on an older one no run would load them, and the history walks
+        // of its children would replay them into branches that never saw them.
         if !fork_saved
+            && loaded_is_newest
             && let Some(id) = &ckpt_id
             && !null_writes.is_empty()
         {

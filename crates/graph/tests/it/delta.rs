@@ -2171,3 +2171,85 @@ async fn a_history_page_through_a_saver_is_one_list() {
         .store(false, std::sync::atomic::Ordering::Relaxed);
     assert!(paged.len() < 10, "{}", paged.len());
 }
+
+/// A resume carrying an update, on an addressed interrupted checkpoint that already has
+/// children (an earlier resume continued from it), does not attach the update to that
+/// checkpoint: the children's history walks pass through it and would replay the update into
+/// the branch that never saw it. The new branch still reads the update, cold as live.
+#[tokio::test]
+async fn a_resume_with_an_update_on_an_addressed_checkpoint_leaves_its_children_alone() {
+    use antler_graph::{Checkpointer, Command, Context};
+    fn asking() -> StateGraph {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+            .expect("declared once");
+        g.add_node("ask", |s: State, ctx: Context| async move {
+            let n = s.get(&MESSAGES).map_or(0, Vec::len);
+            let answer = ctx.interrupt(serde_json::json!("name?"))?;
+            Ok(Update::new().set(
+                &MESSAGES,
+                vec![ai(Some(&format!("ai-{n}")), &format!("hello {answer}"))],
+            ))
+        });
+        g.add_edge("__start__", "ask")
+            .add_edge("ask", "__end__");
+        g
+    }
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = asking()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let asked = graph.invoke(human(0), &cfg).await.unwrap();
+    assert_eq!(asked.interrupts.len(), 1);
+    let p = asked.checkpoint_id.unwrap();
+    // The first answer continues the interrupted step: the child of `p` and a later turn.
+    graph
+        .invoke(Command::resume(serde_json::json!("ada")), &cfg)
+        .await
+        .unwrap();
+    graph.invoke(human(1), &cfg).await.unwrap();
+    let c = graph
+        .invoke(Command::resume(serde_json::json!("bob")), &cfg)
+        .await
+        .unwrap();
+    let before = c.values.get(&MESSAGES).cloned();
+    // A second answer to the same interrupt, with an update, on `p` itself.
+    let mut late = Message::new(MessageType::Human, "late");
+    late.id = Some("late".into());
+    let branch = graph
+        .invoke(
+            Command::resume(serde_json::json!("cy"))
+                .update(Update::new().set(&MESSAGES, vec![late])),
+            &cfg.clone().with_checkpoint(p.clone()),
+        )
+        .await
+        .unwrap();
+    let live = branch.values.get(&MESSAGES).cloned().unwrap();
+    assert!(live.iter().any(|m| m.id.as_deref() == Some("late")));
+    let cold = asking()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let at = cfg.clone().with_checkpoint(c.checkpoint_id.unwrap());
+    let got = cold.get_state(&at).await.unwrap().unwrap();
+    assert_eq!(got.values.get(&MESSAGES).cloned(), before);
+    let at = cfg.clone().with_checkpoint(branch.checkpoint_id.unwrap());
+    let got = cold.get_state(&at).await.unwrap().unwrap();
+    assert_eq!(got.values.get(&MESSAGES), Some(&live));
+    let addressed = store
+        .get_tuple(&cfg.scope(), Some(&p))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        addressed
+            .pending_writes
+            .iter()
+            .all(|w| !w.value.to_string().contains("late")),
+        "{:?}",
+        addressed.pending_writes
+    );
+}
