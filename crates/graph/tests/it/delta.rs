@@ -2191,15 +2191,11 @@ async fn a_resume_with_an_update_on_an_addressed_checkpoint_leaves_its_children_
                 vec![ai(Some(&format!("ai-{n}")), &format!("hello {answer}"))],
             ))
         });
-        g.add_edge("__start__", "ask")
-            .add_edge("ask", "__end__");
+        g.add_edge("__start__", "ask").add_edge("ask", "__end__");
         g
     }
     let store = Arc::new(MemoryCheckpointer::new());
-    let graph = asking()
-        .compile()
-        .unwrap()
-        .with_checkpointer(store.clone());
+    let graph = asking().compile().unwrap().with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
     let asked = graph.invoke(human(0), &cfg).await.unwrap();
     assert_eq!(asked.interrupts.len(), 1);
