@@ -467,19 +467,29 @@ async fn read_bodies(
         .iter()
         .map(|(s, l)| i64::try_from(s.saturating_add(*l)).unwrap_or(i64::MAX))
         .collect();
-    let rows = c
-        .query(st, &[&thread.as_str(), &lo, &hi])
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&thread.as_str(), &lo, &hi];
+    let rows = c.query_raw(st, params).await.map_err(pg_err(ctx.clone()))?;
+    let mut rows = std::pin::pin!(rows);
+    let mut out = Vec::with_capacity(
+        runs.iter()
+            .map(|(_, l)| *l)
+            .sum::<u64>()
+            .try_into()
+            .unwrap_or(0)
+            .min(1 << 20),
+    );
+    // Each row is checked and its body copied out (once) as it arrives, while the server is
+    // still sending the rest, and its buffer is released right after.
+    while let Some(r) = futures::TryStreamExt::try_next(&mut rows)
         .await
-        .map_err(pg_err(ctx))?;
-    // Borrowed from the row buffer, so each body is copied once, after its check.
-    rows.iter()
-        .map(|r| {
-            Ok(BodyRow::check(
-                u64_of(r.get(0), "message sequence")?,
-                r.get(1),
-            ))
-        })
-        .collect()
+        .map_err(pg_err(ctx.clone()))?
+    {
+        out.push(BodyRow::check(
+            u64_of(r.get(0), "message sequence")?,
+            r.get(1),
+        ));
+    }
+    Ok(out)
 }
 
 /// A write's error: a deadlock the server broke by aborting it (nothing of it stored) is a
