@@ -2172,29 +2172,46 @@ async fn a_history_page_through_a_saver_is_one_list() {
     assert!(paged.len() < 10, "{}", paged.len());
 }
 
+/// A chat whose node asks a question before it answers.
+fn asking() -> StateGraph {
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+        .expect("declared once");
+    g.add_node("ask", |s: State, ctx: antler_graph::Context| async move {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        let answer = ctx.interrupt(serde_json::json!("name?"))?;
+        Ok(Update::new().set(
+            &MESSAGES,
+            vec![ai(Some(&format!("ai-{n}")), &format!("hello {answer}"))],
+        ))
+    });
+    g.add_edge("__start__", "ask").add_edge("ask", "__end__");
+    g
+}
+
 /// A resume carrying an update, on an addressed interrupted checkpoint that already has
 /// children (an earlier resume continued from it), does not attach the update to that
 /// checkpoint: the children's history walks pass through it and would replay the update into
-/// the branch that never saw it. The new branch still reads the update, cold as live.
+/// the branch that never saw it. The new branch still reads the update, cold as live. On the
+/// in-process checkpointer and on SQLite through the saver adapter.
 #[tokio::test]
 async fn a_resume_with_an_update_on_an_addressed_checkpoint_leaves_its_children_alone() {
-    use antler_graph::{Checkpointer, Command, Context};
-    fn asking() -> StateGraph {
-        let mut g = StateGraph::new();
-        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
-            .expect("declared once");
-        g.add_node("ask", |s: State, ctx: Context| async move {
-            let n = s.get(&MESSAGES).map_or(0, Vec::len);
-            let answer = ctx.interrupt(serde_json::json!("name?"))?;
-            Ok(Update::new().set(
-                &MESSAGES,
-                vec![ai(Some(&format!("ai-{n}")), &format!("hello {answer}"))],
-            ))
-        });
-        g.add_edge("__start__", "ask").add_edge("ask", "__end__");
-        g
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, SaverCheckpointer};
+    for sqlite in [false, true] {
+        let store: Arc<dyn Checkpointer> = if sqlite {
+            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(50).unwrap());
+            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
+            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+        } else {
+            Arc::new(MemoryCheckpointer::new())
+        };
+        resume_with_an_update_on_an_older_checkpoint(store).await;
     }
-    let store = Arc::new(MemoryCheckpointer::new());
+}
+
+async fn resume_with_an_update_on_an_older_checkpoint(store: Arc<dyn antler_graph::Checkpointer>) {
+    use antler_graph::Command;
     let graph = asking().compile().unwrap().with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
     let asked = graph.invoke(human(0), &cfg).await.unwrap();
