@@ -2212,21 +2212,32 @@ async fn a_resume_with_an_update_on_an_addressed_checkpoint_leaves_its_children_
 
 async fn resume_with_an_update_on_an_older_checkpoint(store: Arc<dyn antler_graph::Checkpointer>) {
     use antler_graph::Command;
-    let graph = asking().compile().unwrap().with_checkpointer(store.clone());
+    let graph = asking()
+        .compile()
+        .expect("each step of the scenario succeeds")
+        .with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
-    let asked = graph.invoke(human(0), &cfg).await.unwrap();
+    let asked = graph
+        .invoke(human(0), &cfg)
+        .await
+        .expect("each step of the scenario succeeds");
     assert_eq!(asked.interrupts.len(), 1);
-    let p = asked.checkpoint_id.unwrap();
+    let p = asked
+        .checkpoint_id
+        .expect("each step of the scenario succeeds");
     // The first answer continues the interrupted step: the child of `p` and a later turn.
     graph
         .invoke(Command::resume(serde_json::json!("ada")), &cfg)
         .await
-        .unwrap();
-    graph.invoke(human(1), &cfg).await.unwrap();
+        .expect("each step of the scenario succeeds");
+    graph
+        .invoke(human(1), &cfg)
+        .await
+        .expect("each step of the scenario succeeds");
     let c = graph
         .invoke(Command::resume(serde_json::json!("bob")), &cfg)
         .await
-        .unwrap();
+        .expect("each step of the scenario succeeds");
     let before = c.values.get(&MESSAGES).cloned();
     // A second answer to the same interrupt, with an update, on `p` itself.
     let mut late = Message::new(MessageType::Human, "late");
@@ -2238,25 +2249,43 @@ async fn resume_with_an_update_on_an_older_checkpoint(store: Arc<dyn antler_grap
             &cfg.clone().with_checkpoint(p.clone()),
         )
         .await
-        .unwrap();
-    let live = branch.values.get(&MESSAGES).cloned().unwrap();
+        .expect("each step of the scenario succeeds");
+    let live = branch
+        .values
+        .get(&MESSAGES)
+        .cloned()
+        .expect("each step of the scenario succeeds");
     assert!(live.iter().any(|m| m.id.as_deref() == Some("late")));
     let cold = asking()
         .compile()
-        .unwrap()
+        .expect("each step of the scenario succeeds")
         .with_checkpointer(store.clone())
         .with_hot_cache(false);
-    let at = cfg.clone().with_checkpoint(c.checkpoint_id.unwrap());
-    let got = cold.get_state(&at).await.unwrap().unwrap();
+    let at = cfg
+        .clone()
+        .with_checkpoint(c.checkpoint_id.expect("each step of the scenario succeeds"));
+    let got = cold
+        .get_state(&at)
+        .await
+        .expect("each step of the scenario succeeds")
+        .expect("each step of the scenario succeeds");
     assert_eq!(got.values.get(&MESSAGES).cloned(), before);
-    let at = cfg.clone().with_checkpoint(branch.checkpoint_id.unwrap());
-    let got = cold.get_state(&at).await.unwrap().unwrap();
+    let at = cfg.clone().with_checkpoint(
+        branch
+            .checkpoint_id
+            .expect("each step of the scenario succeeds"),
+    );
+    let got = cold
+        .get_state(&at)
+        .await
+        .expect("each step of the scenario succeeds")
+        .expect("each step of the scenario succeeds");
     assert_eq!(got.values.get(&MESSAGES), Some(&live));
     let addressed = store
         .get_tuple(&cfg.scope(), Some(&p))
         .await
-        .unwrap()
-        .unwrap();
+        .expect("each step of the scenario succeeds")
+        .expect("each step of the scenario succeeds");
     assert!(
         addressed
             .pending_writes
