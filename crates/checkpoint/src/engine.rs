@@ -1359,38 +1359,43 @@ impl<B: Backend> Engine<B> {
         }
         self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
-        let existed = self
-            .with_messages(thread, cp, &values, |encoded, messages, guard| {
-                let mut rows: Vec<WriteRow> = writes
-                    .iter()
-                    .zip(encoded)
-                    .enumerate()
-                    .map(|(i, ((channel, _), value))| WriteRow {
-                        checkpoint_id: cp,
-                        task_id: task_id.clone(),
-                        idx: control_write_index(channel.as_str()).unwrap_or(i as i64),
-                        channel: channel.clone(),
-                        task_path: task_path.clone(),
-                        value,
-                    })
-                    .collect();
-                // Two control writes of one kind in one call: the later one wins, as an upsert would.
-                let mut seen = HashSet::new();
-                rows.reverse();
-                rows.retain(|w| w.idx >= 0 || seen.insert(w.idx));
-                rows.reverse();
+        self.with_messages(thread, cp, &values, |encoded, messages, guard| {
+            let mut rows: Vec<WriteRow> = writes
+                .iter()
+                .zip(encoded)
+                .enumerate()
+                .map(|(i, ((channel, _), value))| WriteRow {
+                    checkpoint_id: cp,
+                    task_id: task_id.clone(),
+                    idx: control_write_index(channel.as_str()).unwrap_or(i as i64),
+                    channel: channel.clone(),
+                    task_path: task_path.clone(),
+                    value,
+                })
+                .collect();
+            // Two control writes of one kind in one call: the later one wins, as an upsert would.
+            let mut seen = HashSet::new();
+            rows.reverse();
+            rows.retain(|w| w.idx >= 0 || seen.insert(w.idx));
+            rows.reverse();
+            let stored =
                 self.backend
-                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, guard)
-            })
-            .await?;
-        if !existed {
-            return Err(Error::UnknownCheckpoint {
-                thread_id: thread.clone(),
-                checkpoint_ns: config.checkpoint_ns.clone(),
-                checkpoint_id: cp,
-            });
-        }
-        Ok(())
+                    .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, guard);
+            // A refused write is an error inside the commit, not after it: the message
+            // index then forgets the bodies it numbered for it, which were not stored.
+            async move {
+                if stored.await? {
+                    Ok(())
+                } else {
+                    Err(Error::UnknownCheckpoint {
+                        thread_id: thread.clone(),
+                        checkpoint_ns: config.checkpoint_ns.clone(),
+                        checkpoint_id: cp,
+                    })
+                }
+            }
+        })
+        .await
     }
 
     pub(crate) async fn get_tuple(

@@ -116,7 +116,8 @@ macro_rules! conformance_suite {
             antler_channel_values_damaged_value_is_error,
             antler_copy_thread_refuses_other_values_under_the_same_versions,
             antler_max_channel_version_covers_every_branch,
-            antler_max_channel_version_survives_deletes_and_copies
+            antler_max_channel_version_survives_deletes_and_copies,
+            antler_a_refused_write_leaves_no_message_behind
         );
     };
 }
@@ -1672,6 +1673,44 @@ pub async fn antler_put_writes_unknown_checkpoint_is_error(saver: &dyn Saver) {
     assert!(
         err.to_string().contains(&missing.to_string()) && err.to_string().contains("thread t"),
         "{err}"
+    );
+}
+
+/// A write refused because its checkpoint does not exist stores nothing, and the saver does
+/// not remember its message bodies as stored either: a later checkpoint listing the same
+/// message reads it back whole (before, the index kept the refused body's number and the next
+/// snapshot referenced a body no row held).
+pub async fn antler_a_refused_write_leaves_no_message_behind(saver: &dyn Saver) {
+    let m0 = json!({"type": "human", "content": "first", "id": "0"});
+    let m1 = json!({"type": "ai", "content": "refused once", "id": "1"});
+    let snapshot = |items: &[Value]| Blob::messages(MessagesKind::Snapshot, items).unwrap();
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("messages".into(), 1.into());
+    cp.channel_values
+        .insert("messages".into(), snapshot(std::slice::from_ref(&m0)));
+    let c1 = put_all(saver, cfg("t", "", None), cp, CheckpointMetadata::default()).await;
+    let missing = CheckpointId::generate();
+    let err = saver
+        .put_writes(
+            &cfg("t", "", Some(missing)),
+            vec![(
+                "messages".into(),
+                Blob::messages(MessagesKind::Write, std::slice::from_ref(&m1)).unwrap(),
+            )],
+            &TaskId::new("x"),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let both = snapshot(&[m0, m1]);
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("messages".into(), 2.into());
+    cp.channel_values.insert("messages".into(), both.clone());
+    let c2 = put_all(saver, c1, cp, CheckpointMetadata::default()).await;
+    assert_eq!(
+        get(saver, &c2).await.checkpoint.channel_values["messages"],
+        both
     );
 }
 
