@@ -2342,7 +2342,8 @@ fn resolve(thread: &ThreadId, cp: CheckpointId, p: &Pending, bodies: &Bodies) ->
     match p {
         Pending::Ready(b) => Ok(b.clone()),
         Pending::Refs(kind, runs) => {
-            let total: u64 = runs.iter().map(|(_, l)| *l).sum();
+            // Stored lengths: saturating, so a damaged one cannot overflow the sum.
+            let total = runs.iter().fold(0u64, |t, (_, l)| t.saturating_add(*l));
             let mut items = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
             for &(start, len) in runs {
                 let run = bodies.run(start, len).map_err(|seq| Error::Corrupt {

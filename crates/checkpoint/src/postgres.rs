@@ -401,10 +401,10 @@ fn key_arrays(keys: &[(ChannelName, ChannelVersion)]) -> Result<(Vec<&str>, Vec<
 
 /// Whether every body the values and writes of `rows` reference was read.
 fn bodies_complete(rows: &TupleRows) -> bool {
-    let wanted: u64 = runs_of_rows(&rows.blobs, &rows.writes)
+    // Stored lengths: saturating, so a damaged one cannot overflow the sum.
+    let wanted = runs_of_rows(&rows.blobs, &rows.writes)
         .iter()
-        .map(|(_, len)| *len)
-        .sum();
+        .fold(0u64, |t, (_, len)| t.saturating_add(*len));
     rows.bodies.len() as u64 == wanted
 }
 

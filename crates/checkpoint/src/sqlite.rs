@@ -114,6 +114,14 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     if version == SQLITE_SCHEMA_VERSION {
         return Ok(());
     }
+    // A newer schema only ever moves on: refuse it before waiting for the write lock, which a
+    // read-only file cannot give and a busy one may not give in time.
+    if version > SQLITE_SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SQLITE_SCHEMA_VERSION,
+        });
+    }
     let tx = write_tx(conn).map_err(sql_err("sqlite: migration"))?;
     let current: i64 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -214,5 +214,17 @@ fn a_version_1_store_is_migrated_and_a_newer_one_refused() {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        // The newer schema is refused before the write lock is asked for: another process
+        // holding it does not turn the refusal into a busy error.
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let err = SqliteSaver::open(&path, StoreConfig::full())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, antler_checkpoint::Error::SchemaTooNew { .. }),
+            "{err}"
+        );
+        holder.execute_batch("ROLLBACK").unwrap();
     });
 }
