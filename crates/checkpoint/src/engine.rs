@@ -605,13 +605,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64>;
     /// Deletes every row of the thread and bumps its message-store epoch, in one transaction.
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()>;
-    /// Deletes checkpoints and their writes.
+    /// Deletes the checkpoints `doomed` of a thread, in any namespace, and their writes, in one
+    /// transaction, only if the thread's checkpoints are still exactly `expected` (sorted): the
+    /// caller checked from them that no other checkpoint needs a doomed one, and a checkpoint
+    /// put since (a fork from a doomed one) may. `Ok(false)`: nothing deleted.
     async fn delete_checkpoints(
         &self,
         thread: &ThreadId,
-        ns: &CheckpointNs,
-        ids: &[CheckpointId],
-    ) -> Result<()>;
+        doomed: &[(CheckpointNs, CheckpointId)],
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool>;
     /// Copies every row of `source` onto `target` and bumps the target's message-store epoch,
     /// in one transaction. A target body stored under a number the source also uses, with
     /// other bytes, is [`body_collision`] (nothing is copied): overwriting it would change
@@ -2018,11 +2021,24 @@ impl<B: Backend> Engine<B> {
         r
     }
 
-    /// Deletes `doomed` checkpoints of one thread after checking that no remaining checkpoint needs them.
+    /// Deletes `doomed` checkpoints of one thread after checking that no remaining checkpoint
+    /// needs them.
     async fn delete_checked(
         &self,
         thread: &ThreadId,
         all: Vec<Decoded>,
+        doomed: &HashSet<(CheckpointNs, CheckpointId)>,
+    ) -> Result<()> {
+        self.check_deletable(thread, &all, doomed).await?;
+        self.delete_unchanged(thread, all, doomed).await
+    }
+
+    /// Fails with [`Error::WouldBreakDeltaHistory`] if a checkpoint of `all` outside `doomed`
+    /// needs one inside it.
+    async fn check_deletable(
+        &self,
+        thread: &ThreadId,
+        all: &[Decoded],
         doomed: &HashSet<(CheckpointNs, CheckpointId)>,
     ) -> Result<()> {
         if doomed.is_empty() {
@@ -2032,7 +2048,7 @@ impl<B: Backend> Engine<B> {
             .iter()
             .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
         {
-            for needed in self.needed_ancestors(d, &all).await? {
+            for needed in self.needed_ancestors(d, all).await? {
                 if doomed.contains(&(d.row.ns.clone(), needed)) {
                     return Err(Error::WouldBreakDeltaHistory {
                         thread_id: thread.clone(),
@@ -2042,14 +2058,39 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        let mut by_ns: BTreeMap<CheckpointNs, Vec<CheckpointId>> = BTreeMap::new();
-        for (ns, id) in doomed {
-            by_ns.entry(ns.clone()).or_default().push(*id);
+        Ok(())
+    }
+
+    /// Deletes `doomed` (checked against `all` by [`Self::check_deletable`]) in one
+    /// transaction, if the thread's checkpoints are still `all`; otherwise
+    /// [`Error::Conflict`], nothing deleted.
+    async fn delete_unchanged(
+        &self,
+        thread: &ThreadId,
+        all: Vec<Decoded>,
+        doomed: &HashSet<(CheckpointNs, CheckpointId)>,
+    ) -> Result<()> {
+        if doomed.is_empty() {
+            return Ok(());
         }
+        let mut expected: Vec<(CheckpointNs, CheckpointId)> =
+            all.iter().map(|d| (d.row.ns.clone(), d.row.id)).collect();
+        expected.sort();
+        let mut sorted: Vec<(CheckpointNs, CheckpointId)> = doomed.iter().cloned().collect();
+        sorted.sort();
         let slot = self.slot(thread);
         let mut guard = slot.lock().await;
-        for (ns, ids) in by_ns {
-            self.backend.delete_checkpoints(thread, &ns, &ids).await?;
+        if !self
+            .backend
+            .delete_checkpoints(thread, &sorted, &expected)
+            .await?
+        {
+            return Err(Error::Conflict {
+                thread_id: thread.clone(),
+                detail: "the thread's checkpoints changed after they were checked for deletion; \
+                         nothing was deleted, retry"
+                    .into(),
+            });
         }
         let r = self.collect_garbage(thread, &all, doomed).await;
         *guard = None;
@@ -2154,6 +2195,9 @@ impl<B: Backend> Engine<B> {
                 break;
             }
         }
+        // Every thread is checked before any is deleted: a run whose deletion would break a
+        // remaining checkpoint's history in one thread deletes nothing in the others.
+        let mut checked = Vec::with_capacity(threads.len());
         for thread in threads {
             let all = self.decoded_thread(&thread).await?;
             let doomed: HashSet<(CheckpointNs, CheckpointId)> = all
@@ -2161,7 +2205,11 @@ impl<B: Backend> Engine<B> {
                 .filter(|d| d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)))
                 .map(|d| (d.row.ns.clone(), d.row.id))
                 .collect();
-            self.delete_checked(&thread, all, &doomed).await?;
+            self.check_deletable(&thread, &all, &doomed).await?;
+            checked.push((thread, all, doomed));
+        }
+        for (thread, all, doomed) in checked {
+            self.delete_unchanged(&thread, all, &doomed).await?;
         }
         Ok(())
     }
@@ -3065,6 +3113,46 @@ mod tests {
             got.checkpoint.channel_values.get(&ChannelName::new("b")),
             Some(&Blob::json(&3).unwrap())
         );
+    }
+
+    /// Checkpoints are deleted only from the set they were checked against: a fork put from
+    /// a doomed checkpoint after the prune read makes the delete a conflict that deletes
+    /// nothing (before, the doomed parent went and the fork's reads lost their parent).
+    #[tokio::test]
+    async fn a_delete_checked_against_a_stale_read_deletes_nothing() {
+        let e = engine();
+        let t = ThreadId::new("t");
+        let put = |parent: CheckpointConfig, v: u64| {
+            let e = &e;
+            async move {
+                let mut cp = Checkpoint::empty();
+                cp.channel_versions
+                    .insert("a".into(), ChannelVersion::new(v));
+                cp.channel_values
+                    .insert("a".into(), Blob::json(&v).unwrap());
+                let nv = cp.channel_versions.clone();
+                e.put(&parent, cp, CheckpointMetadata::default(), &nv)
+                    .await
+                    .unwrap()
+            }
+        };
+        let c1 = put(CheckpointConfig::latest("t"), 1).await;
+        let c2 = put(c1.clone(), 2).await;
+        let read_at_start = e.decoded_thread(&t).await.unwrap();
+        let doomed: HashSet<_> = [(CheckpointNs::default(), c1.checkpoint_id.unwrap())].into();
+        let fork = put(c1.clone(), 3).await;
+        let err = e
+            .delete_checked(&t, read_at_start, &doomed)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::Conflict, "{err}");
+        for c in [&c1, &c2, &fork] {
+            assert!(e.get_tuple(c).await.unwrap().is_some());
+        }
+        // Checked against the current set, the same delete goes through.
+        let now = e.decoded_thread(&t).await.unwrap();
+        e.delete_checked(&t, now, &doomed).await.unwrap();
+        assert!(e.get_tuple(&c1).await.unwrap().is_none());
     }
 
     /// A put refused for a version clash writes nothing, not even the message bodies it

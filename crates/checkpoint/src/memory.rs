@@ -441,16 +441,28 @@ impl Backend for MemoryBackend {
     async fn delete_checkpoints(
         &self,
         thread: &ThreadId,
-        ns: &CheckpointNs,
-        ids: &[CheckpointId],
-    ) -> Result<()> {
+        doomed: &[(CheckpointNs, CheckpointId)],
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool> {
         let mut t = self.lock();
-        for id in ids {
+        // Keys are ordered by (thread, namespace, id): the thread's checkpoints come sorted.
+        let now: Vec<(CheckpointNs, CheckpointId)> = t
+            .checkpoints
+            .keys()
+            .filter(|k| &k.0 == thread)
+            .map(|k| (k.1.clone(), k.2))
+            .collect();
+        if now != expected {
+            return Ok(false);
+        }
+        for (ns, id) in doomed {
             t.checkpoints.remove(&(thread.clone(), ns.clone(), *id));
         }
+        let doomed: std::collections::HashSet<(&CheckpointNs, &CheckpointId)> =
+            doomed.iter().map(|(n, i)| (n, i)).collect();
         t.writes
-            .retain(|k, _| !(&k.0 == thread && &k.1 == ns && ids.contains(&k.2)));
-        Ok(())
+            .retain(|k, _| !(&k.0 == thread && doomed.contains(&(&k.1, &k.2))));
+        Ok(true)
     }
 
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {

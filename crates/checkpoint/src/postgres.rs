@@ -1076,34 +1076,66 @@ impl Backend for PgBackend {
     async fn delete_checkpoints(
         &self,
         thread: &ThreadId,
-        ns: &CheckpointNs,
-        ids: &[CheckpointId],
-    ) -> Result<()> {
+        doomed: &[(CheckpointNs, CheckpointId)],
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting checkpoints");
         let mut c = self.client(&ctx).await?;
         let tx = c
             .transaction()
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
-        let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
+        let ns: Vec<&str> = doomed.iter().map(|(n, _)| n.as_str()).collect();
+        let ids: Vec<Vec<u8>> = doomed.iter().map(|(_, i)| i.to_bytes().to_vec()).collect();
         // The rows in key order first, as `delete_thread` locks them, so the two cannot
         // deadlock on the order a scan happens to take.
         tx.execute(
-            &self.sql("SELECT 1 FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])
-                        ORDER BY checkpoint_ns, checkpoint_id FOR UPDATE"),
-            &[&thread.as_str(), &ns.as_str(), &id_bytes],
+            &self.sql(
+                "SELECT 1 FROM {s}.checkpoints c JOIN unnest($2::text[], $3::bytea[]) d(ns, id)
+                         ON c.checkpoint_ns = d.ns AND c.checkpoint_id = d.id
+                        WHERE c.thread_id = $1
+                        ORDER BY c.checkpoint_ns, c.checkpoint_id FOR UPDATE OF c",
+            ),
+            &[&thread.as_str(), &ns, &ids],
         )
         .await
         .map_err(deadlock_or(thread, ctx.clone()))?;
+        // The set the caller checked. A put that commits after this read is not seen: only a
+        // fork from a doomed checkpoint can need one, and it then reads as a missing parent.
+        let mut now = tx
+            .query(
+                &self.sql(
+                    "SELECT checkpoint_ns, checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1",
+                ),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(deadlock_or(thread, ctx.clone()))?
+            .iter()
+            .map(|r| {
+                Ok((
+                    CheckpointNs::new(r.get::<_, String>(0)),
+                    id_from(thread.as_str(), r.get(1))?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        now.sort();
+        if now != expected {
+            return Ok(false);
+        }
         for table in ["checkpoints", "writes"] {
             tx.execute(
-                &self.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])")),
-                &[&thread.as_str(), &ns.as_str(), &id_bytes],
+                &self.sql(&format!(
+                    "DELETE FROM {{s}}.{table} t USING unnest($2::text[], $3::bytea[]) d(ns, id)
+                      WHERE t.thread_id = $1 AND t.checkpoint_ns = d.ns AND t.checkpoint_id = d.id"
+                )),
+                &[&thread.as_str(), &ns, &ids],
             )
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         }
-        tx.commit().await.map_err(deadlock_or(thread, ctx))
+        tx.commit().await.map_err(deadlock_or(thread, ctx))?;
+        Ok(true)
     }
 
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {

@@ -102,6 +102,28 @@ fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
+/// The keys of a thread's checkpoints, sorted.
+fn thread_checkpoints(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &str,
+    ctx: &str,
+) -> Result<Vec<(CheckpointNs, CheckpointId)>> {
+    let mut now = tx
+        .prepare("SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ?1")
+        .and_then(|mut s| {
+            s.query_map([thread], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        })
+        .map_err(sql_err(ctx.to_owned()))?
+        .into_iter()
+        .map(|(ns, id)| Ok((CheckpointNs::new(ns), id_from(thread, id)?)))
+        .collect::<Result<Vec<_>>>()?;
+    now.sort();
+    Ok(now)
+}
+
 /// Applies pending migrations; refuses a newer schema.
 ///
 /// One transaction under the write lock, which reads the version it starts from: two
@@ -890,20 +912,25 @@ impl Backend for SqliteBackend {
     async fn delete_checkpoints(
         &self,
         thread: &ThreadId,
-        ns: &CheckpointNs,
-        ids: &[CheckpointId],
-    ) -> Result<()> {
-        let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
+        doomed: &[(CheckpointNs, CheckpointId)],
+        expected: &[(CheckpointNs, CheckpointId)],
+    ) -> Result<bool> {
+        let (thread, doomed, expected) = (thread.to_string(), doomed.to_vec(), expected.to_vec());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: deleting checkpoints");
+            // Under the write lock: no put commits between the check and the deletes.
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
-            for id in ids {
+            if thread_checkpoints(&tx, &thread, &ctx)? != expected {
+                return Ok(false);
+            }
+            for (ns, id) in doomed {
                 for table in ["checkpoints", "writes"] {
-                    tx.execute(&format!("DELETE FROM {table} WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"), params![thread, ns, id_bytes(id)])
+                    tx.execute(&format!("DELETE FROM {table} WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"), params![thread, ns.as_str(), id_bytes(id)])
                         .map_err(sql_err(ctx.clone()))?;
                 }
             }
-            tx.commit().map_err(sql_err(ctx))
+            tx.commit().map_err(sql_err(ctx))?;
+            Ok(true)
         })
         .await
     }
@@ -1002,18 +1029,7 @@ impl Backend for SqliteBackend {
             let ctx = format!("sqlite: thread {thread}: deleting blobs");
             // Under the write lock: no put commits between the check and the deletes.
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
-            let mut now = tx
-                .prepare("SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ?1")
-                .and_then(|mut s| {
-                    s.query_map([&thread], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
-                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-                })
-                .map_err(sql_err(ctx.clone()))?
-                .into_iter()
-                .map(|(ns, id)| Ok((CheckpointNs::new(ns), id_from(&thread, id)?)))
-                .collect::<Result<Vec<_>>>()?;
-            now.sort();
-            if now != expected {
+            if thread_checkpoints(&tx, &thread, &ctx)? != expected {
                 return Ok(false);
             }
             for (ns, ch, v) in keys {

@@ -1975,6 +1975,8 @@ pub async fn antler_prune_keep_latest_keeps_delta_history(saver: &dyn Saver) {
 
 /// Deleting a run whose checkpoints a later delta checkpoint replays from fails and deletes nothing.
 pub async fn antler_delete_for_runs_refuses_to_break_delta_history(saver: &dyn Saver) {
+    // Run r1 also wrote thread `a`, checked before `t`: nothing of it is deleted either.
+    chain(saver, "a", "", 2, Some("r1")).await;
     let mut out: Vec<CheckpointConfig> = Vec::new();
     for (i, run) in ["r1", "r1", "r2", "r2"].iter().enumerate() {
         let mut cp = Checkpoint::empty();
@@ -1999,8 +2001,10 @@ pub async fn antler_delete_for_runs_refuses_to_break_delta_history(saver: &dyn S
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
     assert_eq!(count(saver, ListQuery::thread("t")).await, 4);
+    assert_eq!(count(saver, ListQuery::thread("a")).await, 2);
     saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
     assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
+    assert_eq!(count(saver, ListQuery::thread("a")).await, 2);
 }
 
 /// A copied delta thread has the same history.
