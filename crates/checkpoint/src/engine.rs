@@ -361,9 +361,14 @@ impl MarkFold {
 
     /// Folds in the greatest version stored as a value in a namespace (a value is stored under
     /// the version `put` was given for it, which its record may not list).
-    pub(crate) fn stored(&mut self, thread: String, ns: String, version: u64) {
+    /// A negative (damaged) version makes the namespace's mark unknown, as an undecodable
+    /// record does, so the damage neither stops the migration nor leaves a mark too low.
+    pub(crate) fn stored(&mut self, thread: String, ns: String, version: i64) {
         let e = self.marks.entry((thread, ns)).or_insert(Some(0));
-        *e = e.map(|m| m.max(version));
+        *e = match (*e, u64::try_from(version)) {
+            (Some(m), Ok(v)) => Some(m.max(v)),
+            _ => None,
+        };
     }
 
     /// Every namespace seen, with its mark (`None`: unknown).
@@ -2725,9 +2730,9 @@ pub(crate) mod columns {
 
     /// A checkpoint id stored as 16 bytes.
     pub(crate) fn checkpoint_id(backend: &str, thread: &str, bytes: &[u8]) -> Result<CheckpointId> {
-        let arr: [u8; 16] = bytes.try_into().map_err(|_| Error::Backend {
+        let arr: [u8; 16] = bytes.try_into().map_err(|_| Error::DamagedColumn {
             context: format!("{backend}: thread {thread}: checkpoint id column"),
-            source: format!("expected 16 bytes, found {}", bytes.len()).into(),
+            detail: format!("expected 16 bytes, found {}", bytes.len()),
         })?;
         Ok(CheckpointId::from_bytes(arr))
     }
@@ -2738,10 +2743,13 @@ pub(crate) mod columns {
             .map_err(|_| Error::InvalidArgument(format!("{what} {v} does not fit the store")))
     }
 
-    /// A signed 64-bit column read back as the unsigned value it stores.
-    pub(crate) fn u64_of(v: i64, what: &str) -> Result<u64> {
-        u64::try_from(v)
-            .map_err(|_| Error::InvalidArgument(format!("stored {what} {v} is negative")))
+    /// A signed 64-bit column of `thread`'s rows read back as the unsigned value it stores;
+    /// a negative one is a damaged store.
+    pub(crate) fn u64_of(thread: &str, v: i64, what: &str) -> Result<u64> {
+        u64::try_from(v).map_err(|_| Error::DamagedColumn {
+            context: format!("thread {thread}: stored {what}"),
+            detail: format!("{v} is negative"),
+        })
     }
 }
 

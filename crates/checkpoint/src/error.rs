@@ -156,6 +156,15 @@ pub enum Error {
     /// An invalid argument (e.g. `snapshot frequency must be positive`).
     #[error("{0}")]
     InvalidArgument(String),
+    /// A key or number column of a stored row holds a value no build writes (a negative
+    /// sequence number or epoch, a checkpoint id of the wrong length): the store was damaged.
+    #[error("{context}: damaged column: {detail}")]
+    DamagedColumn {
+        /// Which backend, thread and column.
+        context: String,
+        /// What was found.
+        detail: String,
+    },
     /// A value could not be serialised or deserialised.
     #[error("thread {thread_id}: checkpoint {checkpoint_id}: {what}: {source}")]
     Serialization {
@@ -199,9 +208,10 @@ impl Error {
     /// The coarse kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Corrupt { .. } | Self::UnknownFormat { .. } | Self::ParentCycle { .. } => {
-                ErrorKind::Corrupt
-            }
+            Self::Corrupt { .. }
+            | Self::UnknownFormat { .. }
+            | Self::ParentCycle { .. }
+            | Self::DamagedColumn { .. } => ErrorKind::Corrupt,
             Self::MissingParent { .. } | Self::UnknownCheckpoint { .. } => ErrorKind::NotFound,
             Self::CheckpointModeMismatch { .. } => ErrorKind::ModeMismatch,
             Self::StoreConfigMismatch { .. } | Self::SchemaTooNew { .. } => ErrorKind::Config,

@@ -269,7 +269,7 @@ impl PgBackend {
             .query_opt(&st, &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx))?;
-        row.map_or(Ok(0), |r| u64_of(r.get(0), "thread epoch"))
+        row.map_or(Ok(0), |r| u64_of(thread.as_str(), r.get(0), "thread epoch"))
     }
 
     /// The error of a write statement that divided by zero: a stale index when the thread's
@@ -444,7 +444,7 @@ async fn read_blobs(
         .map(|r| {
             Ok(BlobRow {
                 channel: ChannelName::new(r.get::<_, String>(0)),
-                version: ChannelVersion::new(u64_of(r.get(1), "channel version")?),
+                version: ChannelVersion::new(u64_of(thread.as_str(), r.get(1), "channel version")?),
                 data: r.get(2),
             })
         })
@@ -485,7 +485,7 @@ async fn read_bodies(
         .map_err(pg_err(ctx.clone()))?
     {
         out.push(BodyRow::check(
-            u64_of(r.get(0), "message sequence")?,
+            u64_of(thread.as_str(), r.get(0), "message sequence")?,
             r.get(1),
         ));
     }
@@ -741,7 +741,11 @@ impl Backend for PgBackend {
             } else {
                 blobs.push(BlobRow {
                     channel: ChannelName::new(r.get::<_, String>(5)),
-                    version: ChannelVersion::new(u64_of(r.get(6), "channel version")?),
+                    version: ChannelVersion::new(u64_of(
+                        thread.as_str(),
+                        r.get(6),
+                        "channel version",
+                    )?),
                     data: r.get(4),
                 });
             }
@@ -837,7 +841,7 @@ impl Backend for PgBackend {
             .query_one(&st, &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx))?;
-        Ok(u64_of(row.get(0), "message sequence")?.saturating_add(1))
+        Ok(u64_of(thread.as_str(), row.get(0), "message sequence")?.saturating_add(1))
     }
 
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
@@ -857,7 +861,7 @@ impl Backend for PgBackend {
             .iter()
             .map(|r| {
                 Ok(MessageRow {
-                    seq: u64_of(r.get(0), "message sequence")?,
+                    seq: u64_of(thread.as_str(), r.get(0), "message sequence")?,
                     body: r.get(1),
                 })
             })
@@ -1063,7 +1067,7 @@ impl Backend for PgBackend {
             .await
             .map_err(pg_err(ctx))?;
         row.and_then(|r| r.get::<_, Option<i64>>(0))
-            .map(|m| u64_of(m, "version mark"))
+            .map(|m| u64_of(thread.as_str(), m, "version mark"))
             .transpose()
     }
 
@@ -1253,7 +1257,7 @@ impl Backend for PgBackend {
                 Ok((
                     CheckpointNs::new(r.get::<_, String>(0)),
                     ChannelName::new(r.get::<_, String>(1)),
-                    ChannelVersion::new(u64_of(r.get(2), "channel version")?),
+                    ChannelVersion::new(u64_of(thread.as_str(), r.get(2), "channel version")?),
                 ))
             })
             .collect()
@@ -1577,7 +1581,7 @@ impl PgBackend {
         let mut pending = Vec::new();
         for r in &rows {
             if r.get::<_, i16>(0) == 0 {
-                epoch = u64_of(r.get(6), "thread epoch")?;
+                epoch = u64_of(thread.as_str(), r.get(6), "thread epoch")?;
                 row = Some(union_row(r, thread, ns)?);
             } else {
                 pending.push((
@@ -1634,7 +1638,11 @@ impl PgBackend {
                 } else {
                     blobs.push(BlobRow {
                         channel: ChannelName::new(r.get::<_, String>(5)),
-                        version: ChannelVersion::new(u64_of(r.get(6), "channel version")?),
+                        version: ChannelVersion::new(u64_of(
+                            thread.as_str(),
+                            r.get(6),
+                            "channel version",
+                        )?),
                         data: r.get(4),
                     });
                 }
@@ -1698,7 +1706,7 @@ impl PgBackend {
             .await
             .map_err(pg_err(ctx))?;
         for r in &stored {
-            fold.stored(r.get(0), r.get(1), u64_of(r.get(2), "channel version")?);
+            fold.stored(r.get(0), r.get(1), r.get(2));
         }
         let marks = fold.finish();
         let mut threads = Vec::with_capacity(marks.len());

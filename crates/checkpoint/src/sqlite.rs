@@ -281,7 +281,7 @@ fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
             .map_err(sql_err(ctx))?;
         let mut rows = stmt.query([]).map_err(sql_err(ctx))?;
         while let Some(r) = rows.next().map_err(sql_err(ctx))? {
-            let version = u64_of(r.get(2).map_err(sql_err(ctx))?, "channel version")?;
+            let version = r.get(2).map_err(sql_err(ctx))?;
             fold.stored(
                 r.get(0).map_err(sql_err(ctx))?,
                 r.get(1).map_err(sql_err(ctx))?,
@@ -338,7 +338,7 @@ fn read_epoch(c: &Connection, thread: &str) -> Result<u64> {
         .map_err(sql_err(format!(
             "sqlite: thread {thread}: reading its epoch"
         )))?;
-    epoch.map_or(Ok(0), |e| u64_of(e, "thread epoch"))
+    epoch.map_or(Ok(0), |e| u64_of(thread, e, "thread epoch"))
 }
 
 /// Bumps the thread's message-store epoch (see [`IndexGuard`]).
@@ -507,7 +507,7 @@ fn read_bodies(c: &Connection, thread: &str, runs: &[(u64, u64)]) -> Result<RawB
             .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
             .map_err(sql_err(ctx.clone()))?;
         for (seq, body) in rows {
-            out.push((u64_of(seq, "message sequence")?, body));
+            out.push((u64_of(thread, seq, "message sequence")?, body));
         }
     }
     Ok(RawBodies(out))
@@ -751,7 +751,7 @@ impl Backend for SqliteBackend {
                 .map_err(sql_err(format!(
                     "sqlite: thread {thread}: reading message numbers"
                 )))?;
-            Ok(u64_of(max, "message sequence")?.saturating_add(1))
+            Ok(u64_of(thread.as_str(), max, "message sequence")?.saturating_add(1))
         })
         .await
     }
@@ -772,7 +772,7 @@ impl Backend for SqliteBackend {
             rows.into_iter()
                 .map(|(seq, body)| {
                     Ok(MessageRow {
-                        seq: u64_of(seq, "message sequence")?,
+                        seq: u64_of(thread.as_str(), seq, "message sequence")?,
                         body,
                     })
                 })
@@ -836,7 +836,7 @@ impl Backend for SqliteBackend {
                     "sqlite: thread {thread}: reading its version mark"
                 )))?;
             mark.flatten()
-                .map(|m| u64_of(m, "version mark"))
+                .map(|m| u64_of(thread.as_str(), m, "version mark"))
                 .transpose()
         })
         .await
@@ -1010,7 +1010,7 @@ impl Backend for SqliteBackend {
                     Ok((
                         CheckpointNs::new(ns),
                         ChannelName::new(c),
-                        ChannelVersion::new(u64_of(v, "channel version")?),
+                        ChannelVersion::new(u64_of(thread.as_str(), v, "channel version")?),
                     ))
                 })
                 .collect()

@@ -757,3 +757,35 @@ fn two_savers_on_one_sqlite_file_write_concurrently() {
         }
     });
 }
+
+/// A number or key column no build writes (a negative epoch or message number, an id of the
+/// wrong length) is a corrupt store, named by thread, not a caller's invalid argument or a
+/// backend failure to retry.
+#[test]
+fn damaged_number_and_key_columns_are_corrupt_errors_naming_the_thread() {
+    antler_checkpoint::testing::block_on(async {
+        for edit in [
+            "INSERT OR REPLACE INTO thread_epochs (thread_id, epoch) VALUES ('t-corrupt', -1)",
+            "UPDATE messages SET seq = -seq WHERE thread_id = 't-corrupt'",
+            "UPDATE checkpoints SET parent_id = X'00' WHERE thread_id = 't-corrupt'",
+        ] {
+            let (saver, fx) = fixture().await;
+            drop(saver);
+            rusqlite::Connection::open(&fx.path)
+                .unwrap()
+                .execute_batch(edit)
+                .unwrap();
+            let saver = SqliteSaver::open(
+                &fx.path,
+                StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+            )
+            .await
+            .unwrap();
+            let err = read(&saver, fx.configs.last().unwrap())
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{edit}: {err}");
+            assert!(err.to_string().contains("t-corrupt"), "{edit}: {err}");
+        }
+    });
+}

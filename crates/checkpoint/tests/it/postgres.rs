@@ -136,6 +136,7 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
             ("t", "", 8, true),
             ("t", "sub:x", 6, false),
             ("bad", "", 4, false),
+            ("neg", "", 5, false),
         ] {
             let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
             let nv: ChannelVersions = cp.channel_versions.clone();
@@ -179,7 +180,8 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         client
             .batch_execute(&format!(
                 "DROP TABLE \"{s}\".version_marks; DELETE FROM \"{s}\".antler_migrations WHERE v = 3;
-                 UPDATE \"{s}\".checkpoints SET record = '\\x00' WHERE thread_id = 'bad';"
+                 UPDATE \"{s}\".checkpoints SET record = '\\x00' WHERE thread_id = 'bad';
+                 UPDATE \"{s}\".blobs SET version = -5 WHERE thread_id = 'neg';"
             ))
             .await
             .unwrap();
@@ -199,6 +201,11 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         assert_eq!(max("nobody", "").await.unwrap(), 0);
         let err = max("bad", "").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        // A damaged (negative) stored version neither stops the migration nor counts as a
+        // mark: the namespace falls back to its rows, which report the damage.
+        let err = max("neg", "").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        saver.delete_thread(&"neg".into()).await.unwrap();
         // The unknown mark stays unknown after a put with lower versions, and a copy carries it.
         saver
             .put(

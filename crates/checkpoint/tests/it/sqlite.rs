@@ -93,11 +93,13 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         put(&saver, "t", "", 3, Some(first)).await;
         put(&saver, "t", "sub:x", 6, None).await;
         put(&saver, "bad", "", 4, None).await;
+        put(&saver, "neg", "", 5, None).await;
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "DROP TABLE version_marks; PRAGMA user_version = 2;
-             UPDATE checkpoints SET record = X'00' WHERE thread_id = 'bad';",
+             UPDATE checkpoints SET record = X'00' WHERE thread_id = 'bad';
+             UPDATE blobs SET version = -5 WHERE thread_id = 'neg';",
         )
         .unwrap();
         drop(conn);
@@ -115,6 +117,12 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         assert_eq!(max("nobody", "").await.unwrap(), 0);
         let err = max("bad", "").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        // A damaged (negative) stored version neither stops the migration nor counts as a
+        // mark: the namespace falls back to its rows, which report the damage.
+        let err = max("neg", "").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("thread neg"), "{err}");
+        saver.delete_thread(&"neg".into()).await.unwrap();
         // The unknown mark stays unknown: a put with lower versions does not make it known (it
         // would be below the damaged record's), and a copy carries it.
         let stored = saver
