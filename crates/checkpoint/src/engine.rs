@@ -532,6 +532,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ns: &CheckpointNs,
         ids: &[CheckpointId],
     ) -> Result<Vec<WriteRow>>;
+    /// Those of `ids` whose checkpoint rows exist now.
+    async fn existing(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<HashSet<CheckpointId>>;
     /// Message bodies in the given `(first_seq, len)` runs (sorted, not overlapping), checked,
     /// in sequence order; absent ones are simply missing.
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>>;
@@ -1527,11 +1534,26 @@ impl<B: Backend> Engine<B> {
             pending.push(((b.channel, b.version), p));
         }
         let bodies = self.fetch_seeding_bodies(thread, id, &runs).await?;
-        pending
+        let resolved = pending
             .into_iter()
             .map(|(key, p)| Ok((key, resolve(thread, id, &p, &bodies)?)))
-            .collect::<Result<BTreeMap<_, _>>>()
-            .map(Some)
+            .collect::<Result<BTreeMap<_, _>>>();
+        match resolved {
+            Ok(values) => Ok(Some(values)),
+            // The bodies come from a later snapshot than the row: a body missing because the
+            // checkpoint was deleted and its bodies collected in between is no damage.
+            Err(e)
+                if !self
+                    .backend
+                    .existing(thread, ns, &[id])
+                    .await?
+                    .contains(&id) =>
+            {
+                drop(e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Every stored body of `thread`, read raw with [`Backend::all_messages`] and only counted.
@@ -1684,6 +1706,8 @@ impl<B: Backend> Engine<B> {
         }
         let mut values: Vec<BTreeMap<ChannelName, Blob>> = vec![BTreeMap::new(); rows.len()];
         let mut writes: Vec<Vec<PendingWrite>> = vec![Vec::new(); rows.len()];
+        // Rows whose checkpoints were deleted while they were read: left out.
+        let mut gone: HashSet<usize> = HashSet::new();
         for ((thread, ns), members) in groups {
             let keys: BTreeSet<(ChannelName, ChannelVersion)> = members
                 .iter()
@@ -1703,17 +1727,39 @@ impl<B: Backend> Engine<B> {
             let bodies = self
                 .fetch_bodies(&thread, rows[members[0]].row.id, &group.runs)
                 .await?;
+            // The reads above are separate snapshots: a checkpoint deleted meanwhile (a prune,
+            // `delete_for_runs`) may have lost values and bodies its record lists, and would
+            // read as having none. One still there now was there throughout (ids never come
+            // back), and its values could not be collected while it referenced them.
+            let still = self.backend.existing(&thread, &ns, &ids).await?;
+            let kept: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|&i| still.contains(&rows[i].row.id))
+                .collect();
+            gone.extend(members.iter().copied().filter(|i| !kept.contains(i)));
+            if kept.is_empty() {
+                continue;
+            }
             finish_group(
                 &thread,
                 &rows,
-                &members,
+                &kept,
                 group,
                 &bodies,
                 &mut values,
                 &mut writes,
             )?;
         }
-        Ok(into_tuples(rows, values, writes))
+        let mut tuples = into_tuples(rows, values, writes);
+        if !gone.is_empty() {
+            let mut i = 0;
+            tuples.retain(|_| {
+                i += 1;
+                !gone.contains(&(i - 1))
+            });
+        }
+        Ok(tuples)
     }
 
     /// [`Self::fetch_bodies`] for a read that also seeds the thread's message index with them

@@ -276,6 +276,23 @@ impl Backend for MemoryBackend {
         Ok(out)
     }
 
+    async fn existing(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<std::collections::HashSet<CheckpointId>> {
+        let t = self.lock();
+        Ok(ids
+            .iter()
+            .filter(|id| {
+                t.checkpoints
+                    .contains_key(&(thread.clone(), ns.clone(), **id))
+            })
+            .copied()
+            .collect())
+    }
+
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
         let t = self.lock();
         let mut out = Vec::new();

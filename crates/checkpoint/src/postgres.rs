@@ -787,6 +787,30 @@ impl Backend for PgBackend {
             .collect()
     }
 
+    async fn existing(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<std::collections::HashSet<CheckpointId>> {
+        if ids.is_empty() {
+            return Ok(std::collections::HashSet::new());
+        }
+        let ctx = format!("postgres: thread {thread}: checking checkpoints");
+        let c = self.client(&ctx).await?;
+        let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
+        let rows = c
+            .query(
+                &self.sql("SELECT checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])"),
+                &[&thread.as_str(), &ns.as_str(), &id_bytes],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter()
+            .map(|r| id_from(thread.as_str(), r.get(0)))
+            .collect()
+    }
+
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
         if runs.is_empty() {
             return Ok(Vec::new());

@@ -692,6 +692,32 @@ impl Backend for SqliteBackend {
         self.run(move |c| read_writes(c, &thread, &ns, &ids)).await
     }
 
+    async fn existing(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<std::collections::HashSet<CheckpointId>> {
+        let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: checking checkpoints");
+            let mut st = c
+                .prepare_cached("SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3")
+                .map_err(sql_err(ctx.clone()))?;
+            let mut out = std::collections::HashSet::new();
+            for id in ids {
+                if st
+                    .exists(params![thread, ns, id_bytes(id)])
+                    .map_err(sql_err(ctx.clone()))?
+                {
+                    out.insert(id);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
         let (thread, runs) = (thread.to_string(), runs.to_vec());
         Ok(self

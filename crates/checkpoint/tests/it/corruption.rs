@@ -781,9 +781,7 @@ fn damaged_number_and_key_columns_are_corrupt_errors_naming_the_thread() {
             )
             .await
             .unwrap();
-            let err = read(&saver, fx.configs.last().unwrap())
-                .await
-                .unwrap_err();
+            let err = read(&saver, fx.configs.last().unwrap()).await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{edit}: {err}");
             assert!(err.to_string().contains("t-corrupt"), "{edit}: {err}");
         }

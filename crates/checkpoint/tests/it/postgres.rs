@@ -330,6 +330,7 @@ fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
     antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
         checkpoint(&[("title", 1, serde_json::json!("kept"))]),
         "blobs",
+        Read::Tuple,
     ));
 }
 
@@ -423,17 +424,35 @@ fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
         "messages".into(),
         Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
     );
-    antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
-        cp, "messages",
-    ));
+    for read in [Read::Tuple, Read::List, Read::ChannelValues] {
+        antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
+            cp.clone(),
+            "messages",
+            read,
+        ));
+    }
 }
 
-/// Puts `cp` on thread `t`, starts an addressed read of it, lets the read stop on a lock on
-/// `table` held by another session, deletes the thread's checkpoints, values and bodies in
-/// that session, and checks that the read then finds the checkpoint gone (`Ok(None)`).
+/// Which read [`read_stopped_at_a_lock_while_the_thread_goes`] makes.
+#[derive(Clone, Copy, Debug)]
+enum Read {
+    /// `get_tuple` of the checkpoint: `None` once it is gone.
+    Tuple,
+    /// `list` of the thread with values: the checkpoint left out once it is gone (before,
+    /// a missing body failed the list as corrupt, and a missing value read as none).
+    List,
+    /// `get_channel_values` of the checkpoint's keys: `None` once it is gone (before, a
+    /// missing body was reported as corrupt).
+    ChannelValues,
+}
+
+/// Puts `cp` on thread `t`, starts a `read` of it, lets the read stop on a lock on `table`
+/// held by another session, deletes the thread's checkpoints, values and bodies in that
+/// session, and checks that the read then finds the checkpoint gone.
 async fn read_stopped_at_a_lock_while_the_thread_goes(
     cp: antler_checkpoint::Checkpoint,
     table: &str,
+    read: Read,
 ) {
     use antler_checkpoint::testing::metadata;
     use antler_checkpoint::{
@@ -444,6 +463,7 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     };
     let saver = std::sync::Arc::new(saver);
     let nv: ChannelVersions = cp.channel_versions.clone();
+    let keys: Vec<_> = nv.iter().map(|(c, v)| (c.clone(), *v)).collect();
     let at = saver
         .put(
             &CheckpointConfig::latest("t"),
@@ -453,10 +473,25 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
         )
         .await
         .unwrap();
+    // Whether the read found the checkpoint; an error for an error.
+    let found = move |saver: std::sync::Arc<antler_checkpoint::PostgresSaver>,
+                      at: CheckpointConfig| {
+        let keys = keys.clone();
+        async move {
+            Ok::<bool, antler_checkpoint::Error>(match read {
+                Read::Tuple => saver.get_tuple(&at).await?.is_some(),
+                Read::List => !saver
+                    .list(&antler_checkpoint::ListQuery::thread("t"))
+                    .await?
+                    .is_empty(),
+                Read::ChannelValues => saver.get_channel_values(&at, &keys).await?.is_some(),
+            })
+        }
+    };
     // Warm the pool's connections, so the read below prepares nothing (a prepare would wait
     // on the lock before the first statement).
     for _ in 0..4 {
-        assert!(saver.get_tuple(&at).await.unwrap().is_some());
+        assert!(found(saver.clone(), at.clone()).await.unwrap());
     }
     let (mut other, task) = connect(&options.url).await;
     let s = options.schema.clone();
@@ -466,10 +501,7 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     ))
     .await
     .unwrap();
-    let reading = {
-        let (saver, at) = (saver.clone(), at.clone());
-        tokio::spawn(async move { saver.get_tuple(&at).await })
-    };
+    let reading = tokio::spawn(found(saver.clone(), at.clone()));
     let (watch, watch_task) = connect(&options.url).await;
     assert!(
         until_a_session_waits_on_a_lock(&watch).await,
@@ -484,7 +516,7 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     .unwrap();
     tx.commit().await.unwrap();
     let got = reading.await.unwrap();
-    assert!(matches!(got, Ok(None)), "{got:?}");
+    assert!(matches!(got, Ok(false)), "{read:?}: {got:?}");
     drop((other, watch));
     task.abort();
     watch_task.abort();
