@@ -270,6 +270,17 @@ impl Graph {
     }
 
     /// Serializes a channel's stored value.
+    /// Whether channel `i` is an untracked state channel (never stored, its writes never
+    /// persisted, runtime-spec §3).
+    pub(crate) fn is_untracked(&self, i: usize) -> bool {
+        let def = &self.chans[i];
+        matches!(def.kind, ChanKind::User)
+            && self
+                .schema
+                .get(&def.name)
+                .is_some_and(crate::schema::ErasedSpec::is_untracked)
+    }
+
     pub(crate) fn value_to_json(&self, i: usize, v: &Val) -> Result<Json> {
         let def = &self.chans[i];
         match &def.kind {
@@ -400,6 +411,11 @@ impl Graph {
             let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
                 channel: k.to_string(),
             })?;
+            // Untracked values are stripped from a packet before it is persisted (runtime-spec
+            // §2.7): a resumed task gets its packet without them.
+            if spec.is_untracked() {
+                continue;
+            }
             arg.push(serde_json::json!([&**k, spec.value_to_json(v)?]));
         }
         Ok(serde_json::json!({"node": self.nodes[p.node].id.as_str(), "arg": arg}))
@@ -786,6 +802,10 @@ impl HotCache {
         id: CheckpointId,
         live: crate::run::Live,
     ) {
+        // Off means off: no state is kept that no run will read.
+        if self.disabled.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let mut g = self
             .entries
             .lock()

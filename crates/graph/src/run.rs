@@ -73,6 +73,16 @@ impl Live {
         })
     }
 
+    /// Empties the untracked channels, as a restore from the store finds them.
+    fn forget_untracked(&mut self, g: &Graph) -> Result<()> {
+        for i in 0..self.chans.len() {
+            if g.is_untracked(i) {
+                self.chans[i] = g.channel(i, None)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Delta channels that have a version but no stored value at `rec`: they need a history walk.
     pub(crate) fn needs_walk(g: &Graph, rec: &CheckpointRecord) -> Vec<String> {
         g.schema
@@ -859,9 +869,11 @@ fn pending_interrupts(pending: &[PendingWrite], task: &TaskId, graph_ns: &str) -
         .collect()
 }
 
+/// The writes to persist: writes to untracked channels are left out (runtime-spec §3).
 fn ser_writes(g: &Graph, writes: &[(usize, Write)]) -> Result<Vec<(String, Json)>> {
     writes
         .iter()
+        .filter(|(c, _)| !g.is_untracked(*c))
         .map(|(c, w)| Ok((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)))
         .collect()
 }
@@ -995,9 +1007,12 @@ pub(crate) async fn run(
     persist.flush().await?;
     let (outcome, head) = r?;
     if let (Some(_), Some((id, mut live))) = (cp, head) {
-        // Invariant: the cached channels equal what restoring `id` from the store gives.
+        // Invariant: the cached channels equal what restoring `id` from the store gives, which
+        // has no untracked value (never stored).
         live.stored.clone_from(&live.versions);
-        cache.put(&scope, id, live);
+        if live.forget_untracked(g).is_ok() {
+            cache.put(&scope, id, live);
+        }
     }
     Ok(outcome)
 }

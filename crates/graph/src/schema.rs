@@ -457,6 +457,11 @@ impl ErasedSpec {
             })
     }
 
+    /// Whether the channel is untracked: never stored, its writes never persisted.
+    pub(crate) fn is_untracked(&self) -> bool {
+        matches!(self.kind, Kind::Untracked)
+    }
+
     /// A fresh channel, optionally restored from its stored form.
     pub(crate) fn channel(&self, stored: Option<Json>) -> Result<Box<dyn Channel>> {
         let value = stored.map(|j| self.value_from_json(j)).transpose()?;

@@ -1242,3 +1242,85 @@ async fn update_state_without_as_node_after_only_the_input_is_input() {
         assert_eq!(out.values.get(&LOG).unwrap(), &want, "nodes: {nodes}");
     }
 }
+
+/// Runtime-spec §3, `UntrackedValue`: never stored, and its writes are left out of the
+/// persisted writes (of a `Send` packet too). So a run or `get_state` served from the hot cache
+/// sees it as a cold load does: gone after the run that wrote it (before, the cache kept it).
+#[tokio::test]
+async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
+    const SCRATCH: Key<String> = Key::from_static("scratch");
+    fn scratch_graph(store: Arc<dyn antler_graph::Checkpointer>) -> antler_graph::CompiledGraph {
+        let mut g = graph();
+        g.channel(&SCRATCH, ChannelSpec::untracked())
+            .expect("declared once");
+        let note = antler_graph::node_fn(|s: State, _c| async move {
+            let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "none".into());
+            Ok(Command::new()
+                .update(
+                    Update::new()
+                        .set(&SCRATCH, "secret".to_owned())
+                        .set(&LOG, log(&[&format!("saw {seen}")])),
+                )
+                .goto(antler_graph::Send::new("worker").with(&SCRATCH, "in packet".to_owned())))
+        });
+        g.add_node_with(
+            "note",
+            note,
+            antler_graph::NodeOptions {
+                destinations: vec!["worker".into()],
+                ..Default::default()
+            },
+        );
+        g.add_node("worker", |s: State, _c| async move {
+            let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "none".into());
+            Ok(Update::new().set(&LOG, log(&[&format!("worker saw {seen}")])))
+        });
+        g.add_edge("__start__", "note")
+            .add_edge("worker", "__end__");
+        g.compile().expect("valid graph").with_checkpointer(store)
+    }
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let warm = scratch_graph(store.clone());
+    let cfg = RunConfig::new("t");
+    for turn in 0..2 {
+        let out = warm
+            .invoke(Update::new().set(&LOG, log(&[&format!("in {turn}")])), &cfg)
+            .await
+            .unwrap();
+        let cold = scratch_graph(store.clone()).with_hot_cache(false);
+        let hot = warm.get_state(&cfg).await.unwrap().unwrap();
+        let fresh = cold.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(hot.values.get(&SCRATCH), None, "turn {turn}");
+        assert_eq!(fresh.values.get(&SCRATCH), None, "turn {turn}");
+        assert_eq!(out.values.get(&LOG), fresh.values.get(&LOG));
+    }
+    // Each turn's `note` saw no value from the turn before, hot or cold.
+    let state = warm.get_state(&cfg).await.unwrap().unwrap();
+    let log_text = format!("{:?}", state.values.get(&LOG));
+    assert_eq!(log_text.matches("saw none").count(), 2, "{log_text}");
+    assert_eq!(
+        log_text.matches("worker saw in packet").count(),
+        2,
+        "{log_text}"
+    );
+    // Nothing persisted names the untracked value.
+    let scope = cfg.scope();
+    let mut packets = 0;
+    for t in store.list(&scope).await.unwrap() {
+        let full = store
+            .get_tuple(&scope, Some(&t.checkpoint.id))
+            .await
+            .unwrap()
+            .unwrap();
+        for w in &full.pending_writes {
+            assert_ne!(w.channel, "scratch", "{w:?}");
+            assert!(!w.value.to_string().contains("secret"), "{w:?}");
+            if w.channel == "__pregel_tasks" {
+                packets += 1;
+                assert!(!w.value.to_string().contains("in packet"), "{w:?}");
+            }
+        }
+    }
+    assert_eq!(packets, 2, "each turn persisted its packet");
+}
