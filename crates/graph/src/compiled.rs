@@ -452,11 +452,12 @@ impl Graph {
 pub enum Durability {
     /// Each checkpoint is stored before the next step starts.
     Sync,
-    /// Checkpoints are stored while the run goes on; an `invoke` that returned has stored everything.
-    /// (Today antler stores them before the next step, like `Sync`.)
+    /// Each checkpoint is stored while the next step's tasks run (its own tokio task, so a run
+    /// dropped meanwhile still stores it); an `invoke` that returned has stored everything.
     #[default]
     Async,
-    /// Nothing is stored during the run; the final checkpoint and pending writes at exit.
+    /// Nothing is stored during the run; the final checkpoint and pending writes at exit, or
+    /// when the run is dropped (its stream dropped), the last finished step's.
     Exit,
 }
 

@@ -700,8 +700,15 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
 }
 
 /// Persistence wrapper implementing the durability modes.
+///
+/// Puts that must outlive the run's future run as their own tokio tasks, on an owned handle of
+/// the checkpointer: the async-mode put of a step's checkpoint (stored while the next step's
+/// tasks run, and stored even when the run is dropped meanwhile), and the exit-mode flush
+/// (started when the run ends, or when it is dropped with buffered writes).
 struct Persist<'a> {
     cp: Option<&'a dyn Checkpointer>,
+    /// The same checkpointer, owned, for the spawned puts.
+    cp_arc: Option<Arc<dyn Checkpointer>>,
     scope: &'a Scope,
     durability: Durability,
     /// The newest checkpoint that exists in the store.
@@ -709,13 +716,36 @@ struct Persist<'a> {
     exit_ckpt: Option<CheckpointRecord>,
     exit_writes: Vec<BufferedWrites>,
     /// The checkpoint put still running (async durability).
-    inflight: Option<
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + std::marker::Send + 'a>>,
-    >,
+    inflight: Option<tokio::task::JoinHandle<Result<()>>>,
 }
 
 /// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
 type BufferedWrites = (CheckpointId, TaskId, String, Vec<(String, Json)>);
+
+/// The result of a spawned put: a panic in the checkpointer is a storage error.
+fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
+    r.unwrap_or_else(|e| {
+        Err(Error::Storage {
+            source: Box::new(e),
+        })
+    })
+}
+
+/// Stores an exit-durability run's buffered checkpoint, then its buffered writes, in order.
+async fn flush_buffered(
+    cp: Arc<dyn Checkpointer>,
+    scope: Scope,
+    rec: Option<CheckpointRecord>,
+    writes: Vec<BufferedWrites>,
+) -> Result<()> {
+    if let Some(rec) = rec {
+        cp.put(&scope, rec).await?;
+    }
+    for (c, t, p, w) in writes {
+        cp.put_writes(&scope, &c, &t, &p, w).await?;
+    }
+    Ok(())
+}
 
 impl Persist<'_> {
     async fn put(&mut self, mut rec: CheckpointRecord) -> Result<()> {
@@ -728,19 +758,22 @@ impl Persist<'_> {
         }
         // Checkpoints reach the store in order: the previous put finishes first.
         self.drain().await?;
-        let fut = cp.put(self.scope, rec);
-        if self.durability == Durability::Async {
+        if self.durability == Durability::Async
+            && let Some(arc) = &self.cp_arc
+        {
             // Stored while the next step's tasks run; drained before any write attaches to it.
-            self.inflight = Some(fut);
+            // Its own task: a run dropped meanwhile still stores the step it finished.
+            let (cp, scope) = (arc.clone(), self.scope.clone());
+            self.inflight = Some(tokio::spawn(async move { cp.put(&scope, rec).await }));
             return Ok(());
         }
-        fut.await
+        cp.put(self.scope, rec).await
     }
 
     /// Waits for the checkpoint put still in flight (async durability).
     async fn drain(&mut self) -> Result<()> {
         match self.inflight.take() {
-            Some(f) => f.await,
+            Some(h) => joined(h.await),
             None => Ok(()),
         }
     }
@@ -767,13 +800,43 @@ impl Persist<'_> {
         // An invoke that returned has stored everything, in every durability mode.
         self.drain().await?;
         let Some(cp) = self.cp else { return Ok(()) };
-        if let Some(rec) = self.exit_ckpt.take() {
-            cp.put(self.scope, rec).await?;
+        let (rec, writes) = (self.exit_ckpt.take(), std::mem::take(&mut self.exit_writes));
+        if rec.is_none() && writes.is_empty() {
+            return Ok(());
         }
-        for (c, t, p, w) in std::mem::take(&mut self.exit_writes) {
-            cp.put_writes(self.scope, &c, &t, &p, w).await?;
+        match &self.cp_arc {
+            // Its own task, so that a run dropped while it flushes still stores all of it (a
+            // consumer that stops at the interrupt event must not leave the checkpoint
+            // without its interrupt write).
+            Some(arc) => joined(
+                tokio::spawn(flush_buffered(arc.clone(), self.scope.clone(), rec, writes)).await,
+            ),
+            None => {
+                if let Some(rec) = rec {
+                    cp.put(self.scope, rec).await?;
+                }
+                for (c, t, p, w) in writes {
+                    cp.put_writes(self.scope, &c, &t, &p, w).await?;
+                }
+                Ok(())
+            }
         }
-        Ok(())
+    }
+}
+
+impl Drop for Persist<'_> {
+    /// A run dropped (its stream dropped) with exit-durability writes still buffered stores
+    /// them, as a run that ends does: the last finished step and the finished tasks' writes.
+    fn drop(&mut self) {
+        if self.exit_ckpt.is_none() && self.exit_writes.is_empty() {
+            return;
+        }
+        let (Some(arc), Ok(rt)) = (&self.cp_arc, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let (rec, writes) = (self.exit_ckpt.take(), std::mem::take(&mut self.exit_writes));
+        // Nobody waits for it: an error has no one to reach (the next run reads what landed).
+        rt.spawn(flush_buffered(arc.clone(), self.scope.clone(), rec, writes));
     }
 }
 
@@ -994,6 +1057,7 @@ pub(crate) async fn run(
     let scope = cfg.scope();
     let mut persist = Persist {
         cp,
+        cp_arc: cp_arc.cloned(),
         scope: &scope,
         durability: cfg.durability,
         stored_head: None,

@@ -950,6 +950,8 @@ async fn a_hot_cache_never_serves_a_head_another_graph_moved() {
 struct Gated {
     inner: antler_graph::MemoryCheckpointer,
     gate: Arc<Notify>,
+    /// Told once the gated checkpoint is stored.
+    stored: Arc<Notify>,
     step: i64,
 }
 
@@ -973,10 +975,15 @@ impl antler_graph::Checkpointer for Gated {
         thread: &antler_graph::Scope,
         rec: antler_graph::CheckpointRecord,
     ) -> antler_graph::Result<()> {
-        if rec.step == self.step {
+        let gated = rec.step == self.step;
+        if gated {
             self.gate.notified().await;
         }
-        self.inner.put(thread, rec).await
+        self.inner.put(thread, rec).await?;
+        if gated {
+            self.stored.notify_one();
+        }
+        Ok(())
     }
     async fn put_writes(
         &self,
@@ -1001,17 +1008,25 @@ impl antler_graph::Checkpointer for Gated {
 }
 
 /// Durability async: checkpoint N is stored while step N+1's tasks run (here the put of step 1
-/// can only finish because step 2's node runs meanwhile; in sync mode this would never finish),
-/// and an invoke that returned has stored everything.
+/// can only start once step 2's node runs, and that node finishes only once the put is stored;
+/// in sync mode the put would never start, and before, when the put waited for the next write,
+/// it never finished), and an invoke that returned has stored everything.
 #[tokio::test]
 async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
-    let gate = Arc::new(Notify::new());
+    let (gate, stored) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let mut g = graph();
     g.add_node("a", add("a"));
-    let open = gate.clone();
+    let (open, done) = (gate.clone(), stored.clone());
     g.add_node("b", move |_s: State, _c| {
         open.notify_one();
-        async { Ok(Update::new().set(&LOG, log(&["b"]))) }
+        let done = done.clone();
+        async move {
+            // A guard against a hang, not a timing assertion.
+            tokio::time::timeout(std::time::Duration::from_secs(30), done.notified())
+                .await
+                .map_err(|_| NodeError::failed("the step-1 checkpoint was not stored meanwhile"))?;
+            Ok(Update::new().set(&LOG, log(&["b"])))
+        }
     });
     g.add_edge("__start__", "a")
         .add_edge("a", "b")
@@ -1019,6 +1034,7 @@ async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
     let store = Arc::new(Gated {
         inner: antler_graph::MemoryCheckpointer::new(),
         gate,
+        stored,
         step: 1,
     });
     let graph = g.compile().expect("valid graph").with_checkpointer(store);

@@ -64,54 +64,95 @@ async fn stream_modes_values_updates_custom() {
 }
 
 /// Dropping the stream while a step runs stops the run; the thread stays consistent: no checkpoint
-/// for the unfinished step, finished tasks keep their saved writes, and a later resume completes it.
+/// for the unfinished step, finished tasks keep their saved writes, and a later resume completes it,
+/// running only the unfinished task. In every durability mode: under async durability the
+/// checkpoint of the finished step is stored although the run is dropped while its put may still
+/// be running (before, that put only started with the next write, and was lost); under exit
+/// durability the buffered checkpoint and writes are stored when the run is dropped (before,
+/// nothing was).
 #[tokio::test]
 async fn dropping_the_stream_stops_without_corrupting_the_thread() {
-    let release = Arc::new(Notify::new());
-    let started = Arc::new(Notify::new());
-    let mut g = graph();
-    g.add_node("fast", |_s, _c| async {
-        Ok(Update::new().set(&LOG, log(&["fast"])))
-    });
-    let (r, st) = (release.clone(), started.clone());
-    g.add_node("slow", move |_s: State, _c| {
-        let (r, st) = (r.clone(), st.clone());
-        async move {
-            st.notify_one();
-            r.notified().await;
-            Ok(Update::new().set(&LOG, log(&["slow"])))
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for durability in [
+        antler_graph::Durability::Sync,
+        antler_graph::Durability::Async,
+        antler_graph::Durability::Exit,
+    ] {
+        let release = Arc::new(Notify::new());
+        let started = Arc::new(Notify::new());
+        let fast_runs = Arc::new(AtomicUsize::new(0));
+        let mut g = graph();
+        let runs = fast_runs.clone();
+        g.add_node("fast", move |_s, _c| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Update::new().set(&LOG, log(&["fast"]))) }
+        });
+        let (r, st) = (release.clone(), started.clone());
+        g.add_node("slow", move |_s: State, _c| {
+            let (r, st) = (r.clone(), st.clone());
+            async move {
+                st.notify_one();
+                r.notified().await;
+                Ok(Update::new().set(&LOG, log(&["slow"])))
+            }
+        });
+        g.add_edge("__start__", "fast")
+            .add_edge("__start__", "slow");
+        let graph = memory(g);
+        let cfg = RunConfig::new("t").with_durability(durability);
+        {
+            let mut s = Box::pin(graph.stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &cfg,
+                StreamModes::all(),
+            ));
+            // Drive the stream until `slow` runs, then drop it. The stream is polled first, so
+            // the run has taken `fast`'s result (finished in the same wake-up) when it stops.
+            let poll = async { while s.next().await.is_some() {} };
+            tokio::select! {
+                biased;
+                () = poll => panic!("run must not finish while slow waits"),
+                () = started.notified() => {}
+            }
+            // Let `fast` (spawned in the same step) finish and store its writes — no sleeping:
+            // yield a few times.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
         }
-    });
-    g.add_edge("__start__", "fast")
-        .add_edge("__start__", "slow");
-    let graph = memory(g);
-    // Sync durability makes "the step-0 checkpoint is stored" exact; under async durability a
-    // dropped run may also lose its in-flight checkpoint, like a crash.
-    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Sync);
-    {
-        let mut s = Box::pin(graph.stream(
-            Update::new().set(&LOG, log(&["in"])),
-            &cfg,
-            StreamModes::all(),
-        ));
-        // Drive the stream until `slow` runs, then drop it.
-        let poll = async { while s.next().await.is_some() {} };
-        tokio::select! {
-            () = poll => panic!("run must not finish while slow waits"),
-            () = started.notified() => {}
+        // Puts that outlive the dropped run run as their own tasks: let them land.
+        let mut snap = None;
+        for _ in 0..100 {
+            snap = graph.get_state(&cfg).await.unwrap();
+            if snap.as_ref().is_some_and(|s| s.step == 0) {
+                break;
+            }
+            tokio::task::yield_now().await;
         }
+        let snap = snap.expect("the thread was stored");
+        assert_eq!(
+            snap.step, 0,
+            "{durability:?}: no checkpoint for the interrupted step"
+        );
+        assert_eq!(
+            snap.values.get(&LOG).unwrap(),
+            &log(&["in"]),
+            "{durability:?}"
+        );
+        assert!(snap.tasks.iter().all(|t| t.status != TaskStatus::Error));
+        release.notify_one();
+        let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+        assert_eq!(
+            out.values.get(&LOG).unwrap(),
+            &log(&["in", "fast", "slow"]),
+            "{durability:?}"
+        );
+        assert_eq!(
+            fast_runs.load(Ordering::SeqCst),
+            1,
+            "{durability:?}: the finished task kept its writes"
+        );
     }
-    // Let a moment pass for `fast` (it is spawned in the same step) — no sleeping: yield a few times.
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
-    assert_eq!(snap.step, 0, "no checkpoint for the interrupted step");
-    assert_eq!(snap.values.get(&LOG).unwrap(), &log(&["in"]));
-    assert!(snap.tasks.iter().all(|t| t.status != TaskStatus::Error));
-    release.notify_one();
-    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
-    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "fast", "slow"]));
 }
 
 /// Custom events reach the stream while their task still runs (the node waits until the consumer saw it).
