@@ -1238,7 +1238,8 @@ impl SqliteSaver {
     ///
     /// # Errors
     /// [`Error::StoreConfigMismatch`] when the store was created with another mode or
-    /// frequency; [`Error::SchemaTooNew`]; [`Error::Backend`] for IO/SQL failures.
+    /// frequency; [`Error::SchemaTooNew`]; [`Error::InvalidArgument`] for an empty path;
+    /// [`Error::Backend`] for IO/SQL failures.
     pub async fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Self> {
         Self::open_with(path, config, SqliteOptions::default()).await
     }
@@ -1253,6 +1254,14 @@ impl SqliteSaver {
         options: SqliteOptions,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        // SQLite opens an empty name as a private temporary database, deleted on close: a
+        // store that silently loses everything, most likely from an unset setting.
+        if path.as_os_str().is_empty() {
+            return Err(Error::InvalidArgument(
+                "sqlite: the database path is empty (use open_in_memory for a store that lives in memory)"
+                    .into(),
+            ));
+        }
         let p = path.clone();
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
             let ctx = format!("sqlite: opening {}", p.display());

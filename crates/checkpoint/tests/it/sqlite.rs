@@ -236,3 +236,17 @@ fn a_version_1_store_is_migrated_and_a_newer_one_refused() {
         holder.execute_batch("ROLLBACK").unwrap();
     });
 }
+
+/// An empty path is refused: SQLite would open a private temporary database that is deleted
+/// when the saver closes, losing everything without an error.
+#[test]
+fn an_empty_path_is_refused() {
+    use antler_checkpoint::{ErrorKind, SqliteSaver, StoreConfig};
+    antler_checkpoint::testing::block_on(async {
+        let err = SqliteSaver::open("", StoreConfig::full())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("open_in_memory"), "{err}");
+    });
+}
