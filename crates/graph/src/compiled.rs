@@ -298,7 +298,7 @@ impl Graph {
                 }),
             },
             ChanKind::Tasks => match v.downcast_ref::<Packet>() {
-                Some(p) => self.packet_to_json(p),
+                Some(p) => self.packet_to_json(p, false),
                 None => Err(Error::WriteType {
                     channel: def.name.to_string(),
                 }),
@@ -324,6 +324,20 @@ impl Graph {
                 }),
             },
             (_, Write::Value(v) | Write::Overwrite(v)) => self.value_to_json(i, v),
+        }
+    }
+
+    /// [`Self::write_to_json`] for a write that stays in the run (a command's input applied in
+    /// memory): `Send` packets keep their untracked values.
+    pub(crate) fn write_to_json_in_run(&self, i: usize, w: &Write) -> Result<Json> {
+        match (&self.chans[i].kind, w) {
+            (ChanKind::Tasks, Write::Value(v)) => match v.downcast_ref::<Packet>() {
+                Some(p) => self.packet_to_json(p, true),
+                None => Err(Error::WriteType {
+                    channel: self.chans[i].name.to_string(),
+                }),
+            },
+            _ => self.write_to_json(i, w),
         }
     }
 
@@ -405,15 +419,16 @@ impl Graph {
         Ok(u)
     }
 
-    pub(crate) fn packet_to_json(&self, p: &Packet) -> Result<Json> {
+    /// A packet's stored form: untracked values are stripped from a packet before it is
+    /// persisted (runtime-spec §2.7), so a resumed task gets its packet without them; with
+    /// `keep_untracked`, for a form that never leaves the run, they stay.
+    pub(crate) fn packet_to_json(&self, p: &Packet, keep_untracked: bool) -> Result<Json> {
         let mut arg = Vec::with_capacity(p.arg.len());
         for (k, v) in &p.arg {
             let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
                 channel: k.to_string(),
             })?;
-            // Untracked values are stripped from a packet before it is persisted (runtime-spec
-            // §2.7): a resumed task gets its packet without them.
-            if spec.is_untracked() {
+            if spec.is_untracked() && !keep_untracked {
                 continue;
             }
             arg.push(serde_json::json!([&**k, spec.value_to_json(v)?]));

@@ -73,11 +73,15 @@ impl Live {
         })
     }
 
-    /// Empties the untracked channels, as a restore from the store finds them.
+    /// Empties the untracked channels and strips untracked values from queued `Send`
+    /// packets, as a restore from the store finds them.
     fn forget_untracked(&mut self, g: &Graph) -> Result<()> {
         for i in 0..self.chans.len() {
             if g.is_untracked(i) {
                 self.chans[i] = g.channel(i, None)?;
+            } else if matches!(g.chans[i].kind, ChanKind::Tasks) {
+                let stored = self.chans[i].checkpoint(&|v| g.value_to_json(i, v))?;
+                self.chans[i] = g.channel(i, stored)?;
             }
         }
         Ok(())
@@ -717,6 +721,9 @@ struct Persist<'a> {
     exit_writes: Vec<BufferedWrites>,
     /// The checkpoint put still running (async durability).
     inflight: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// The runtime the run started on, for a flush spawned when the run is dropped (which
+    /// may happen outside any runtime).
+    rt: Option<tokio::runtime::Handle>,
 }
 
 /// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
@@ -831,7 +838,7 @@ impl Drop for Persist<'_> {
         if self.exit_ckpt.is_none() && self.exit_writes.is_empty() {
             return;
         }
-        let (Some(arc), Ok(rt)) = (&self.cp_arc, tokio::runtime::Handle::try_current()) else {
+        let (Some(arc), Some(rt)) = (&self.cp_arc, &self.rt) else {
             return;
         };
         let (rec, writes) = (self.exit_ckpt.take(), std::mem::take(&mut self.exit_writes));
@@ -938,6 +945,14 @@ fn ser_writes(g: &Graph, writes: &[(usize, Write)]) -> Result<Vec<(String, Json)
         .iter()
         .filter(|(c, _)| !g.is_untracked(*c))
         .map(|(c, w)| Ok((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)))
+        .collect()
+}
+
+/// Writes as they are applied within the run, untracked ones included.
+fn ser_writes_in_run(g: &Graph, writes: &[(usize, Write)]) -> Result<Vec<(String, Json)>> {
+    writes
+        .iter()
+        .map(|(c, w)| Ok((g.chans[*c].name.to_string(), g.write_to_json_in_run(*c, w)?)))
         .collect()
 }
 
@@ -1064,6 +1079,7 @@ pub(crate) async fn run(
         exit_ckpt: None,
         exit_writes: Vec::new(),
         inflight: None,
+        rt: tokio::runtime::Handle::try_current().ok(),
     };
     let em = Emitter { tx, modes };
     let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
@@ -1177,7 +1193,14 @@ async fn run_inner(
         // update) keeps the checkpoint's own pending input, as a run on the head does. Otherwise
         // input (NULL-task) writes pending on the checkpoint are dropped, so the delta channels
         // they touch snapshot too: a walk through the checkpoint would replay them.
-        let keep_input = replay && !fork_saved;
+        // A resume on the newest checkpoint is a run on the head: it keeps the input stored
+        // there too, and its own input joins it (before, the stored input was dropped here and
+        // the new input, stored after it by position, collided with it and was not kept).
+        let keep_input = if replay {
+            !fork_saved
+        } else {
+            loaded_is_newest
+        };
         if !keep_input {
             force_snapshots(
                 g,
@@ -1193,7 +1216,7 @@ async fn run_inner(
             pending.retain(|w| {
                 keep_input && w.task_id.as_str() == NULL_TASK_ID && w.channel != RESUME
             });
-        } else {
+        } else if !keep_input {
             pending.retain(|w| w.task_id.as_str() != NULL_TASK_ID);
         }
     }
@@ -1203,7 +1226,10 @@ async fn run_inner(
     if let Input::Command(cmd) = &input {
         let mut null_writes = Vec::new();
         let resolved = resolve_input_command(g, cmd)?;
-        null_writes.extend(ser_writes(g, &resolved)?);
+        // Applied in this run as given (untracked values included); stored without what is
+        // never persisted.
+        let mut stored = ser_writes(g, &resolved)?;
+        null_writes.extend(ser_writes_in_run(g, &resolved)?);
         match &cmd.resume {
             Some(Resume::Value(v)) => {
                 let tasks_with_interrupts = pending
@@ -1220,6 +1246,7 @@ async fn run_inner(
                     });
                 }
                 null_writes.push((RESUME.to_owned(), v.clone()));
+                stored.push((RESUME.to_owned(), v.clone()));
             }
             Some(Resume::Map(m)) => shared.map.clone_from(m),
             None => {}
@@ -1238,7 +1265,7 @@ async fn run_inner(
         if !fork_saved
             && loaded_is_newest
             && let Some(id) = &ckpt_id
-            && !null_writes.is_empty()
+            && !stored.is_empty()
         {
             // The checkpoint's input accumulates: regular writes are stored insert-if-absent by
             // position, so the new ones go after those already pending (stored in that order,
@@ -1248,7 +1275,7 @@ async fn run_inner(
                 .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
                 .map(|w| (w.channel.clone(), w.value.clone()))
                 .collect();
-            all.extend(null_writes.iter().cloned());
+            all.extend(stored);
             persist
                 .put_writes(id, &TaskId::new(NULL_TASK_ID), "", all)
                 .await?;

@@ -1259,52 +1259,62 @@ async fn update_state_without_as_node_after_only_the_input_is_input() {
     }
 }
 
+const SCRATCH: Key<String> = Key::from_static("scratch");
+
+/// `note` logs the untracked value it sees, sets it, and sends `worker` a packet carrying one;
+/// `worker` logs what it sees.
+fn scratch_graph(
+    store: Arc<dyn antler_graph::Checkpointer>,
+    pause_before_worker: bool,
+) -> antler_graph::CompiledGraph {
+    let mut g = graph();
+    g.channel(&SCRATCH, ChannelSpec::untracked())
+        .expect("declared once");
+    let note = antler_graph::node_fn(|s: State, _c| async move {
+        let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "none".into());
+        Ok(Command::new()
+            .update(
+                Update::new()
+                    .set(&SCRATCH, "secret".to_owned())
+                    .set(&LOG, log(&[&format!("saw {seen}")])),
+            )
+            .goto(antler_graph::Send::new("worker").with(&SCRATCH, "in packet".to_owned())))
+    });
+    g.add_node_with(
+        "note",
+        note,
+        antler_graph::NodeOptions {
+            destinations: vec!["worker".into()],
+            ..Default::default()
+        },
+    );
+    g.add_node("worker", |s: State, _c| async move {
+        let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "none".into());
+        Ok(Update::new().set(&LOG, log(&[&format!("worker saw {seen}")])))
+    });
+    g.add_edge("__start__", "note")
+        .add_edge("worker", "__end__");
+    if pause_before_worker {
+        g.interrupt_before(["worker"]);
+    }
+    g.compile().expect("valid graph").with_checkpointer(store)
+}
+
 /// Runtime-spec §3, `UntrackedValue`: never stored, and its writes are left out of the
 /// persisted writes (of a `Send` packet too). So a run or `get_state` served from the hot cache
 /// sees it as a cold load does: gone after the run that wrote it (before, the cache kept it).
 #[tokio::test]
 async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
-    const SCRATCH: Key<String> = Key::from_static("scratch");
-    fn scratch_graph(store: Arc<dyn antler_graph::Checkpointer>) -> antler_graph::CompiledGraph {
-        let mut g = graph();
-        g.channel(&SCRATCH, ChannelSpec::untracked())
-            .expect("declared once");
-        let note = antler_graph::node_fn(|s: State, _c| async move {
-            let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "none".into());
-            Ok(Command::new()
-                .update(
-                    Update::new()
-                        .set(&SCRATCH, "secret".to_owned())
-                        .set(&LOG, log(&[&format!("saw {seen}")])),
-                )
-                .goto(antler_graph::Send::new("worker").with(&SCRATCH, "in packet".to_owned())))
-        });
-        g.add_node_with(
-            "note",
-            note,
-            antler_graph::NodeOptions {
-                destinations: vec!["worker".into()],
-                ..Default::default()
-            },
-        );
-        g.add_node("worker", |s: State, _c| async move {
-            let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "none".into());
-            Ok(Update::new().set(&LOG, log(&[&format!("worker saw {seen}")])))
-        });
-        g.add_edge("__start__", "note")
-            .add_edge("worker", "__end__");
-        g.compile().expect("valid graph").with_checkpointer(store)
-    }
     let store: Arc<dyn antler_graph::Checkpointer> =
         Arc::new(antler_graph::MemoryCheckpointer::new());
-    let warm = scratch_graph(store.clone());
+    let warm = scratch_graph(store.clone(), false);
     let cfg = RunConfig::new("t");
     for turn in 0..2 {
         let out = warm
             .invoke(Update::new().set(&LOG, log(&[&format!("in {turn}")])), &cfg)
             .await
             .unwrap();
-        let cold = scratch_graph(store.clone()).with_hot_cache(false);
+        let cold = scratch_graph(store.clone(), false).with_hot_cache(false);
         let hot = warm.get_state(&cfg).await.unwrap().unwrap();
         let fresh = cold.get_state(&cfg).await.unwrap().unwrap();
         assert_eq!(hot.values.get(&SCRATCH), None, "turn {turn}");
@@ -1339,4 +1349,112 @@ async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
         }
     }
     assert_eq!(packets, 2, "each turn persisted its packet");
+}
+
+/// Untracked input is applied in the run it is given to, a `Send` packet's untracked value
+/// included (only the persisted forms leave them out); and a `Send` packet queued when the run
+/// stops (here at a breakpoint) loses its untracked value in the hot cache as in the store, so
+/// the resumed task sees the same, hot or cold (before, the command's untracked writes were
+/// dropped in its own run, and the cached packet kept its value).
+#[tokio::test]
+async fn untracked_input_is_applied_in_its_run_and_queued_packets_forget_it() {
+    use antler_graph::Send as Packet;
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let graph = scratch_graph(store.clone(), false);
+    let cfg = RunConfig::new("input");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let out = graph
+        .invoke(
+            Command::new()
+                .update(Update::new().set(&SCRATCH, "from input".to_owned()))
+                .goto("note"),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    let text = format!("{:?}", out.values.get(&LOG));
+    assert!(text.contains("saw from input"), "{text}");
+    let out = graph
+        .invoke(
+            Command::new().goto(Packet::new("worker").with(&SCRATCH, "sent from input".to_owned())),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    let text = format!("{:?}", out.values.get(&LOG));
+    assert!(text.contains("worker saw sent from input"), "{text}");
+
+    let warm = scratch_graph(store.clone(), true);
+    let cfg = RunConfig::new("paused");
+    let out = warm
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert!(out.paused, "stopped before worker");
+    let hot = warm.invoke(Input::Continue, &cfg).await.unwrap();
+    let text = format!("{:?}", hot.values.get(&LOG));
+    assert!(text.contains("worker saw none"), "{text}");
+    let cold_cfg = RunConfig::new("paused-cold");
+    let cold = scratch_graph(store.clone(), true);
+    cold.invoke(Update::new().set(&LOG, log(&["in"])), &cold_cfg)
+        .await
+        .unwrap();
+    let cold = scratch_graph(store, true).with_hot_cache(false);
+    let out = cold.invoke(Input::Continue, &cold_cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG), hot.values.get(&LOG));
+}
+
+/// A resume addressed to the thread's newest checkpoint is a run on the head: the input of an
+/// earlier command stored there is kept, and the new command's input joins it, as without the
+/// address (before, the stored input was dropped from the run, and the new input, stored after
+/// it by position, was refused by the store, so a later run applied the old input instead).
+#[tokio::test]
+async fn a_resume_addressed_to_the_newest_checkpoint_is_a_run_on_the_head() {
+    fn twice_asking() -> antler_graph::CompiledGraph {
+        let mut g = graph();
+        g.add_node("ask", |_s: State, ctx: Context| async move {
+            let first = ctx.interrupt(json!("first?"))?;
+            let second = ctx.interrupt(json!("second?"))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("{first}/{second}")])))
+        });
+        g.add_edge("__start__", "ask").add_edge("ask", "__end__");
+        memory(g)
+    }
+    let mut results = Vec::new();
+    for addressed in [false, true] {
+        let graph = twice_asking();
+        let cfg = RunConfig::new("t");
+        let out = graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        assert_eq!(out.interrupts.len(), 1);
+        let out = graph
+            .invoke(
+                Command::resume(json!("x")).update(Update::new().set(&LOG, log(&["A"]))),
+                &cfg,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.interrupts.len(), 1, "asks the second question");
+        let newest = graph.get_state(&cfg).await.unwrap().unwrap();
+        let at = if addressed {
+            cfg.clone().with_checkpoint(newest.checkpoint_id.clone())
+        } else {
+            cfg.clone()
+        };
+        let out = graph
+            .invoke(
+                Command::resume(json!("y")).update(Update::new().set(&LOG, log(&["B"]))),
+                &at,
+            )
+            .await
+            .unwrap();
+        results.push(format!("{:?}", out.values.get(&LOG)));
+    }
+    assert_eq!(results[0], results[1]);
 }

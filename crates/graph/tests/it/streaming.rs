@@ -107,17 +107,13 @@ async fn dropping_the_stream_stops_without_corrupting_the_thread() {
                 StreamModes::all(),
             ));
             // Drive the stream until `slow` runs, then drop it. The stream is polled first, so
-            // the run has taken `fast`'s result (finished in the same wake-up) when it stops.
+            // on this single-threaded runtime the run has taken `fast`'s result (finished in the
+            // same wake-up as `slow` started) when it stops.
             let poll = async { while s.next().await.is_some() {} };
             tokio::select! {
                 biased;
                 () = poll => panic!("run must not finish while slow waits"),
                 () = started.notified() => {}
-            }
-            // Let `fast` (spawned in the same step) finish and store its writes — no sleeping:
-            // yield a few times.
-            for _ in 0..10 {
-                tokio::task::yield_now().await;
             }
         }
         // Puts that outlive the dropped run run as their own tasks: let them land.
