@@ -462,14 +462,13 @@ impl Backend for MemoryBackend {
         expected: &[(CheckpointNs, CheckpointId)],
     ) -> Result<bool> {
         let mut t = self.lock();
-        // Keys are ordered by (thread, namespace, id): the thread's checkpoints come sorted.
-        let now: Vec<(CheckpointNs, CheckpointId)> = t
+        let now: Vec<(CheckpointNs, CheckpointId, Option<CheckpointId>)> = t
             .checkpoints
-            .keys()
-            .filter(|k| &k.0 == thread)
-            .map(|k| (k.1.clone(), k.2))
+            .iter()
+            .filter(|(k, _)| &k.0 == thread)
+            .map(|(k, v)| (k.1.clone(), k.2, v.0))
             .collect();
-        if now != expected {
+        if crate::engine::forks_from_doomed(&now, expected, doomed) {
             return Ok(false);
         }
         for (ns, id) in doomed {

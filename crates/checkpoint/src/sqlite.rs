@@ -124,6 +124,37 @@ fn thread_checkpoints(
     Ok(now)
 }
 
+/// The `(namespace, id, parent)` of a thread's checkpoints.
+fn thread_checkpoints_with_parents(
+    tx: &rusqlite::Transaction<'_>,
+    thread: &str,
+    ctx: &str,
+) -> Result<Vec<(CheckpointNs, CheckpointId, Option<CheckpointId>)>> {
+    tx.prepare(
+        "SELECT checkpoint_ns, checkpoint_id, parent_id FROM checkpoints WHERE thread_id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_map([thread], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, Option<Vec<u8>>>(2)?,
+            ))
+        })
+        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+    })
+    .map_err(sql_err(ctx.to_owned()))?
+    .into_iter()
+    .map(|(ns, id, parent)| {
+        Ok((
+            CheckpointNs::new(ns),
+            id_from(thread, id)?,
+            parent.map(|p| id_from(thread, p)).transpose()?,
+        ))
+    })
+    .collect()
+}
+
 /// Applies pending migrations; refuses a newer schema.
 ///
 /// One transaction under the write lock, which reads the version it starts from: two
@@ -946,7 +977,8 @@ impl Backend for SqliteBackend {
             let ctx = format!("sqlite: thread {thread}: deleting checkpoints");
             // Under the write lock: no put commits between the check and the deletes.
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
-            if thread_checkpoints(&tx, &thread, &ctx)? != expected {
+            let now = thread_checkpoints_with_parents(&tx, &thread, &ctx)?;
+            if crate::engine::forks_from_doomed(&now, &expected, &doomed) {
                 return Ok(false);
             }
             for (ns, id) in doomed {
@@ -1376,6 +1408,16 @@ mod tests {
                 .await
                 .unwrap();
         crate::engine::check_config_compare_and_set(&saver.engine.backend).await;
+    }
+
+    /// Prune's delete refuses a fork from a doomed checkpoint put since its check, and only
+    /// that (the shared scenario, on SQLite's backend).
+    #[tokio::test]
+    async fn a_delete_checked_against_a_stale_read_deletes_nothing() {
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        crate::engine::check_delete_against_a_stale_read(&saver.engine).await;
     }
 
     async fn mmap_size(saver: &SqliteSaver) -> i64 {

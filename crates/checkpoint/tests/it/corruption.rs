@@ -766,7 +766,6 @@ fn damaged_number_and_key_columns_are_corrupt_errors_naming_the_thread() {
     antler_checkpoint::testing::block_on(async {
         for edit in [
             "INSERT OR REPLACE INTO thread_epochs (thread_id, epoch) VALUES ('t-corrupt', -1)",
-            "UPDATE messages SET seq = -seq WHERE thread_id = 't-corrupt'",
             "UPDATE checkpoints SET parent_id = X'00' WHERE thread_id = 't-corrupt'",
         ] {
             let (saver, fx) = fixture().await;
@@ -785,5 +784,46 @@ fn damaged_number_and_key_columns_are_corrupt_errors_naming_the_thread() {
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{edit}: {err}");
             assert!(err.to_string().contains("t-corrupt"), "{edit}: {err}");
         }
+    });
+}
+
+/// A negative message number is met where every body of the thread is read: the message index
+/// a first write loads. It is a damaged column, named by thread, not a caller's invalid
+/// argument (before) or a missing body.
+#[test]
+fn a_negative_message_number_is_a_damaged_column() {
+    antler_checkpoint::testing::block_on(async {
+        let (saver, fx) = fixture().await;
+        drop(saver);
+        rusqlite::Connection::open(&fx.path)
+            .unwrap()
+            .execute_batch("UPDATE messages SET seq = -seq WHERE thread_id = 't-corrupt'")
+            .unwrap();
+        let saver = SqliteSaver::open(
+            &fx.path,
+            StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+        )
+        .await
+        .unwrap();
+        let head = fx.configs.last().unwrap();
+        let write = antler_checkpoint::Blob::messages(
+            antler_checkpoint::MessagesKind::Write,
+            &[serde_json::json!({"type": "human", "content": "more", "id": "more"})],
+        )
+        .unwrap();
+        let err = saver
+            .put_writes(
+                head,
+                vec![("messages".into(), write)],
+                &antler_checkpoint::TaskId::new("task"),
+                &antler_checkpoint::TaskPath::default(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, antler_checkpoint::Error::DamagedColumn { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("t-corrupt"), "{err}");
     });
 }
