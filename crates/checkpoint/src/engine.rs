@@ -2087,6 +2087,14 @@ impl<B: Backend> Engine<B> {
                     {
                         walk.seeds.insert(c.clone(), (d.row.id, bytes.clone()));
                         remaining.remove(&c);
+                    } else if d.checkpoint.v != crate::model::RELATIVE_RECORD_V
+                        && !d.checkpoint.channel_versions.contains_key(&c)
+                    {
+                        // A full record without the channel: it was never written before this
+                        // checkpoint, so nothing older belongs to its value (runtime-spec §5.5
+                        // rule 4, "no stored value: start from empty", reached here instead of
+                        // at the root, which a prune may have removed).
+                        remaining.remove(&c);
                     }
                 }
                 if remaining.is_empty() {
@@ -2150,11 +2158,18 @@ impl<B: Backend> Engine<B> {
             .into_iter()
             .map(|b| b.channel)
             .collect();
+        // A delta-marked record (kernel-spec R32) comes from a delta-mode runtime, which keeps
+        // counters for every delta channel not snapshotted at that checkpoint: a channel with
+        // a version, no stored value and no counters is another kind (an ephemeral input or
+        // branch channel, cleared), which needs no history. Without the marker every such
+        // channel counts, as the reference's walk would take it.
+        let delta_marked = d.metadata.channel_mode == Some(ChannelMode::Delta);
         let missing: BTreeSet<ChannelName> = d
             .checkpoint
             .channel_versions
             .keys()
             .filter(|c| !stored.contains(*c))
+            .filter(|c| !delta_marked || d.metadata.counters_since_delta_snapshot.contains_key(*c))
             .cloned()
             .collect();
         if missing.is_empty() {

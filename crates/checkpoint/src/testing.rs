@@ -117,7 +117,8 @@ macro_rules! conformance_suite {
             antler_copy_thread_refuses_other_values_under_the_same_versions,
             antler_max_channel_version_covers_every_branch,
             antler_max_channel_version_survives_deletes_and_copies,
-            antler_a_refused_write_leaves_no_message_behind
+            antler_a_refused_write_leaves_no_message_behind,
+            antler_history_stops_at_a_full_record_without_the_channel
         );
     };
 }
@@ -1592,6 +1593,46 @@ pub async fn history_walk_to_root_no_seed(saver: &dyn Saver) {
     let h = history(saver, &cs[2], &["m"]).await;
     assert!(h["m"].seed.is_none() && h["m"].seed_checkpoint.is_none());
     assert_eq!(flat(&h["m"]).len(), 2);
+}
+
+/// The walk for a channel stops at the nearest full record that has no version of it: the
+/// channel was empty there, so nothing older belongs to its value (here an older write that
+/// was never applied), and a pruned history beyond it is not needed.
+pub async fn antler_history_stops_at_a_full_record_without_the_channel(saver: &dyn Saver) {
+    let c0 = put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[("x", 1, json!(0))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+    write(
+        saver,
+        &c0,
+        "abandoned",
+        "",
+        &[("m", json!("never applied"))],
+    )
+    .await;
+    let mut cp1 = Checkpoint::empty();
+    cp1.channel_versions.insert("x".into(), 1.into());
+    let c1 = put_all(saver, c0, cp1, CheckpointMetadata::default()).await;
+    write(saver, &c1, "task", "", &[("m", json!("a"))]).await;
+    let mut cp2 = Checkpoint::empty();
+    cp2.channel_versions.insert("x".into(), 1.into());
+    cp2.channel_versions.insert("m".into(), 2.into());
+    let c2 = saver
+        .put(
+            &c1,
+            cp2,
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    let h = history(saver, &c2, &["m"]).await;
+    assert!(h["m"].seed.is_none() && h["m"].seed_checkpoint.is_none());
+    assert_eq!(flat(&h["m"]), vec![json!("a")]);
 }
 
 /// A legacy plain (full-mode JSON) value is a seed.

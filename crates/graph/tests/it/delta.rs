@@ -2295,3 +2295,72 @@ async fn resume_with_an_update_on_an_older_checkpoint(store: Arc<dyn antler_grap
         addressed.pending_writes
     );
 }
+
+/// A delta channel first written after a prune: its first write takes no snapshot (one update,
+/// F = 2), so a cold read walks history for it, back past the pruned checkpoints; the walk
+/// stops at the nearest full record that has no version of it (the channel was empty there),
+/// instead of failing on the pruned parent (runtime-spec §5.5: no stored value, start from
+/// empty). Before, the thread's new head could not be read.
+#[tokio::test]
+async fn a_delta_channel_first_written_after_a_prune_reads_back() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+    const NOTES: Key<Vec<Message>> = Key::from_static("notes");
+    fn noting() -> StateGraph {
+        let mut g = chat(2, true);
+        g.channel(&NOTES, ChannelSpec::messages_delta(2))
+            .expect("declared once");
+        g.add_node("note", |s: State, _c| async move {
+            let n = s.get(&MESSAGES).map_or(0, Vec::len);
+            // Notes start once the conversation is long.
+            Ok(if n >= 20 {
+                Update::new().set(&NOTES, vec![ai(Some(&format!("note-{n}")), "noted")])
+            } else {
+                Update::new()
+            })
+        });
+        g.add_edge("reply", "note");
+        g
+    }
+    for sqlite in [false, true] {
+        let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(2).unwrap());
+        let saver: Arc<dyn cp::Saver> = if sqlite {
+            Arc::new(cp::SqliteSaver::open_in_memory(mode).await.unwrap())
+        } else {
+            Arc::new(cp::MemorySaver::new(mode))
+        };
+        let graph = noting()
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+        let cfg = RunConfig::new("t");
+        for i in 0..9 {
+            graph.invoke(human(i), &cfg).await.unwrap();
+        }
+        let all = saver.list(&cp::ListQuery::thread("t")).await.unwrap().len();
+        saver
+            .prune(&[cp::ThreadId::new("t")], cp::PruneStrategy::KeepLatest)
+            .await
+            .unwrap();
+        let kept = saver.list(&cp::ListQuery::thread("t")).await.unwrap().len();
+        assert!(
+            kept < all,
+            "sqlite: {sqlite}: the prune removed checkpoints ({kept} of {all} kept)"
+        );
+        let live = graph.invoke(human(10), &cfg).await.unwrap();
+        let notes = live.values.get(&NOTES).cloned().unwrap();
+        assert_eq!(notes.len(), 1, "sqlite: {sqlite}");
+        let cold = noting()
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())))
+            .with_hot_cache(false);
+        let got = cold.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(got.values.get(&NOTES), Some(&notes), "sqlite: {sqlite}");
+        assert_eq!(
+            got.values.get(&MESSAGES),
+            live.values.get(&MESSAGES),
+            "sqlite: {sqlite}"
+        );
+    }
+}
