@@ -1504,7 +1504,8 @@ impl<B: Backend> Engine<B> {
                 self.backend
                     .put_writes(thread, &config.checkpoint_ns, cp, rows, messages, guard);
             // A refused write is an error inside the commit, not after it: the message
-            // index then forgets the bodies it numbered for it, which were not stored.
+            // index then does not take the numbers it gave the write's bodies, which were not
+            // stored.
             async move {
                 if stored.await? {
                     Ok(())

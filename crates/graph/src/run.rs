@@ -1251,12 +1251,13 @@ async fn run_inner(
             Some(Resume::Map(m)) => shared.map.clone_from(m),
             None => {}
         }
-        // On an addressed checkpoint the command's writes never join the input stored there: a
-        // fork stores them applied (it is saved below, and nothing is attached to the addressed
-        // checkpoint, whose existing children's history walks pass through it), and a resume
-        // cannot add them after the input it dropped. Either way the delta channels they touch
-        // snapshot at the run's first checkpoint, so no walk needs them from that checkpoint.
-        if fork_saved || (explicit && !replay) {
+        // On an addressed older checkpoint the command's writes never join the input stored
+        // there: a fork stores them applied (it is saved below, and nothing is attached to the
+        // addressed checkpoint, whose existing children's history walks pass through it), and
+        // a resume cannot add them after the input it dropped. Either way the delta channels
+        // they touch snapshot at the run's first checkpoint, so no walk needs them from that
+        // checkpoint. A resume addressed to the newest checkpoint is a run on the head.
+        if fork_saved || (explicit && !replay && !loaded_is_newest) {
             force_snapshots(g, &mut live, null_writes.iter().map(|(c, _)| c.as_str()));
         }
         // They are stored on the loaded checkpoint, for a later run on the head to find, only
