@@ -290,10 +290,31 @@ fn parse_jump(s: &str) -> Option<JumpTo> {
 }
 
 fn calls_tools(state: &State) -> bool {
-    state
-        .get(&MESSAGES)
-        .and_then(|ms| ms.last())
-        .is_some_and(|m| m.kind == MessageType::Ai && !m.tool_calls().is_empty())
+    !pending_tool_calls(state).is_empty()
+}
+
+/// The tool calls of the last AI message that no tool message after it answers (R49: the loop
+/// ends when the last AI message has no tool calls). Messages after the AI message, such as a
+/// reminder an after-model hook appended, do not hide its calls, and a call already answered
+/// is not run again.
+fn pending_tool_calls(state: &State) -> Vec<antler_state_reducers::ToolCall> {
+    let Some(ms) = state.get(&MESSAGES) else {
+        return Vec::new();
+    };
+    let Some(at) = ms.iter().rposition(|m| m.kind == MessageType::Ai) else {
+        return Vec::new();
+    };
+    let answered: std::collections::HashSet<&str> = ms[at + 1..]
+        .iter()
+        .filter(|m| m.kind == MessageType::Tool)
+        .filter_map(|m| m.tool_call_id())
+        .collect();
+    ms[at]
+        .tool_calls()
+        .iter()
+        .filter(|c| c.id.as_deref().is_none_or(|id| !answered.contains(id)))
+        .cloned()
+        .collect()
 }
 
 /// A jump lives in an ephemeral channel that is only cleared at the end of
@@ -400,11 +421,7 @@ struct ToolsNode {
 
 impl ToolsNode {
     async fn run(&self, state: State, ctx: Context) -> Result<Command, NodeError> {
-        let calls = state
-            .get(&MESSAGES)
-            .and_then(|ms| ms.iter().rev().find(|m| m.kind == MessageType::Ai))
-            .map(|m| m.tool_calls().to_vec())
-            .unwrap_or_default();
+        let calls = pending_tool_calls(&state);
         let runs = calls.into_iter().map(|call| {
             let tool = self.tools.iter().find(|t| t.name() == call.name).cloned();
             let request = ToolRequest {
@@ -421,26 +438,29 @@ impl ToolsNode {
         });
         // Calls run concurrently; results are collected in call order.
         let outcomes = futures::future::join_all(runs).await;
+        // In call order, a command's update included: plain messages in a row go in one write,
+        // and a command's writes go between the messages of the calls before and after it.
+        let mut out = Update::new();
         let mut messages = Vec::new();
-        let mut update = Update::new();
         let mut to_end = false;
         for outcome in outcomes {
             match outcome? {
                 ToolOutcome::Message(m) => messages.push(m),
                 ToolOutcome::Command(c) => {
+                    if !messages.is_empty() {
+                        out.push(&MESSAGES, std::mem::take(&mut messages));
+                    }
                     let (u, gotos) = c.into_update_and_gotos();
-                    update.extend(u);
+                    out.extend(u);
                     to_end |= gotos
                         .iter()
                         .any(|g| matches!(g, Goto::Node(n) if n.as_str() == END));
                 }
             }
         }
-        let mut out = Update::new();
         if !messages.is_empty() {
             out.push(&MESSAGES, messages);
         }
-        out.extend(update);
         if to_end {
             out.push(&JUMP_TO, JumpTo::End.as_str().to_owned());
         } else {

@@ -259,7 +259,7 @@ impl ChainBuilder {
         }
         let at = entries
             .iter()
-            .position(|e| e.kind() == kinds::CLARIFICATION)
+            .position(|e| matches(e, &kinds::CLARIFICATION))
             .unwrap_or(entries.len());
         entries.splice(at..at, unanchored);
         let rounds = anchored.len() + 1;
@@ -293,7 +293,7 @@ impl ChainBuilder {
         }
         if let Some(i) = entries
             .iter()
-            .position(|e| e.kind() == kinds::CLARIFICATION)
+            .position(|e| matches(e, &kinds::CLARIFICATION))
             && i + 1 != entries.len()
         {
             let c = entries.remove(i);

@@ -663,3 +663,112 @@ async fn model_tokens_reach_the_custom_stream_in_order() {
         "Hello world!"
     );
 }
+
+fn echo(name: &'static str, log: &Log) -> Arc<dyn Tool> {
+    Arc::new(Echo {
+        name,
+        log: log.clone(),
+        in_flight: Arc::default(),
+        max_in_flight: Arc::default(),
+    })
+}
+
+/// R49: tool results are written in call order, a command's messages included (before, plain
+/// results were written first and every command's update after them, so a clarification
+/// called first landed after a later call's result).
+#[tokio::test(flavor = "current_thread")]
+async fn r49_a_command_result_keeps_its_place_among_the_call_results() {
+    let log: Log = Arc::default();
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["ask_clarification", "search"])]),
+        log: log.clone(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(EndOnAsk));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .with_tools(vec![echo("search", &log)])
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap();
+    let ids: Vec<_> = out
+        .values
+        .get(&MESSAGES)
+        .unwrap()
+        .iter()
+        .map(|m| m.id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["h", "ai-1", "clar", "t-search"]);
+}
+
+/// Appends a reminder after every model answer.
+struct Remind;
+
+#[async_trait]
+impl Middleware for Remind {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("Remind")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            after_model: true,
+            ..NodeHooks::NONE
+        }
+    }
+    async fn after_model(&self, s: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        Ok(Some(
+            Update::new()
+                .set(
+                    &MESSAGES,
+                    vec![Message::human("reminder").with_id(format!("r-{n}"))],
+                )
+                .into(),
+        ))
+    }
+}
+
+/// R49: the loop goes on while the last AI message has tool calls no tool message answers,
+/// even when an after-model hook appended a message after it (before, the run ended there and
+/// left the calls unanswered).
+#[tokio::test(flavor = "current_thread")]
+async fn r49_a_message_appended_after_the_model_answer_does_not_hide_its_tool_calls() {
+    let log: Log = Arc::default();
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![
+            ai_calling(&["search"]),
+            Message::ai("done").with_id("ai-2"),
+        ]),
+        log: log.clone(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Remind));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .with_tools(vec![echo("search", &log)])
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap();
+    let ids: Vec<_> = out
+        .values
+        .get(&MESSAGES)
+        .unwrap()
+        .iter()
+        .map(|m| m.id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["h", "ai-1", "r-2", "t-search", "ai-2", "r-5"]);
+}

@@ -545,3 +545,24 @@ proptest! {
         }
     }
 }
+
+/// R54/R58 with a custom Clarification: a middleware of its own kind that belongs to the
+/// Clarification family is the one unanchored extras go before, and it stays last (before, the
+/// lookup compared the exact kind, so extras landed after it).
+#[test]
+fn r54_a_clarification_family_member_is_clarification() {
+    let mut b = ChainBuilder::new();
+    b.push(mw("ThreadDataMiddleware"));
+    b.push(Arc::new(Mw {
+        kind: k("MyClarification"),
+        anchors: Anchors::NONE,
+        families: vec![kinds::CLARIFICATION],
+        label: None,
+    }));
+    b.insert_extras(vec![mw("A"), mw("B")]).unwrap();
+    let chain = b.build().unwrap();
+    assert_eq!(
+        order(&chain),
+        ["ThreadDataMiddleware", "A", "B", "MyClarification"]
+    );
+}
