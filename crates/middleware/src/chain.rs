@@ -210,6 +210,14 @@ impl ChainBuilder {
             next: bool,
             anchor: MiddlewareKind,
         }
+        let mut ids = std::collections::HashSet::new();
+        for e in &extras {
+            if !ids.insert(e.id()) {
+                return Err(Error::DuplicateExtra {
+                    id: e.id().to_string(),
+                });
+            }
+        }
         let mut unanchored = Vec::new();
         let mut anchored: Vec<Anchored> = Vec::new();
         for entry in extras {

@@ -27,6 +27,13 @@ pub enum Error {
         /// The extra's name.
         name: String,
     },
+    /// Two extras of one call have the same id: the chain is keyed by id, so one would
+    /// silently replace the other.
+    #[error("extra middleware {id} is given twice")]
+    DuplicateExtra {
+        /// The repeated id.
+        id: String,
+    },
     /// Two extras claim the same anchor in the same direction (R53).
     #[error("Conflict: {first} and {second} both @{direction}({anchor})")]
     DuplicateAnchor {

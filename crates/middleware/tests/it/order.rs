@@ -566,3 +566,15 @@ fn r54_a_clarification_family_member_is_clarification() {
         ["ThreadDataMiddleware", "A", "B", "MyClarification"]
     );
 }
+
+/// Two extras with one id are refused with a typed error (before, both went into the chain,
+/// and the agent graph failed later on a duplicate node).
+#[test]
+fn two_extras_with_one_id_are_refused() {
+    let mut b = sdk_chain();
+    let err = b.insert_extras(vec![mw("X"), mw("X")]).unwrap_err();
+    assert!(matches!(err, Error::DuplicateExtra { .. }), "{err}");
+    assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
+    // Nothing was inserted.
+    assert!(!order(&b.build().unwrap()).iter().any(|i| i == "X"));
+}
