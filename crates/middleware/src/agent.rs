@@ -167,8 +167,19 @@ impl AgentGraph {
 
         // Hook sequences: each node continues to the next of its sequence,
         // or to `after`, unless it jumped.
+        // An after-agent hook that jumps to the end ends the run: the end of the other
+        // sequences is the first after-agent hook, which would run it again (and again).
+        let after_agent_targets = Targets {
+            end: NodeId::from(END),
+            ..targets.clone()
+        };
         let add_sequence =
             |g: &mut StateGraph, seq: &[Arc<dyn Middleware>], hook: NodeHook, after: Next| {
+                let targets = if hook == NodeHook::AfterAgent {
+                    &after_agent_targets
+                } else {
+                    &targets
+                };
                 for (i, m) in seq.iter().enumerate() {
                     let node = name(m, hook);
                     let next = match seq.get(i + 1) {
@@ -176,7 +187,7 @@ impl AgentGraph {
                         None => after.clone(),
                     };
                     g.add_node_with(node.clone(), hook_node(m.clone(), hook), Default::default());
-                    add_route(g, node, next, &targets, m.can_jump_to(hook));
+                    add_route(g, node, next, targets, m.can_jump_to(hook));
                 }
             };
         add_sequence(

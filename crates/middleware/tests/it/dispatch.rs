@@ -772,3 +772,63 @@ async fn r49_a_message_appended_after_the_model_answer_does_not_hide_its_tool_ca
         .collect();
     assert_eq!(ids, ["h", "ai-1", "r-2", "t-search", "ai-2", "r-5"]);
 }
+
+/// Ends the run from `after_agent`, counting its calls.
+struct Finish {
+    calls: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Middleware for Finish {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("Finish")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            after_agent: true,
+            ..NodeHooks::NONE
+        }
+    }
+    fn can_jump_to(&self, hook: NodeHook) -> &'static [JumpTo] {
+        if hook == NodeHook::AfterAgent {
+            &[JumpTo::End]
+        } else {
+            &[]
+        }
+    }
+    async fn after_agent(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok(Some(HookUpdate {
+            update: Update::new(),
+            jump_to: Some(JumpTo::End),
+        }))
+    }
+}
+
+/// An `after_agent` hook that jumps to the end ends the run (before, the end of the agent was
+/// the first after-agent hook, so the hook ran again until the recursion limit).
+#[tokio::test(flavor = "current_thread")]
+async fn r49_an_after_agent_jump_to_end_ends_the_run() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![Message::ai("ok").with_id("a")]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Finish {
+        calls: calls.clone(),
+    }));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t").with_recursion_limit(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
