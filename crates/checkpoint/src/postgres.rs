@@ -1826,6 +1826,17 @@ mod tests {
     use super::*;
 
     /// Under `CI=true` a missing `DATABASE_URL` fails the test instead of skipping it.
+    /// A saver on a fresh schema of the test database (`None`: skipped, see [`database_url`]).
+    async fn fresh(config: StoreConfig) -> Option<PostgresSaver> {
+        let url = database_url()?;
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        Some(
+            PostgresSaver::connect(PostgresOptions::new(url).with_schema(schema), config)
+                .await
+                .expect("connect"),
+        )
+    }
+
     fn database_url() -> Option<String> {
         match std::env::var("DATABASE_URL") {
             Ok(url) if !url.is_empty() => Some(url),
@@ -1844,14 +1855,10 @@ mod tests {
     /// configuration does not overwrite one another process recorded meanwhile.
     #[tokio::test]
     async fn the_configuration_is_recorded_only_over_what_was_read() {
-        let Some(url) = database_url() else { return };
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let saver = PostgresSaver::connect(
-            PostgresOptions::new(url).with_schema(schema),
-            StoreConfig::delta(SnapshotFrequency::new(10).unwrap()),
-        )
-        .await
-        .expect("connect");
+        let Some(saver) = fresh(StoreConfig::delta(SnapshotFrequency::new(10).unwrap())).await
+        else {
+            return;
+        };
         crate::engine::check_config_compare_and_set(&saver.engine.backend).await;
         saver.drop_schema().await.expect("drop");
     }
@@ -1860,14 +1867,9 @@ mod tests {
     /// that (the shared scenario, on PostgreSQL's backend).
     #[tokio::test]
     async fn a_delete_checked_against_a_stale_read_deletes_nothing() {
-        let Some(url) = database_url() else { return };
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let saver = PostgresSaver::connect(
-            PostgresOptions::new(url).with_schema(schema),
-            StoreConfig::full(),
-        )
-        .await
-        .expect("connect");
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
         crate::engine::check_delete_against_a_stale_read(&saver.engine).await;
         saver.drop_schema().await.expect("drop");
     }
@@ -1878,14 +1880,9 @@ mod tests {
     /// make the planner scan the heap rather than the index).
     #[tokio::test]
     async fn all_messages_come_in_sequence_order_whatever_the_heap_order() {
-        let Some(url) = database_url() else { return };
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let saver = PostgresSaver::connect(
-            PostgresOptions::new(url).with_schema(schema),
-            StoreConfig::full(),
-        )
-        .await
-        .expect("connect");
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
         let b = &saver.engine.backend;
         let c = b.client("test").await.expect("client");
         c.batch_execute(&b.sql(

@@ -453,22 +453,9 @@ async fn r49_a_tool_wrapper_may_short_circuit_and_end_the_run() {
         .unwrap()
         .compile()
         .unwrap();
-    let out = graph
-        .invoke(
-            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
-            &RunConfig::new("t"),
-        )
-        .await
-        .unwrap();
+    let ids = ids_after_one_question(&graph).await;
     // The model ran once; the run ended after the short-circuited tool call.
     assert_eq!(model_log.lock().unwrap().len(), 1);
-    let ids: Vec<_> = out
-        .values
-        .get(&MESSAGES)
-        .unwrap()
-        .iter()
-        .map(|m| m.id.clone().unwrap())
-        .collect();
     assert_eq!(ids, ["h", "ai-1", "clar"]);
 }
 
@@ -691,20 +678,7 @@ async fn r49_a_command_result_keeps_its_place_among_the_call_results() {
         .unwrap()
         .compile()
         .unwrap();
-    let out = graph
-        .invoke(
-            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
-            &RunConfig::new("t"),
-        )
-        .await
-        .unwrap();
-    let ids: Vec<_> = out
-        .values
-        .get(&MESSAGES)
-        .unwrap()
-        .iter()
-        .map(|m| m.id.clone().unwrap())
-        .collect();
+    let ids = ids_after_one_question(&graph).await;
     assert_eq!(ids, ["h", "ai-1", "clar", "t-search"]);
 }
 
@@ -756,20 +730,7 @@ async fn r49_a_message_appended_after_the_model_answer_does_not_hide_its_tool_ca
         .unwrap()
         .compile()
         .unwrap();
-    let out = graph
-        .invoke(
-            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
-            &RunConfig::new("t"),
-        )
-        .await
-        .unwrap();
-    let ids: Vec<_> = out
-        .values
-        .get(&MESSAGES)
-        .unwrap()
-        .iter()
-        .map(|m| m.id.clone().unwrap())
-        .collect();
+    let ids = ids_after_one_question(&graph).await;
     assert_eq!(ids, ["h", "ai-1", "r-2", "t-search", "ai-2", "r-5"]);
 }
 
@@ -831,4 +792,21 @@ async fn r49_an_after_agent_jump_to_end_ends_the_run() {
         .await
         .unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// Asks the agent one question on a new thread and returns the ids of the thread's messages.
+async fn ids_after_one_question(graph: &antler_graph::CompiledGraph) -> Vec<String> {
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .expect("the run succeeds");
+    out.values
+        .get(&MESSAGES)
+        .expect("messages are set")
+        .iter()
+        .map(|m| m.id.clone().unwrap_or_default())
+        .collect()
 }
