@@ -451,6 +451,47 @@ async fn read_blobs(
         .collect()
 }
 
+/// The row of checkpoint `id` and its value blobs of `keys`, from one snapshot, with the
+/// prepared [`CHECKPOINT_BLOBS_SQL`]; `None` when the row is gone.
+async fn read_checkpoint_blobs(
+    c: &deadpool_postgres::Object,
+    st: &tokio_postgres::Statement,
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+    id: CheckpointId,
+    keys: &[(ChannelName, ChannelVersion)],
+    ctx: String,
+) -> Result<Option<(CheckpointRow, Vec<BlobRow>)>> {
+    let (channels, versions) = key_arrays(keys)?;
+    let rows = c
+        .query(
+            st,
+            &[
+                &thread.as_str(),
+                &ns.as_str(),
+                &id.to_bytes().as_slice(),
+                &channels,
+                &versions,
+            ],
+        )
+        .await
+        .map_err(pg_err(ctx))?;
+    let mut row = None;
+    let mut blobs = Vec::new();
+    for r in &rows {
+        if r.get::<_, i16>(0) == 0 {
+            row = Some(union_row(r, thread, ns)?);
+        } else {
+            blobs.push(BlobRow {
+                channel: ChannelName::new(r.get::<_, String>(5)),
+                version: ChannelVersion::new(u64_of(thread.as_str(), r.get(6), "channel version")?),
+                data: r.get(4),
+            });
+        }
+    }
+    Ok(row.map(|row| (row, blobs)))
+}
+
 /// The checked bodies of `runs`, with the prepared [`MESSAGES_SQL`].
 async fn read_bodies(
     c: &deadpool_postgres::Object,
@@ -719,38 +760,7 @@ impl Backend for PgBackend {
             .prepare_cached(&self.hot.checkpoint_blobs)
             .await
             .map_err(pg_err(ctx.clone()))?;
-        let (channels, versions) = key_arrays(keys)?;
-        let rows = c
-            .query(
-                &st,
-                &[
-                    &thread.as_str(),
-                    &ns.as_str(),
-                    &id.to_bytes().as_slice(),
-                    &channels,
-                    &versions,
-                ],
-            )
-            .await
-            .map_err(pg_err(ctx))?;
-        let mut row = None;
-        let mut blobs = Vec::new();
-        for r in &rows {
-            if r.get::<_, i16>(0) == 0 {
-                row = Some(union_row(r, thread, ns)?);
-            } else {
-                blobs.push(BlobRow {
-                    channel: ChannelName::new(r.get::<_, String>(5)),
-                    version: ChannelVersion::new(u64_of(
-                        thread.as_str(),
-                        r.get(6),
-                        "channel version",
-                    )?),
-                    data: r.get(4),
-                });
-            }
-        }
-        Ok(row.map(|row| (row, blobs)))
+        read_checkpoint_blobs(&c, &st, thread, ns, id, keys, ctx).await
     }
 
     async fn writes(
@@ -1643,41 +1653,12 @@ impl PgBackend {
             Vec::new()
         } else {
             let ctx = format!("postgres: thread {thread}: reading blobs");
-            let (channels, versions) = key_arrays(&keys)?;
-            let rows = c
-                .query(
-                    &blobs_st,
-                    &[
-                        &thread.as_str(),
-                        &ns.as_str(),
-                        &row.id.to_bytes().as_slice(),
-                        &channels,
-                        &versions,
-                    ],
-                )
-                .await
-                .map_err(pg_err(ctx))?;
-            let mut still = false;
-            let mut blobs = Vec::new();
-            for r in &rows {
-                if r.get::<_, i16>(0) == 0 {
-                    still = true;
-                } else {
-                    blobs.push(BlobRow {
-                        channel: ChannelName::new(r.get::<_, String>(5)),
-                        version: ChannelVersion::new(u64_of(
-                            thread.as_str(),
-                            r.get(6),
-                            "channel version",
-                        )?),
-                        data: r.get(4),
-                    });
-                }
+            // The values come only together with the row: a row gone since the first
+            // statement is a checkpoint deleted mid-read, never one without values.
+            match read_checkpoint_blobs(&c, &blobs_st, thread, ns, row.id, &keys, ctx).await? {
+                Some((_, blobs)) => blobs,
+                None => return Ok(None),
             }
-            if !still {
-                return Ok(None);
-            }
-            blobs
         };
         let runs = runs_of_rows(&blobs, &writes);
         let bodies = if runs.is_empty() {
