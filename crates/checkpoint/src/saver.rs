@@ -351,6 +351,9 @@ pub trait Saver: Send + Sync {
     async fn prune(&self, thread_ids: &[ThreadId], strategy: PruneStrategy) -> Result<()>;
 
     /// The delta history walk (runtime-spec §5.5) from `config`'s checkpoint for each channel.
+    ///
+    /// The walk for a channel also ends, with no seed, at a full record (not a relative one)
+    /// that has no version of the channel: it was empty there (docs/checkpoint-format.md).
     async fn delta_channel_history(
         &self,
         config: &CheckpointConfig,

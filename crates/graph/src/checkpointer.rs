@@ -234,7 +234,8 @@ pub trait Checkpointer: Send + Sync {
     ) -> Result<()>;
     /// The delta history walk (runtime-spec §5.5) from `checkpoint` for each channel: starting at its
     /// parent, nearest first, collect each ancestor's writes to the channel, stop at the first ancestor
-    /// with a stored value (the seed); writes returned oldest first.
+    /// with a stored value (the seed), or with no seed at an ancestor without a version of the
+    /// channel (it was empty there); writes returned oldest first.
     async fn delta_history(
         &self,
         scope: &Scope,
@@ -518,6 +519,11 @@ impl MemoryCheckpointer {
                         .get(ch)
                         .and_then(|v| t.blobs.get(&(ch.clone(), *v)))
                         .cloned();
+                    break;
+                }
+                // The channel had no version here: it was empty, and nothing older belongs to
+                // its value (as in `antler-checkpoint`'s walk).
+                if !c.versions.contains_key(ch) {
                     break;
                 }
                 cur = c.parent.clone();

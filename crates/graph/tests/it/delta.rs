@@ -398,6 +398,44 @@ async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_wr
     assert_eq!(h.writes, vec![json!("w-a"), json!("w-b"), json!("w-c")]);
 }
 
+/// The walk for a channel ends, with no seed, at an ancestor without a version of it (the
+/// channel was empty there), as in `antler-checkpoint`'s walk: an older write that was never
+/// applied is not replayed.
+#[tokio::test]
+async fn the_walk_ends_at_an_ancestor_without_the_channel() {
+    use antler_graph::{CheckpointId, Checkpointer, Scope, TaskId};
+    use serde_json::json;
+    let store = MemoryCheckpointer::new();
+    let scope = Scope::root("t");
+    let mut empty = rec("b", Some("a"), 0, None);
+    empty.versions.clear();
+    empty.new_versions.clear();
+    store.put(&scope, rec("a", None, 1, None)).await.unwrap();
+    store.put(&scope, empty).await.unwrap();
+    store
+        .put(&scope, rec("c", Some("b"), 2, None))
+        .await
+        .unwrap();
+    for (cp, v) in [("a", "never applied"), ("b", "w-b")] {
+        store
+            .put_writes(
+                &scope,
+                &CheckpointId::new(cp),
+                &TaskId::new("task"),
+                "~p",
+                vec![("ch".to_owned(), json!(v))],
+            )
+            .await
+            .unwrap();
+    }
+    let h = store
+        .delta_history(&scope, &CheckpointId::new("c"), &["ch".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(h["ch"].seed, None);
+    assert_eq!(h["ch"].writes, vec![json!("w-b")]);
+}
+
 /// Exit durability with a delta channel: only the final checkpoint is stored, and it snapshots the
 /// channel, so a cold read (no history to replay from the skipped steps) equals the live state.
 #[tokio::test]
@@ -1869,15 +1907,7 @@ async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
     // fork.
     use antler_graph::Checkpointer;
     let scope = cfg.scope();
-    let addressed = store.get_tuple(&scope, Some(&h)).await.unwrap().unwrap();
-    assert!(
-        addressed
-            .pending_writes
-            .iter()
-            .all(|w| !w.value.to_string().contains("late")),
-        "{:?}",
-        addressed.pending_writes
-    );
+    assert_no_pending_write_mentions(store.as_ref(), &scope, &h, "late").await;
     let forks: Vec<_> = store
         .list(&scope)
         .await
@@ -2281,18 +2311,28 @@ async fn resume_with_an_update_on_an_older_checkpoint(store: Arc<dyn antler_grap
         .expect("each step of the scenario succeeds")
         .expect("each step of the scenario succeeds");
     assert_eq!(got.values.get(&MESSAGES), Some(&live));
-    let addressed = store
-        .get_tuple(&cfg.scope(), Some(&p))
+    assert_no_pending_write_mentions(store.as_ref(), &cfg.scope(), &p, "late").await;
+}
+
+/// Asserts that no pending write of checkpoint `id` mentions `text`.
+async fn assert_no_pending_write_mentions(
+    store: &dyn antler_graph::Checkpointer,
+    scope: &antler_graph::Scope,
+    id: &antler_graph::CheckpointId,
+    text: &str,
+) {
+    let tuple = store
+        .get_tuple(scope, Some(id))
         .await
-        .expect("each step of the scenario succeeds")
-        .expect("each step of the scenario succeeds");
+        .expect("the checkpoint reads")
+        .expect("the checkpoint exists");
     assert!(
-        addressed
+        tuple
             .pending_writes
             .iter()
-            .all(|w| !w.value.to_string().contains("late")),
+            .all(|w| !w.value.to_string().contains(text)),
         "{:?}",
-        addressed.pending_writes
+        tuple.pending_writes
     );
 }
 
