@@ -392,7 +392,9 @@ impl DeltaMessages {
                 .into_iter()
                 .find(|w| matches!(w, DeltaWrite::Overwrite(_)))
             {
-                self.value = Some(list);
+                // Through set_value: the id index and the cached encoding describe the old
+                // list, and keeping them would let the snapshot store the old bodies.
+                self.set_value(list, None);
             }
             self.forced = true;
             self.written = true;

@@ -1931,6 +1931,13 @@ impl<B: Backend> Engine<B> {
                 None => Ok(out),
             };
         };
+        // The walk is a read (R35 a): a full-mode store does not hand out the history of a
+        // delta checkpoint to build state from, as `get_tuple` does not return it.
+        if self.config.mode == ChannelMode::Full {
+            let metadata = codec::decode_metadata(&target.metadata)
+                .map_err(|e| codec_error(thread, target.id, "checkpoint metadata", e))?;
+            self.gate(thread, target.id, &metadata)?;
+        }
         let walk = self
             .walk(
                 thread,
@@ -2061,6 +2068,25 @@ impl<B: Backend> Engine<B> {
             let mut by_cp: HashMap<CheckpointId, Vec<WriteRow>> = HashMap::new();
             for w in self.backend.writes(thread, ns, &ids).await? {
                 by_cp.entry(w.checkpoint_id).or_default().push(w);
+            }
+            if strict {
+                // The rows, values and writes were read in separate statements: a delete that
+                // committed in between removed some of them. A checkpoint's writes go with its
+                // row (one transaction) and its values after it, so the rows still existing now
+                // were read whole; a walk through one that is gone fails as a missing parent
+                // instead of replaying less.
+                let alive = self.backend.existing(thread, ns, &ids).await?;
+                let mut from = child;
+                for id in &ids {
+                    if !alive.contains(id) {
+                        return Err(Error::MissingParent {
+                            thread_id: thread.clone(),
+                            checkpoint_id: from,
+                            parent_id: *id,
+                        });
+                    }
+                    from = *id;
+                }
             }
             for d in &decoded {
                 walk.visited.push(d.row.id);

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 
 use crate::engine::{
     Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan, ScanOrder,
-    StorageStats, WriteRow, impl_saver, list_order, unreferenced,
+    StorageStats, TupleRows, WriteRow, impl_saver, list_order, record_keys, runs_of_rows,
+    unreferenced,
 };
 use crate::error::Result;
 use crate::ids::{
@@ -118,6 +119,72 @@ fn row(k: &CpKey, v: &CpValue) -> CheckpointRow {
     }
 }
 
+fn checkpoint_row(
+    t: &Tables,
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+    id: Option<CheckpointId>,
+) -> Option<CheckpointRow> {
+    match id {
+        Some(id) => {
+            let k = (thread.clone(), ns.clone(), id);
+            t.checkpoints.get(&k).map(|v| row(&k, v))
+        }
+        None => t
+            .checkpoints
+            .range(
+                (thread.clone(), ns.clone(), CheckpointId::from_u128(0))
+                    ..=(
+                        thread.clone(),
+                        ns.clone(),
+                        CheckpointId::from_u128(u128::MAX),
+                    ),
+            )
+            .next_back()
+            .map(|(k, v)| row(k, v)),
+    }
+}
+
+fn write_rows(
+    t: &Tables,
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+    ids: &[CheckpointId],
+) -> Vec<WriteRow> {
+    let mut out = Vec::new();
+    for id in ids {
+        let lo = (thread.clone(), ns.clone(), *id, TaskId::new(""), i64::MIN);
+        for (k, v) in t.writes.range(lo..) {
+            if k.0 != *thread || k.1 != *ns || k.2 != *id {
+                break;
+            }
+            out.push(WriteRow {
+                checkpoint_id: *id,
+                task_id: k.3.clone(),
+                idx: k.4,
+                channel: v.0.clone(),
+                task_path: v.1.clone(),
+                value: v.2.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn body_rows(t: &Tables, thread: &ThreadId, runs: &[(u64, u64)]) -> Vec<BodyRow> {
+    let mut out = Vec::new();
+    for &(start, len) in runs {
+        let end = start.saturating_add(len);
+        for ((_, seq), body) in t
+            .messages
+            .range((thread.clone(), start)..(thread.clone(), end))
+        {
+            out.push(BodyRow::check(*seq, body));
+        }
+    }
+    out
+}
+
 #[async_trait]
 impl Backend for MemoryBackend {
     async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>> {
@@ -143,25 +210,7 @@ impl Backend for MemoryBackend {
         ns: &CheckpointNs,
         id: Option<CheckpointId>,
     ) -> Result<Option<CheckpointRow>> {
-        let t = self.lock();
-        Ok(match id {
-            Some(id) => {
-                let k = (thread.clone(), ns.clone(), id);
-                t.checkpoints.get(&k).map(|v| row(&k, v))
-            }
-            None => t
-                .checkpoints
-                .range(
-                    (thread.clone(), ns.clone(), CheckpointId::from_u128(0))
-                        ..=(
-                            thread.clone(),
-                            ns.clone(),
-                            CheckpointId::from_u128(u128::MAX),
-                        ),
-                )
-                .next_back()
-                .map(|(k, v)| row(k, v)),
-        })
+        Ok(checkpoint_row(&self.lock(), thread, ns, id))
     }
 
     async fn checkpoints(&self, scan: RowScan<'_>) -> Result<Vec<CheckpointRow>> {
@@ -255,25 +304,7 @@ impl Backend for MemoryBackend {
         ns: &CheckpointNs,
         ids: &[CheckpointId],
     ) -> Result<Vec<WriteRow>> {
-        let t = self.lock();
-        let mut out = Vec::new();
-        for id in ids {
-            let lo = (thread.clone(), ns.clone(), *id, TaskId::new(""), i64::MIN);
-            for (k, v) in t.writes.range(lo..) {
-                if k.0 != *thread || k.1 != *ns || k.2 != *id {
-                    break;
-                }
-                out.push(WriteRow {
-                    checkpoint_id: *id,
-                    task_id: k.3.clone(),
-                    idx: k.4,
-                    channel: v.0.clone(),
-                    task_path: v.1.clone(),
-                    value: v.2.clone(),
-                });
-            }
-        }
-        Ok(out)
+        Ok(write_rows(&self.lock(), thread, ns, ids))
     }
 
     async fn existing(
@@ -294,18 +325,39 @@ impl Backend for MemoryBackend {
     }
 
     async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
+        Ok(body_rows(&self.lock(), thread, runs))
+    }
+
+    /// The five reads of the default under one lock: a delete on another thread of the
+    /// runtime cannot remove the values or bodies of a checkpoint between them (SQLite reads
+    /// them in one transaction, PostgreSQL re-checks the row).
+    async fn tuple_rows(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        with_values: bool,
+    ) -> Result<Option<TupleRows>> {
         let t = self.lock();
-        let mut out = Vec::new();
-        for &(start, len) in runs {
-            let end = start.saturating_add(len);
-            for ((_, seq), body) in t
-                .messages
-                .range((thread.clone(), start)..(thread.clone(), end))
-            {
-                out.push(BodyRow::check(*seq, body));
-            }
-        }
-        Ok(out)
+        let epoch = t.epochs.get(thread).copied().unwrap_or(0);
+        let Some(row) = checkpoint_row(&t, thread, ns, id) else {
+            return Ok(None);
+        };
+        let blobs = if with_values {
+            blob_rows(&t, thread, ns, &record_keys(&row))
+        } else {
+            Vec::new()
+        };
+        let writes = write_rows(&t, thread, ns, &[row.id]);
+        let runs = runs_of_rows(&blobs, &writes);
+        let bodies = body_rows(&t, thread, &runs);
+        Ok(Some(TupleRows {
+            row,
+            blobs,
+            writes,
+            bodies,
+            epoch,
+        }))
     }
 
     async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {

@@ -1189,8 +1189,7 @@ impl Backend for PgBackend {
         // The epoch rows first, in thread order (so two copies in opposite directions cannot
         // deadlock): the target's bumped, as in `delete_thread`, so the collision check below
         // sees every body a write of the target committed; the source's locked unchanged, so
-        // a `delete_thread` of the source waits, and the statements below, each reading the
-        // latest committed rows, copy one state of it (its checkpoints with their marks).
+        // a `delete_thread` of the source waits, and the copy below reads one state of it.
         let mut threads = [(source, false), (target, true)];
         threads.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
         for (thread, bump) in threads {
@@ -1239,38 +1238,56 @@ impl Backend for PgBackend {
         if clashes {
             return Err(crate::engine::blob_collision(source, target));
         }
-        for sql in [
-            "INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
-             ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
-            // The collision check above reads one snapshot; a put to the target committing after
-            // it is met here, as in `put`: other bytes divide by zero (mapped below).
-            "INSERT INTO {s}.blobs AS x SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
-             ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
-             SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END",
-            "INSERT INTO {s}.writes SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
-             ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value",
-            "INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
-             ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body",
-            // The target's marks rise to the source's; an unknown mark (NULL) on either side
-            // stays unknown, and so does a source namespace with checkpoints but no mark.
-            "INSERT INTO {s}.version_marks SELECT $2, checkpoint_ns, version FROM {s}.version_marks WHERE thread_id = $1
-             ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version =
-               CASE WHEN {s}.version_marks.version IS NULL OR EXCLUDED.version IS NULL THEN NULL
-                    ELSE GREATEST({s}.version_marks.version, EXCLUDED.version) END",
-            "INSERT INTO {s}.version_marks SELECT DISTINCT $2, checkpoint_ns, NULL::bigint FROM {s}.checkpoints WHERE thread_id = $1
-               AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)
-             ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = NULL",
-        ] {
-            tx.execute(&self.sql(sql), &[&source.as_str(), &target.as_str()])
-                .await
-                .map_err(|e| {
-                    if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
-                        crate::engine::blob_collision(source, target)
-                    } else {
-                        deadlock_or(target, ctx.clone())(e)
-                    }
-                })?;
-        }
+        // Every copy in one statement: its parts read one snapshot of the source, so a prune
+        // or `delete_for_runs` of the source committing meanwhile (they take no epoch lock
+        // when no body goes) leaves the target with the source before it, never with copied
+        // checkpoints whose writes or values a later statement no longer found.
+        // The collision checks above read an earlier snapshot; a put to the target committing
+        // after them is met here, as in `put`: other bytes divide by zero (mapped below).
+        // The target's marks rise to the source's; an unknown mark (NULL) on either side stays
+        // unknown, and so does a source namespace with checkpoints but no mark.
+        tx.execute(
+            &self.sql(
+                "WITH cps AS (
+                   INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
+                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata
+                   RETURNING 1),
+                 vals AS (
+                   INSERT INTO {s}.blobs AS x SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
+                   ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
+                   SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END
+                   RETURNING 1),
+                 wr AS (
+                   INSERT INTO {s}.writes SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
+                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value
+                   RETURNING 1),
+                 msgs AS (
+                   INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
+                   ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body
+                   RETURNING 1),
+                 marks AS (
+                   INSERT INTO {s}.version_marks AS m
+                   SELECT $2, checkpoint_ns, version FROM {s}.version_marks WHERE thread_id = $1
+                   UNION ALL
+                   SELECT DISTINCT $2, checkpoint_ns, NULL::bigint FROM {s}.checkpoints WHERE thread_id = $1
+                     AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)
+                   ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version =
+                     CASE WHEN m.version IS NULL OR EXCLUDED.version IS NULL THEN NULL
+                          ELSE GREATEST(m.version, EXCLUDED.version) END
+                   RETURNING 1)
+                 SELECT (SELECT count(*) FROM cps), (SELECT count(*) FROM vals), (SELECT count(*) FROM wr),
+                        (SELECT count(*) FROM msgs), (SELECT count(*) FROM marks)",
+            ),
+            &[&source.as_str(), &target.as_str()],
+        )
+        .await
+        .map_err(|e| {
+            if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
+                crate::engine::blob_collision(source, target)
+            } else {
+                deadlock_or(target, ctx.clone())(e)
+            }
+        })?;
         tx.commit().await.map_err(deadlock_or(target, ctx))
     }
 
@@ -1852,6 +1869,256 @@ mod tests {
             return;
         };
         crate::engine::check_delete_against_a_stale_read(&saver.engine).await;
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// A copy reads one state of the source: a prune of the source that commits while the
+    /// copy is under way must not leave the target with checkpoints whose writes or values
+    /// the copy's later statements no longer found (runtime-spec §5.8: a copy brings every
+    /// checkpoint with its writes).
+    #[tokio::test]
+    async fn a_prune_committing_during_a_copy_leaves_the_copy_whole() {
+        use crate::blob::Blob;
+        use crate::model::{
+            ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, ListQuery,
+            PruneStrategy,
+        };
+        use crate::saver::Saver;
+        let Some(url) = database_url() else {
+            return;
+        };
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        let saver = PostgresSaver::connect(
+            PostgresOptions::new(url)
+                .with_schema(schema.clone())
+                .with_pool_size(8),
+            StoreConfig::full(),
+        )
+        .await
+        .expect("connect");
+        let (src, dst) = (ThreadId::new("src"), ThreadId::new("dst"));
+        let mut parent = None;
+        for i in 0..3u64 {
+            let mut cp = Checkpoint::empty();
+            let a = ChannelName::new("a");
+            cp.channel_versions
+                .insert(a.clone(), ChannelVersion::new(i + 1));
+            cp.channel_values
+                .insert(a, Blob::json(&serde_json::json!(i)).expect("blob"));
+            let versions: ChannelVersions = cp.channel_versions.clone();
+            let at = CheckpointConfig {
+                thread_id: src.clone(),
+                checkpoint_ns: CheckpointNs::root(),
+                checkpoint_id: parent,
+            };
+            let stored = saver
+                .put(&at, cp, CheckpointMetadata::default(), &versions)
+                .await
+                .expect("put");
+            saver
+                .put_writes(
+                    &stored,
+                    vec![(
+                        ChannelName::new("a"),
+                        Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob"),
+                    )],
+                    &TaskId::new("task"),
+                    &TaskPath::new("0"),
+                )
+                .await
+                .expect("put_writes");
+            parent = stored.checkpoint_id;
+        }
+        let before = saver
+            .list(&ListQuery::thread(src.as_str()))
+            .await
+            .expect("list");
+        assert_eq!(before.len(), 3);
+
+        // An uncommitted row on one of the target's value keys: the copy's statement that
+        // copies values waits on it, after the checkpoints were copied.
+        let b = &saver.engine.backend;
+        let blocker = b.client("test").await.expect("client");
+        blocker
+            .batch_execute(
+                &b.sql("BEGIN; INSERT INTO {s}.blobs VALUES ('dst', '', 'a', 1, '\\x00'::bytea)"),
+            )
+            .await
+            .expect("block");
+        let interfere = async {
+            let watcher = b.client("test").await.expect("client");
+            let pattern = format!("%INSERT INTO \"{schema}\".blobs%");
+            for _ in 0..500 {
+                let waiting: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                        &[&pattern],
+                    )
+                    .await
+                    .expect("poll")
+                    .get(0);
+                if waiting > 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                saver.prune(std::slice::from_ref(&src), PruneStrategy::KeepLatest),
+            )
+            .await
+            .expect("the prune does not wait for the copy")
+            .expect("prune");
+            blocker.batch_execute("ROLLBACK").await.expect("release");
+        };
+        let (copied, ()) = tokio::join!(saver.copy_thread(&src, &dst), interfere);
+        copied.expect("copy");
+
+        let after = saver
+            .list(&ListQuery::thread(src.as_str()))
+            .await
+            .expect("list");
+        assert_eq!(after.len(), 1, "the prune kept the head only");
+        let copy = saver
+            .list(&ListQuery::thread(dst.as_str()))
+            .await
+            .expect("list");
+        for t in &copy {
+            let original = before
+                .iter()
+                .find(|o| o.checkpoint.id == t.checkpoint.id)
+                .expect("a checkpoint of the source");
+            assert_eq!(
+                t.checkpoint.channel_values, original.checkpoint.channel_values,
+                "values of {}",
+                t.checkpoint.id
+            );
+            assert_eq!(
+                t.pending_writes, original.pending_writes,
+                "writes of {}",
+                t.checkpoint.id
+            );
+        }
+        assert!(
+            copy.len() == 3 || copy.len() == 1,
+            "the copy holds the source before or after the prune, not {} checkpoints",
+            copy.len()
+        );
+        drop(blocker);
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// The delta history walk reads rows, values and writes in separate statements: a delete
+    /// of a walked ancestor (with its writes, in one transaction) that commits between them
+    /// must fail the walk as a missing parent, not return the history without that
+    /// ancestor's writes.
+    #[tokio::test]
+    async fn a_walk_through_an_ancestor_deleted_mid_read_fails_closed() {
+        use crate::blob::Blob;
+        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(url) = database_url() else {
+            return;
+        };
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        let saver = PostgresSaver::connect(
+            PostgresOptions::new(url)
+                .with_schema(schema.clone())
+                .with_pool_size(8),
+            StoreConfig::full(),
+        )
+        .await
+        .expect("connect");
+        let t = ThreadId::new("t");
+        let a = ChannelName::new("a");
+        // c0 stores `a`; c1 and c2 move its version without storing a value (a relative
+        // history), each with a write to `a`; the walk from c3 replays c2, c1 and c0's writes.
+        let mut configs: Vec<CheckpointConfig> = Vec::new();
+        for i in 0..4u64 {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert(a.clone(), ChannelVersion::new(i + 1));
+            let mut new_versions = ChannelVersions::new();
+            if i == 0 {
+                cp.channel_values
+                    .insert(a.clone(), Blob::json(&serde_json::json!([])).expect("blob"));
+                new_versions = cp.channel_versions.clone();
+            }
+            let at = CheckpointConfig {
+                thread_id: t.clone(),
+                checkpoint_ns: CheckpointNs::root(),
+                checkpoint_id: configs.last().and_then(|c| c.checkpoint_id),
+            };
+            let stored = saver
+                .put(&at, cp, CheckpointMetadata::default(), &new_versions)
+                .await
+                .expect("put");
+            saver
+                .put_writes(
+                    &stored,
+                    vec![(
+                        a.clone(),
+                        Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob"),
+                    )],
+                    &TaskId::new("task"),
+                    &TaskPath::new("0"),
+                )
+                .await
+                .expect("put_writes");
+            configs.push(stored);
+        }
+        let whole = saver
+            .delta_channel_history(&configs[3], std::slice::from_ref(&a))
+            .await
+            .expect("walk");
+        assert_eq!(whole[&a].writes.len(), 3, "{whole:?}");
+
+        // The walk's read of the writes waits behind a transaction that deletes c1 with its
+        // writes and commits.
+        let b = &saver.engine.backend;
+        let blocker = b.client("test").await.expect("client");
+        blocker
+            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.writes IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .expect("lock");
+        let c1 = configs[1].checkpoint_id.expect("id").to_bytes().to_vec();
+        let interfere = async {
+            let watcher = b.client("test").await.expect("client");
+            let pattern = format!("%FROM \"{schema}\".writes%");
+            for _ in 0..500 {
+                let waiting: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                        &[&pattern],
+                    )
+                    .await
+                    .expect("poll")
+                    .get(0);
+                if waiting > 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            for table in ["writes", "checkpoints"] {
+                blocker
+                    .execute(
+                        &b.sql(&format!(
+                            "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
+                        )),
+                        &[&c1],
+                    )
+                    .await
+                    .expect("delete");
+            }
+            blocker.batch_execute("COMMIT").await.expect("commit");
+        };
+        let (walked, ()) = tokio::join!(
+            saver.delta_channel_history(&configs[3], std::slice::from_ref(&a)),
+            interfere
+        );
+        let err = walked.expect_err("the walk lost c1's writes");
+        assert!(matches!(err, Error::MissingParent { .. }), "{err}");
+        drop(blocker);
         saver.drop_schema().await.expect("drop");
     }
 

@@ -105,6 +105,7 @@ macro_rules! conformance_suite {
             antler_ancestors_parent_cycle_is_error,
             antler_ancestors_damaged_metadata_is_error,
             antler_ancestors_are_mode_gated,
+            antler_delta_history_is_mode_gated,
             antler_ancestors_default_implementation_agrees,
             antler_copy_thread_refuses_other_bodies_under_the_same_numbers,
             antler_list_without_values_is_list_minus_values_and_writes,
@@ -2787,6 +2788,32 @@ pub async fn antler_ancestors_are_mode_gated(saver: &dyn Saver) {
                     ]
                 );
             }
+        }
+    }
+}
+
+/// The delta history walk is a read like any other (kernel-spec R34–R35): a full-mode store
+/// refuses to walk from a delta checkpoint with the error `get_tuple` gives, rather than hand
+/// its caller a seed and writes to build state from; a delta-mode store walks it.
+pub async fn antler_delta_history_is_mode_gated(saver: &dyn Saver) {
+    let cs = valued_thread(saver, "t").await;
+    let delta = CheckpointMetadata {
+        channel_mode: Some(crate::mode::ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    };
+    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    let channels = [ChannelName::new("messages")];
+    for at in [&cs[1], &cfg("t", "", None)] {
+        if saver.store_config().mode == crate::mode::ChannelMode::Full {
+            let single = saver.get_tuple(at).await.unwrap_err();
+            let err = saver
+                .delta_channel_history(at, &channels)
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+            assert_eq!(err.to_string(), single.to_string());
+        } else {
+            saver.delta_channel_history(at, &channels).await.unwrap();
         }
     }
 }

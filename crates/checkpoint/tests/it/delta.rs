@@ -96,6 +96,48 @@ fn overwrite_replaces_drops_the_step_and_forces_a_snapshot() {
     assert!(!ch.update(vec![]).unwrap(), "an empty batch is no change");
 }
 
+/// An Overwrite of the same length must not leave the append caches of the old list behind:
+/// the snapshot would store the old bodies, and a later write of an overwritten-away id
+/// would be taken for a new message.
+#[test]
+fn overwrite_replaces_the_cached_encoding_and_id_index() {
+    let mut ch = DeltaMessages::new(f(100));
+    ch.update(vec![vec![msg("a"), msg("b")].into()]).unwrap();
+    let edited = Message::human("edited a").with_id("a");
+    ch.update(vec![DeltaWrite::Overwrite(vec![edited.clone(), msg("b")])])
+        .unwrap();
+    assert_eq!(ch.on_checkpoint(true), SnapshotDecision::Forced);
+    let decoded = antler_checkpoint::delta::decode_messages_value(
+        &ch.snapshot_blob().unwrap(),
+        &"t".into(),
+        antler_checkpoint::CheckpointId::generate(),
+    )
+    .unwrap();
+    assert_eq!(
+        decoded,
+        vec![edited, msg("b")],
+        "the snapshot stores the overwritten list"
+    );
+
+    let mut ch = DeltaMessages::new(f(100));
+    ch.update(vec![vec![msg("a"), msg("b")].into()]).unwrap();
+    ch.update(vec![DeltaWrite::Overwrite(vec![msg("x")])])
+        .unwrap();
+    let x2 = Message::human("second x").with_id("x");
+    ch.update(vec![vec![x2.clone()].into()]).unwrap();
+    assert_eq!(
+        ch.value(),
+        &[x2],
+        "a known id is replaced in place, not appended"
+    );
+    ch.update(vec![vec![msg("a")].into()]).unwrap();
+    assert_eq!(
+        ch.value().len(),
+        2,
+        "an id the Overwrite dropped is new again"
+    );
+}
+
 /// The append fast path must agree with the batch reducer on every kind of write.
 #[test]
 fn fast_path_agrees_with_the_batch_reducer() {
