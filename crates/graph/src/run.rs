@@ -1378,6 +1378,7 @@ async fn run_inner(
         ckpt_id = Some(id);
         step += 1;
         pending.clear();
+        shared.clear_null_value();
     } else if !resuming {
         return Err(Error::EmptyInput {
             thread: thread.to_string(),
@@ -1511,6 +1512,7 @@ async fn run_inner(
         }
         step += 1;
         pending.clear();
+        shared.clear_null_value();
         let ran: Vec<&Task> = tasks.iter().collect();
         if should_interrupt(g, &live, &g.interrupt_after, &ran) {
             return Ok(finish(g, live, ckpt_id, dirty, Vec::new(), true));

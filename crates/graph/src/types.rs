@@ -217,6 +217,18 @@ pub(crate) struct SharedResume {
     pub(crate) map: HashMap<InterruptId, Json>,
 }
 
+impl SharedResume {
+    /// Drops the NULL task's resume value with the loaded checkpoint's other pending writes
+    /// (runtime-spec §2.3): it answers an interrupt of the step the run resumes, never one a
+    /// later step raises.
+    pub(crate) fn clear_null_value(&self) {
+        *self
+            .null_value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
+
 /// What a task knows about the run it belongs to (subgraph nodes run in the same thread and store).
 pub(crate) struct RunInfo {
     pub(crate) cp: Option<Arc<dyn crate::checkpointer::Checkpointer>>,

@@ -554,6 +554,45 @@ async fn recursion_limit_error_after_limit_steps() {
     );
 }
 
+/// A resume value serves the step the run resumes (runtime-spec §2.3: pending writes, the
+/// NULL task's resume value among them, are cleared after the first step): resuming past a
+/// static breakpoint with a value must not answer an `interrupt` a later step raises.
+#[tokio::test]
+async fn a_resume_value_does_not_answer_a_later_steps_interrupt() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_node("b", |_s: State, ctx: Context| async move {
+        let answer = ctx.interrupt(json!("b?"))?;
+        Ok(Update::new().set(&LOG, log(&[&format!("b got {answer}")])))
+    });
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    g.interrupt_before(["a"]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert!(out.interrupts.is_empty(), "a static breakpoint");
+    let out = graph
+        .invoke(Command::resume(json!("early")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a"]));
+    assert_eq!(out.interrupts.len(), 1, "b asks: the value was for the first step");
+    assert_eq!(out.interrupts[0].value, json!("b?"));
+    let out = graph
+        .invoke(Command::resume(json!("late")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "a", "b got \"late\""])
+    );
+}
+
 /// Static breakpoints fire once per new versions.
 #[tokio::test]
 async fn static_interrupt_before_and_after() {
