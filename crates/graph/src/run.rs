@@ -1222,6 +1222,10 @@ async fn run_inner(
     }
     let resuming = live.has_versions() && matches!(input, Input::Continue | Input::Command(_));
     let mut shared = SharedResume::default();
+    // The command's writes to store on the loaded checkpoint, stored only once they applied:
+    // stored first, a write the channels refuse (two values for a last-value channel, a
+    // removal of an unknown message) would fail every later read and run of the thread.
+    let mut input_to_store: Option<(CheckpointId, Vec<(String, Json)>)> = None;
 
     if let Input::Command(cmd) = &input {
         let mut null_writes = Vec::new();
@@ -1277,9 +1281,7 @@ async fn run_inner(
                 .map(|w| (w.channel.clone(), w.value.clone()))
                 .collect();
             all.extend(stored);
-            persist
-                .put_writes(id, &TaskId::new(NULL_TASK_ID), "", all)
-                .await?;
+            input_to_store = Some((id.clone(), all));
         }
         for (channel, value) in null_writes {
             // Upsert semantics for the NULL task's resume value.
@@ -1321,6 +1323,11 @@ async fn run_inner(
         )?;
         live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
         dirty = true;
+    }
+    if let Some((id, writes)) = input_to_store {
+        persist
+            .put_writes(&id, &TaskId::new(NULL_TASK_ID), "", writes)
+            .await?;
     }
     let shared = Arc::new(shared);
 

@@ -581,7 +581,11 @@ async fn a_resume_value_does_not_answer_a_later_steps_interrupt() {
         .await
         .unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a"]));
-    assert_eq!(out.interrupts.len(), 1, "b asks: the value was for the first step");
+    assert_eq!(
+        out.interrupts.len(),
+        1,
+        "b asks: the value was for the first step"
+    );
     assert_eq!(out.interrupts[0].value, json!("b?"));
     let out = graph
         .invoke(Command::resume(json!("late")), &cfg)
@@ -590,6 +594,39 @@ async fn a_resume_value_does_not_answer_a_later_steps_interrupt() {
     assert_eq!(
         out.values.get(&LOG).unwrap(),
         &log(&["in", "a", "b got \"late\""])
+    );
+}
+
+/// A command whose update the channels refuse fails the run and stores nothing: the thread
+/// stays readable and runnable (stored first, the refused writes would be re-applied, and
+/// refused, by every later read and run of the head).
+#[tokio::test]
+async fn a_refused_command_update_is_not_stored() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let twice = Command::new().update(
+        Update::new()
+            .set(&LAST, "x".to_owned())
+            .set(&LAST, "y".to_owned()),
+    );
+    let err = graph.invoke(twice, &cfg).await.unwrap_err();
+    assert!(err.to_string().contains("last"), "{err}");
+    let state = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(state.values.get(&LOG).unwrap(), &log(&["in", "a"]));
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in2"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "a", "in2", "a"])
     );
 }
 
