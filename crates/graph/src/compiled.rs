@@ -365,6 +365,8 @@ impl Graph {
         })
     }
 
+    /// The stored form of an input held by `__start__`: writes to untracked channels are left
+    /// out, as they are from stored task writes and `Send` packets (runtime-spec §3).
     pub(crate) fn update_to_json(&self, u: &Update) -> Result<Json> {
         let mut out = Vec::with_capacity(u.writes.len());
         for w in &u.writes {
@@ -374,6 +376,9 @@ impl Graph {
                 .ok_or_else(|| Error::UnknownChannel {
                     channel: w.channel.to_string(),
                 })?;
+            if spec.is_untracked() {
+                continue;
+            }
             out.push(serde_json::json!([
                 &*w.channel,
                 spec.write_to_json(&w.write)?

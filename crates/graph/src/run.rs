@@ -74,12 +74,12 @@ impl Live {
     }
 
     /// Empties the untracked channels and strips untracked values from queued `Send`
-    /// packets, as a restore from the store finds them.
+    /// packets and from an input `__start__` still holds, as a restore from the store finds them.
     fn forget_untracked(&mut self, g: &Graph) -> Result<()> {
         for i in 0..self.chans.len() {
             if g.is_untracked(i) {
                 self.chans[i] = g.channel(i, None)?;
-            } else if matches!(g.chans[i].kind, ChanKind::Tasks) {
+            } else if matches!(g.chans[i].kind, ChanKind::Tasks | ChanKind::Start) {
                 let stored = self.chans[i].checkpoint(&|v| g.value_to_json(i, v))?;
                 self.chans[i] = g.channel(i, stored)?;
             }

@@ -1484,6 +1484,44 @@ async fn untracked_input_is_applied_in_its_run_and_queued_packets_forget_it() {
     assert_eq!(out.values.get(&LOG), hot.values.get(&LOG));
 }
 
+/// Values input with an untracked value: the run's nodes see it, and the input checkpoint
+/// stores `__start__`'s value without it (runtime-spec §3: untracked values are never stored).
+#[tokio::test]
+async fn untracked_values_input_is_applied_but_not_stored_with_start() {
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let graph = scratch_graph(store.clone(), false);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(
+            Update::new()
+                .set(&LOG, log(&["in"]))
+                .set(&SCRATCH, "top secret".to_owned()),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    let text = format!("{:?}", out.values.get(&LOG));
+    assert!(text.contains("saw top secret"), "{text}");
+    let scope = cfg.scope();
+    let mut checked = 0;
+    for t in store.list(&scope).await.unwrap() {
+        let full = store
+            .get_tuple(&scope, Some(&t.checkpoint.id))
+            .await
+            .unwrap()
+            .unwrap();
+        // The node copied what it saw into `log` (a tracked channel, stored as written);
+        // the untracked input itself must not be stored with `__start__`.
+        if let Some(start) = full.checkpoint.values.get("__start__") {
+            assert!(!start.to_string().contains("top secret"), "{start}");
+            assert!(start.to_string().contains("log"), "{start}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 1, "the input checkpoint stores `__start__`");
+}
+
 /// A resume addressed to the thread's newest checkpoint is a run on the head: the input of an
 /// earlier command stored there is kept, and the new command's input joins it, as without the
 /// address (before, the stored input was dropped from the run, and the new input, stored after
