@@ -2049,7 +2049,9 @@ pub(crate) async fn update_state(
         live.floor = thread_max_version(cp, &cfg.scope()).await?;
     }
     if let Some(t) = &saved {
-        // update_state does not apply the head's pending step.
+        // update_state does not apply the head's pending step, not even its finished tasks'
+        // writes: the reference's traces show it (graph-programs g1-00000 and g1-00043, an
+        // update on the head after a fan-out where one task stopped on an interrupt).
         force_unreplayed(g, &mut live, &t.pending_writes);
     }
     if let Some(t) = &saved {
