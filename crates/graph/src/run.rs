@@ -1712,8 +1712,16 @@ async fn execute(
                                 let secs = p.initial_interval.as_secs_f64()
                                     * p.backoff_factor
                                         .powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
-                                let wait = std::time::Duration::from_secs_f64(
-                                    secs.min(p.max_interval.as_secs_f64()),
+                                // The policy is caller data: a negative factor gives a
+                                // negative wait (no wait), an unbounded interval one beyond
+                                // `Duration` (the bound itself); neither may panic the task.
+                                let secs = secs.min(p.max_interval.as_secs_f64());
+                                let wait = std::time::Duration::try_from_secs_f64(secs).unwrap_or(
+                                    if secs > 0.0 {
+                                        p.max_interval
+                                    } else {
+                                        std::time::Duration::ZERO
+                                    },
                                 );
                                 tokio::time::sleep(wait).await;
                                 attempt += 1;

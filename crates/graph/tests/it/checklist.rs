@@ -836,6 +836,44 @@ async fn retry_policy_reruns_failed_attempts() {
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["ok"]));
 }
 
+/// A retry policy whose waits cannot be durations (a negative factor, an unbounded interval)
+/// still retries: a negative wait is no wait, an overflowing one the policy's bound.
+#[tokio::test(start_paused = true)]
+async fn retry_waits_that_are_not_durations_do_not_panic() {
+    for (factor, max_interval) in [
+        (-3.0, std::time::Duration::from_secs(1)),
+        (f64::MAX, std::time::Duration::MAX),
+    ] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut g = graph();
+        let r = runs.clone();
+        g.add_node_with(
+            "flaky",
+            Arc::new(Fn2(move |_s: State| {
+                if r.fetch_add(1, Ordering::SeqCst) < 2 {
+                    return Err(NodeError::failed("transient"));
+                }
+                Ok(Update::new().set(&LOG, log(&["ok"])).into())
+            })),
+            antler_graph::NodeOptions {
+                retry: Some(antler_graph::RetryPolicy {
+                    backoff_factor: factor,
+                    max_interval,
+                    ..antler_graph::RetryPolicy::default()
+                }),
+                ..Default::default()
+            },
+        );
+        g.add_edge("__start__", "flaky");
+        let out = memory(g)
+            .invoke(Update::new().set(&N, 1), &RunConfig::new("t"))
+            .await
+            .unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "factor {factor}");
+        assert_eq!(out.values.get(&LOG).unwrap(), &log(&["ok"]));
+    }
+}
+
 /// compile() rejects invalid graphs with typed errors.
 #[test]
 fn compile_errors_are_typed() {
