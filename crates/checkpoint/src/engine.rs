@@ -760,6 +760,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Overwrites one payload column of every row of a thread (the conformance suite's damage).
     #[cfg(feature = "test-util")]
     async fn tamper(&self, thread: &ThreadId, column: Column, bytes: Vec<u8>) -> Result<()>;
+    /// Removes everything the backend stored (the conformance suite's clean-up after a case);
+    /// the default does nothing.
+    #[cfg(feature = "test-util")]
+    async fn discard(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A payload column the conformance suite may overwrite.
@@ -2913,6 +2919,10 @@ macro_rules! impl_saver {
             ) -> $crate::Result<bool> {
                 self.engine.tamper(thread_id, tamper).await?;
                 Ok(true)
+            }
+            #[cfg(feature = "test-util")]
+            async fn discard_for_conformance(&self) -> $crate::Result<()> {
+                self.engine.backend.discard().await
             }
         }
     };

@@ -1430,6 +1430,11 @@ impl Backend for PgBackend {
     }
 
     #[cfg(feature = "test-util")]
+    async fn discard(&self) -> Result<()> {
+        self.drop_schema().await
+    }
+
+    #[cfg(feature = "test-util")]
     async fn tamper(
         &self,
         thread: &ThreadId,
@@ -1579,15 +1584,18 @@ impl PostgresSaver {
     /// # Errors
     /// [`Error::Backend`] on SQL failure.
     pub async fn drop_schema(self) -> Result<()> {
-        let b = &self.engine.backend;
-        let c = b.client("dropping schema").await?;
-        c.batch_execute(&b.sql("DROP SCHEMA IF EXISTS {s} CASCADE"))
-            .await
-            .map_err(pg_err("postgres: dropping schema"))
+        self.engine.backend.drop_schema().await
     }
 }
 
 impl PgBackend {
+    async fn drop_schema(&self) -> Result<()> {
+        let c = self.client("dropping schema").await?;
+        c.batch_execute(&self.sql("DROP SCHEMA IF EXISTS {s} CASCADE"))
+            .await
+            .map_err(pg_err("postgres: dropping schema"))
+    }
+
     /// `tuple_rows`, once: the checkpoint row and its writes in one statement, then its values
     /// (only if the row still exists), then the bodies they reference. `None`: the row was
     /// read, then deleted before its values were.

@@ -377,6 +377,15 @@ pub trait Saver: Send + Sync {
         let _ = (thread_id, tamper);
         Ok(false)
     }
+
+    /// Test hook of the conformance suite, not an API: removes what the saver stored, after
+    /// a case (the PostgreSQL saver drops its schema, so that passing runs leave nothing in
+    /// the test database). The default does nothing.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    async fn discard_for_conformance(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The greatest channel version in `tuples` (0 for none).

@@ -135,6 +135,10 @@ macro_rules! __conformance_cases {
                     let factory = $factory;
                     if let Some(saver) = factory().await {
                         $crate::testing::$case(&*saver).await;
+                        saver
+                            .discard_for_conformance()
+                            .await
+                            .expect("discarding the case's store");
                     }
                 });
             }
