@@ -300,8 +300,23 @@ fn parse_jump(s: &str) -> Option<JumpTo> {
     }
 }
 
-fn calls_tools(state: &State) -> bool {
-    !pending_tool_calls(state).is_empty()
+/// Where the loop goes after the model and its after-model hooks (R49, and the reference's
+/// model-to-tools edge): to the tools while the last AI message has calls no tool message
+/// answers; back to the model when it has calls and something (a hook) answered all of them,
+/// so the model sees the answers; to the end when it has none.
+fn after_model_route(state: &State, targets: &Targets) -> NodeId {
+    if !pending_tool_calls(state).is_empty() {
+        return targets.tools.clone();
+    }
+    let called = state
+        .get(&MESSAGES)
+        .and_then(|ms| ms.iter().rev().find(|m| m.kind == MessageType::Ai))
+        .is_some_and(|m| !m.tool_calls().is_empty());
+    if called {
+        targets.model.clone()
+    } else {
+        targets.end.clone()
+    }
 }
 
 /// The tool calls of the last AI message that no tool message after it answers (R49: the loop
@@ -344,10 +359,12 @@ fn add_route(g: &mut StateGraph, from: NodeId, next: Next, targets: &Targets, ju
         Next::Node(n) => possible.push(n.clone()),
         Next::ToolsOrEnd => {
             possible.push(targets.tools.clone());
+            possible.push(targets.model.clone());
             possible.push(targets.end.clone());
         }
     }
-    possible.dedup();
+    let mut seen = std::collections::HashSet::new();
+    possible.retain(|n| seen.insert(n.clone()));
     let targets = targets.clone();
     g.add_router(from, Some(possible), move |state: &State| {
         if let Some(jump) = state.get(&JUMP_TO).and_then(|j| parse_jump(j)) {
@@ -355,8 +372,7 @@ fn add_route(g: &mut StateGraph, from: NodeId, next: Next, targets: &Targets, ju
         }
         let to = match &next {
             Next::Node(n) => n.clone(),
-            Next::ToolsOrEnd if calls_tools(state) => targets.tools.clone(),
-            Next::ToolsOrEnd => targets.end.clone(),
+            Next::ToolsOrEnd => after_model_route(state, &targets),
         };
         vec![Goto::Node(to)]
     });

@@ -734,6 +734,59 @@ async fn r49_a_message_appended_after_the_model_answer_does_not_hide_its_tool_ca
     assert_eq!(ids, ["h", "ai-1", "r-2", "t-search", "ai-2", "r-5"]);
 }
 
+/// Answers every tool call of the model's answer itself (a policy that refuses them).
+struct Refuse;
+
+#[async_trait]
+impl Middleware for Refuse {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("Refuse")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            after_model: true,
+            ..NodeHooks::NONE
+        }
+    }
+    async fn after_model(&self, s: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        let Some(last) = s.get(&MESSAGES).and_then(|ms| ms.last()) else {
+            return Ok(None);
+        };
+        let refusals: Vec<Message> = last
+            .tool_calls()
+            .iter()
+            .filter_map(|c| c.id.clone())
+            .map(|id| Message::tool("refused", id.clone()).with_id(format!("no-{id}")))
+            .collect();
+        Ok(Some(Update::new().set(&MESSAGES, refusals).into()))
+    }
+}
+
+/// R49 with the reference's model-to-tools edge: when a hook answered every tool call of the
+/// model's answer, the model runs again and sees the answers (before, the run ended with the
+/// model never shown them).
+#[tokio::test(flavor = "current_thread")]
+async fn r49_tool_calls_all_answered_by_a_hook_go_back_to_the_model() {
+    let log: Log = Arc::default();
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![
+            ai_calling(&["search"]),
+            Message::ai("done").with_id("ai-2"),
+        ]),
+        log: log.clone(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Refuse));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .with_tools(vec![echo("search", &log)])
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let ids = ids_after_one_question(&graph).await;
+    assert_eq!(ids, ["h", "ai-1", "no-call-0", "ai-2"]);
+}
+
 /// Ends the run from `after_agent`, counting its calls.
 struct Finish {
     calls: Arc<AtomicUsize>,
