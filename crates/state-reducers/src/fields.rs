@@ -183,14 +183,26 @@ pub fn merge_goal(existing: Option<GoalState>, new: Option<GoalState>) -> Option
 }
 
 /// Deferred-tool promotions scoped by a catalog hash (R11).
+///
+/// Both keys keep missing (`None`) apart from `null` (`Some(None)`): a write of
+/// `{"catalog_hash": null}` is not the empty write `{}` that R11.1 ignores.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PromotedState {
-    /// Hash of the tool catalog the names refer to; missing in malformed values.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub catalog_hash: Option<String>,
-    /// Promoted tool names; missing in malformed values.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub names: Option<Vec<String>>,
+    /// Hash of the tool catalog the names refer to: missing in malformed values, `null`
+    /// when a write set it so.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub catalog_hash: Option<Option<String>>,
+    /// Promoted tool names: missing in malformed values, `null` when a write set it so.
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub names: Option<Option<Vec<String>>>,
     /// Unknown keys, preserved.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -200,12 +212,26 @@ impl PromotedState {
     /// Promotions of `names` under `catalog_hash`.
     pub fn new(catalog_hash: impl Into<String>, names: Vec<String>) -> Self {
         PromotedState {
-            catalog_hash: Some(catalog_hash.into()),
-            names: Some(names),
+            catalog_hash: Some(Some(catalog_hash.into())),
+            names: Some(Some(names)),
             extra: Map::new(),
         }
     }
 
+    /// The catalog hash, a missing key read as `null` (R11.2).
+    pub fn hash(&self) -> Option<&str> {
+        self.catalog_hash.as_ref().and_then(Option::as_deref)
+    }
+
+    /// The names, missing or `null` read as none.
+    pub fn name_list(&self) -> &[String] {
+        self.names
+            .as_ref()
+            .and_then(Option::as_deref)
+            .unwrap_or_default()
+    }
+
+    /// The empty write `{}` (no key at all).
     fn is_empty(&self) -> bool {
         self.catalog_hash.is_none() && self.names.is_none() && self.extra.is_empty()
     }
@@ -213,7 +239,7 @@ impl PromotedState {
 
 /// `merge_promoted` (R11): same catalog hash accumulates names, a different
 /// (or missing) hash replaces wholesale so stale names cannot leak across a
-/// catalog change; a null or empty write keeps the existing value.
+/// catalog change; a null or empty (`{}`) write keeps the existing value.
 pub fn merge_promoted(
     existing: Option<PromotedState>,
     new: Option<PromotedState>,
@@ -222,25 +248,24 @@ pub fn merge_promoted(
         Some(n) if !n.is_empty() => n,
         _ => return existing,
     };
-    let new_names = new.names.unwrap_or_default();
-    match existing {
-        Some(existing) if existing.catalog_hash == new.catalog_hash => Some(PromotedState {
-            catalog_hash: new.catalog_hash,
-            names: Some(dedup_first(
-                existing
-                    .names
-                    .unwrap_or_default()
-                    .into_iter()
-                    .chain(new_names),
-            )),
-            extra: Map::new(),
-        }),
-        _ => Some(PromotedState {
-            catalog_hash: new.catalog_hash,
-            names: Some(dedup_first(new_names)),
-            extra: Map::new(),
-        }),
-    }
+    let new_hash = new.hash().map(str::to_owned);
+    let new_names = new.names.flatten().unwrap_or_default();
+    let names = match existing {
+        Some(existing) if existing.hash() == new_hash.as_deref() => dedup_first(
+            existing
+                .names
+                .flatten()
+                .unwrap_or_default()
+                .into_iter()
+                .chain(new_names),
+        ),
+        _ => dedup_first(new_names),
+    };
+    Some(PromotedState {
+        catalog_hash: Some(new_hash),
+        names: Some(Some(names)),
+        extra: Map::new(),
+    })
 }
 
 /// The subagent statuses that end a delegation (`SUBAGENT_STATUS_VALUES`).

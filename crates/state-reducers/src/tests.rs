@@ -241,6 +241,19 @@ fn r11_promoted_scoped_by_catalog_hash() {
         merge_promoted(Some(malformed), Some(p("h1", &["y"]))),
         Some(p("h1", &["y"]))
     );
+    // A write whose keys are null is not the empty write: its hash (null) differs, so it
+    // replaces wholesale and the stale names go (R11.1 ignores only null and `{}`).
+    for write in [
+        json!({"catalog_hash": null}),
+        json!({"catalog_hash": null, "names": null}),
+    ] {
+        let write: PromotedState = serde_json::from_value(write).unwrap();
+        let merged = merge_promoted(Some(p("h1", &["a"])), Some(write)).unwrap();
+        assert_eq!(
+            serde_json::to_value(&merged).unwrap(),
+            json!({"catalog_hash": null, "names": []})
+        );
+    }
 }
 
 // ---- R12–R14 delegations -------------------------------------------------
