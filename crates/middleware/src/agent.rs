@@ -394,6 +394,14 @@ fn hook_node(m: Arc<dyn Middleware>, hook: NodeHook) -> Arc<dyn antler_graph::No
                 return Ok(update);
             };
             let mut update = out.update;
+            // A jump written as a plain channel write would skip the `can_jump_to` check (and
+            // collide with the clearing write of an inherited jump): refused.
+            if update.channels().any(|c| c == JUMP_TO.name()) {
+                return Err(NodeError::failed(Error::JumpWrittenDirectly {
+                    middleware: m.id().to_string(),
+                    hook: hook.as_str(),
+                }));
+            }
             if out.jump_to.is_none() {
                 clear_inherited_jump(&state, &mut update);
             }
@@ -479,9 +487,25 @@ impl ToolsNode {
                     }
                     let (u, gotos) = c.into_update_and_gotos();
                     out.extend(u);
-                    to_end |= gotos
-                        .iter()
-                        .any(|g| matches!(g, Goto::Node(n) if n.as_str() == END));
+                    // R49 lets a tool end the run; any other destination has no place in the
+                    // loop (the tools step always returns to the model), so it is refused
+                    // rather than dropped.
+                    for g in &gotos {
+                        match g {
+                            Goto::Node(n) if n.as_str() == END => to_end = true,
+                            Goto::Node(n) => {
+                                return Err(NodeError::failed(format!(
+                                    "a tool's command may only go to the end of the run, not to node '{}'",
+                                    n.as_str()
+                                )));
+                            }
+                            other => {
+                                return Err(NodeError::failed(format!(
+                                    "a tool's command may only go to the end of the run, not {other:?}"
+                                )));
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -125,6 +125,17 @@ pub enum Error {
         /// The target.
         target: &'static str,
     },
+    /// A hook wrote the `jump_to` channel in its update instead of returning
+    /// `HookUpdate::jump_to`, which is where jumps are checked against `can_jump_to`.
+    #[error(
+        "middleware {middleware} wrote `jump_to` in its {hook} update; return the jump in HookUpdate::jump_to"
+    )]
+    JumpWrittenDirectly {
+        /// The middleware.
+        middleware: String,
+        /// The hook.
+        hook: &'static str,
+    },
     /// A chat model call failed.
     #[error("model call failed: {0}")]
     Model(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -157,7 +168,8 @@ impl Error {
             Error::Model(_)
             | Error::Tool { .. }
             | Error::Hook { .. }
-            | Error::UndeclaredJump { .. } => ErrorKind::Runtime,
+            | Error::UndeclaredJump { .. }
+            | Error::JumpWrittenDirectly { .. } => ErrorKind::Runtime,
             _ => ErrorKind::Order,
         }
     }

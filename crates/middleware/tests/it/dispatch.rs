@@ -439,6 +439,110 @@ impl Middleware for EndOnAsk {
     }
 }
 
+/// Jumps by writing the `jump_to` channel itself.
+struct WritesJump;
+
+#[async_trait]
+impl Middleware for WritesJump {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("WritesJump")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            before_model: true,
+            ..NodeHooks::NONE
+        }
+    }
+    async fn before_model(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        Ok(Some(
+            Update::new()
+                .set(&antler_middleware::JUMP_TO, "end".to_owned())
+                .into(),
+        ))
+    }
+}
+
+/// A hook jumps through `HookUpdate::jump_to`, where the jump is checked against
+/// `can_jump_to`; writing the channel itself is refused with a typed error (before, the jump
+/// was taken unchecked).
+#[tokio::test(flavor = "current_thread")]
+async fn a_hook_that_writes_jump_to_itself_is_refused() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![Message::ai("ok").with_id("a")]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(WritesJump));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let err = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("wrote `jump_to`"), "{err}");
+}
+
+/// Answers every call with a command that goes to the model node.
+struct GotoModel;
+
+#[async_trait]
+impl Middleware for GotoModel {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("GotoModel")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::NONE
+    }
+    async fn wrap_tool_call(
+        &self,
+        req: ToolRequest,
+        _next: ToolNext<'_>,
+    ) -> Result<ToolOutcome, NodeError> {
+        let answer = Message::tool("elsewhere", req.call.id.clone().unwrap_or_default());
+        Ok(ToolOutcome::Command(
+            antler_graph::Command::new()
+                .update(Update::new().set(&MESSAGES, vec![answer]))
+                .goto("model"),
+        ))
+    }
+}
+
+/// A tool's command may end the run (R49) and nothing else: a goto to another node fails the
+/// tool step with an error naming it (before, the goto was dropped without a word).
+#[tokio::test(flavor = "current_thread")]
+async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["search"])]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(GotoModel));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .with_tools(vec![echo("search", &Arc::default())])
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let err = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("only go to the end of the run, not to node 'model'"),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn r49_a_tool_wrapper_may_short_circuit_and_end_the_run() {
     let model_log: Log = Arc::default();
