@@ -464,11 +464,26 @@ impl SaverCheckpointer {
                 last,
                 "the saver returned another record as the parent",
             )),
-            None => Err(Self::broken(
-                scope,
-                last,
-                "the parent of a relative record is missing",
-            )),
+            None => {
+                // Either `last` went with its parent (a prune by another process between the
+                // read of the record and this one: the record vanished, and a page of history
+                // leaves it out), or the store lost a record that an existing one needs.
+                let gone = self
+                    .saver
+                    .get_tuple_without_values(&last.config)
+                    .await
+                    .map_err(storage)?
+                    .is_none();
+                Err(Self::broken(
+                    scope,
+                    last,
+                    if gone {
+                        VANISHED
+                    } else {
+                        "the parent of a relative record is missing"
+                    },
+                ))
+            }
         }
     }
 
