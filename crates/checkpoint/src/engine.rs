@@ -2021,6 +2021,15 @@ impl<B: Backend> Engine<B> {
         let mut seen: HashSet<CheckpointId> = HashSet::from([target.id]);
         let mut child = target.id;
         let mut next = target.parent;
+        // The channels the record below the visited one (first the target) leaves to its
+        // parent: a relative record that does not list a channel carries its parent's version
+        // of it, so the parent's writes to it were not applied on this path (a sibling branch,
+        // an update or fork beside them, applied them) and are not replayed.
+        let mut carried_below: BTreeSet<ChannelName> = {
+            let record = codec::decode_record(&target.record, target.id)
+                .map_err(|e| codec_error(thread, target.id, "checkpoint record", e))?;
+            carried(&record, &remaining)
+        };
         let page = (2 * self.config.snapshot_frequency.get() as usize + 4).min(512);
         while !remaining.is_empty() {
             let Some(start) = next else { break };
@@ -2107,8 +2116,11 @@ impl<B: Backend> Engine<B> {
                     ))
                 });
                 for c in remaining.clone() {
-                    let chunk: Vec<WriteRow> =
-                        here.iter().filter(|w| w.channel == c).cloned().collect();
+                    let chunk: Vec<WriteRow> = if carried_below.contains(&c) {
+                        Vec::new()
+                    } else {
+                        here.iter().filter(|w| w.channel == c).cloned().collect()
+                    };
                     if let Some(list) = walk.writes.get_mut(&c) {
                         list.push(chunk);
                     }
@@ -2130,6 +2142,7 @@ impl<B: Backend> Engine<B> {
                         remaining.remove(&c);
                     }
                 }
+                carried_below = carried(&d.checkpoint, &remaining);
                 if remaining.is_empty() {
                     break;
                 }
@@ -2512,6 +2525,19 @@ struct Walk {
 
 /// Decodes a stored value blob (attributed to checkpoint `cp` in errors) and adds the body
 /// runs it references to `runs`.
+/// The channels of `channels` that a relative record carries unchanged from its parent (it
+/// does not list them); none for a full record, which lists every version it has.
+fn carried(record: &Checkpoint, channels: &BTreeSet<ChannelName>) -> BTreeSet<ChannelName> {
+    if record.v != crate::model::RELATIVE_RECORD_V {
+        return BTreeSet::new();
+    }
+    channels
+        .iter()
+        .filter(|c| !record.channel_versions.contains_key(*c))
+        .cloned()
+        .collect()
+}
+
 fn decode_blob_row(
     thread: &ThreadId,
     cp: CheckpointId,

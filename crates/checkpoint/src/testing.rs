@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             history_walk_to_root_no_seed, history_migration_plain_value_as_seed,
             history_seed_ancestor_own_writes_are_replayed,
             antler_put_writes_unknown_checkpoint_is_error, antler_history_missing_parent_is_error,
+            antler_history_skips_writes_a_relative_child_did_not_apply,
             antler_history_parent_cycle_is_error, antler_history_version_bump_without_value_keeps_older_seed,
             antler_history_null_value_is_a_seed, antler_history_unknown_checkpoint_is_error,
             antler_messages_blob_round_trips, antler_prune_keep_latest_keeps_delta_history,
@@ -147,7 +148,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 123;
+pub const CASE_COUNT: usize = 130;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -1780,6 +1781,60 @@ pub async fn antler_history_missing_parent_is_error(saver: &dyn Saver) {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert!(err.to_string().contains(&ghost.to_string()), "{err}");
+}
+
+/// A relative record that does not list a channel carries its parent's version of it, so its
+/// parent's writes to the channel were not applied on this path (a sibling branch applied
+/// them): the walk from below must not replay them. Here `s` stores `m` and has a write to it
+/// that only another branch applied; `u`, an update on `s` written as a relative record,
+/// carries `m` unchanged and has its own write, which `c` (moving `m`) applied.
+pub async fn antler_history_skips_writes_a_relative_child_did_not_apply(saver: &dyn Saver) {
+    let mut s_cp = checkpoint(&[("m", 1, json!(["s"]))]);
+    s_cp.v = 2;
+    let s = put_all(
+        saver,
+        cfg("t", "", None),
+        s_cp,
+        metadata(CheckpointSource::Loop, 0, None),
+    )
+    .await;
+    write(saver, &s, "sibling", "a", &[("m", json!(["sibling"]))]).await;
+    let mut u_cp = Checkpoint::empty();
+    u_cp.v = crate::model::RELATIVE_RECORD_V;
+    let u = saver
+        .put(
+            &s,
+            u_cp,
+            metadata(CheckpointSource::Update, 1, None),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    write(saver, &u, "task", "b", &[("m", json!(["u"]))]).await;
+    let mut c_cp = Checkpoint::empty();
+    c_cp.v = crate::model::RELATIVE_RECORD_V;
+    c_cp.channel_versions.insert("m".into(), 2.into());
+    let c = saver
+        .put(
+            &u,
+            c_cp,
+            metadata(CheckpointSource::Loop, 2, None),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    let history = saver
+        .delta_channel_history(&c, &["m".into()])
+        .await
+        .unwrap()
+        .remove(&ChannelName::new("m"))
+        .unwrap();
+    assert_eq!(history.seed.as_ref().map(json_of), Some(json!(["s"])));
+    assert_eq!(
+        write_values(&history.writes),
+        vec![("task".to_owned(), "m".to_owned(), json!(["u"]))],
+        "only the write the path applied"
+    );
 }
 
 /// Two checkpoints `a` and `b` of thread `t` whose parent pointers form a cycle (`a` → `b` →
