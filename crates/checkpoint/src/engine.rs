@@ -2084,25 +2084,8 @@ impl<B: Backend> Engine<B> {
             for w in self.backend.writes(thread, ns, &ids).await? {
                 by_cp.entry(w.checkpoint_id).or_default().push(w);
             }
-            if strict {
-                // The rows, values and writes were read in separate statements: a delete that
-                // committed in between removed some of them. A checkpoint's writes go with its
-                // row (one transaction) and its values after it, so the rows still existing now
-                // were read whole; a walk through one that is gone fails as a missing parent
-                // instead of replaying less.
-                let alive = self.backend.existing(thread, ns, &ids).await?;
-                let mut from = child;
-                for id in &ids {
-                    if !alive.contains(id) {
-                        return Err(Error::MissingParent {
-                            thread_id: thread.clone(),
-                            checkpoint_id: from,
-                            parent_id: *id,
-                        });
-                    }
-                    from = *id;
-                }
-            }
+            // Where this page's part of the walk starts, for the check below.
+            let (page_start, page_child) = (walk.visited.len(), child);
             for d in &decoded {
                 walk.visited.push(d.row.id);
                 child = d.row.id;
@@ -2145,6 +2128,27 @@ impl<B: Backend> Engine<B> {
                 carried_below = carried(&d.checkpoint, &remaining);
                 if remaining.is_empty() {
                     break;
+                }
+            }
+            if strict {
+                // The rows, values and writes were read in separate statements: a delete that
+                // committed in between removed some of them. A checkpoint's writes go with its
+                // row (one transaction) and its values after it, so the rows still existing now
+                // were read whole; a walk through one that is gone fails as a missing parent
+                // instead of replaying less. Only the rows the walk used count: a prune may
+                // delete the older ones the page read beyond the seed.
+                let used = &walk.visited[page_start..];
+                let alive = self.backend.existing(thread, ns, used).await?;
+                let mut from = page_child;
+                for id in used {
+                    if !alive.contains(id) {
+                        return Err(Error::MissingParent {
+                            thread_id: thread.clone(),
+                            checkpoint_id: from,
+                            parent_id: *id,
+                        });
+                    }
+                    from = *id;
                 }
             }
             if expected.is_some() && decoded.len() < page && !remaining.is_empty() {
@@ -2523,8 +2527,6 @@ struct Walk {
     visited: Vec<CheckpointId>,
 }
 
-/// Decodes a stored value blob (attributed to checkpoint `cp` in errors) and adds the body
-/// runs it references to `runs`.
 /// The channels of `channels` that a relative record carries unchanged from its parent (it
 /// does not list them); none for a full record, which lists every version it has.
 fn carried(record: &Checkpoint, channels: &BTreeSet<ChannelName>) -> BTreeSet<ChannelName> {
@@ -2538,6 +2540,8 @@ fn carried(record: &Checkpoint, channels: &BTreeSet<ChannelName>) -> BTreeSet<Ch
         .collect()
 }
 
+/// Decodes a stored value blob (attributed to checkpoint `cp` in errors) and adds the body
+/// runs it references to `runs`.
 fn decode_blob_row(
     thread: &ThreadId,
     cp: CheckpointId,

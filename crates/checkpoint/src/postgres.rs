@@ -1238,7 +1238,8 @@ impl Backend for PgBackend {
         if clashes {
             return Err(crate::engine::blob_collision(source, target));
         }
-        // Every copy in one statement: its parts read one snapshot of the source, so a prune
+        // Every copy in one statement (PostgreSQL runs each data-modifying `WITH` part to
+        // completion whether or not the query reads it): its parts read one snapshot of the source, so a prune
         // or `delete_for_runs` of the source committing meanwhile (they take no epoch lock
         // when no body goes) leaves the target with the source before it, never with copied
         // checkpoints whose writes or values a later statement no longer found.
@@ -1250,21 +1251,17 @@ impl Backend for PgBackend {
             &self.sql(
                 "WITH cps AS (
                    INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
-                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata
-                   RETURNING 1),
+                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata),
                  vals AS (
                    INSERT INTO {s}.blobs AS x SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
                    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
-                   SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END
-                   RETURNING 1),
+                   SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END),
                  wr AS (
                    INSERT INTO {s}.writes SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
-                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value
-                   RETURNING 1),
+                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
                  msgs AS (
                    INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
-                   ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body
-                   RETURNING 1),
+                   ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body),
                  marks AS (
                    INSERT INTO {s}.version_marks AS m
                    SELECT $2, checkpoint_ns, version FROM {s}.version_marks WHERE thread_id = $1
@@ -1273,10 +1270,8 @@ impl Backend for PgBackend {
                      AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)
                    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version =
                      CASE WHEN m.version IS NULL OR EXCLUDED.version IS NULL THEN NULL
-                          ELSE GREATEST(m.version, EXCLUDED.version) END
-                   RETURNING 1)
-                 SELECT (SELECT count(*) FROM cps), (SELECT count(*) FROM vals), (SELECT count(*) FROM wr),
-                        (SELECT count(*) FROM msgs), (SELECT count(*) FROM marks)",
+                          ELSE GREATEST(m.version, EXCLUDED.version) END)
+                 SELECT 1",
             ),
             &[&source.as_str(), &target.as_str()],
         )
@@ -2126,6 +2121,113 @@ mod tests {
         );
         let err = walked.expect_err("the walk lost c1's writes");
         assert!(matches!(err, Error::MissingParent { .. }), "{err}");
+        drop(blocker);
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// A delete of ancestors older than the walk's seed (what a prune may delete while the
+    /// thread is read) that commits in the middle of the walk does not fail it: only the
+    /// checkpoints the walk used must still exist.
+    #[tokio::test]
+    async fn a_walk_is_not_failed_by_a_delete_beyond_its_seed() {
+        use crate::blob::Blob;
+        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(url) = database_url() else {
+            return;
+        };
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        let saver = PostgresSaver::connect(
+            PostgresOptions::new(url)
+                .with_schema(schema.clone())
+                .with_pool_size(8),
+            StoreConfig::full(),
+        )
+        .await
+        .expect("connect");
+        let t = ThreadId::new("t");
+        let a = ChannelName::new("a");
+        // c0 and c1 store `a`; c2 and c3 move its version without a value: the walk from c3
+        // replays c2's write and seeds at c1, while its page also reads c0.
+        let mut configs: Vec<CheckpointConfig> = Vec::new();
+        for i in 0..4u64 {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert(a.clone(), ChannelVersion::new(i + 1));
+            let mut new_versions = ChannelVersions::new();
+            if i < 2 {
+                cp.channel_values.insert(
+                    a.clone(),
+                    Blob::json(&serde_json::json!([i])).expect("blob"),
+                );
+                new_versions = cp.channel_versions.clone();
+            }
+            let at = CheckpointConfig {
+                thread_id: t.clone(),
+                checkpoint_ns: CheckpointNs::root(),
+                checkpoint_id: configs.last().and_then(|c| c.checkpoint_id),
+            };
+            let stored = saver
+                .put(&at, cp, CheckpointMetadata::default(), &new_versions)
+                .await
+                .expect("put");
+            saver
+                .put_writes(
+                    &stored,
+                    vec![(
+                        a.clone(),
+                        Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob"),
+                    )],
+                    &TaskId::new("task"),
+                    &TaskPath::new("0"),
+                )
+                .await
+                .expect("put_writes");
+            configs.push(stored);
+        }
+        let b = &saver.engine.backend;
+        let blocker = b.client("test").await.expect("client");
+        blocker
+            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.writes IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .expect("lock");
+        let c0 = configs[0].checkpoint_id.expect("id").to_bytes().to_vec();
+        let interfere = async {
+            let watcher = b.client("test").await.expect("client");
+            let pattern = format!("%FROM \"{schema}\".writes%");
+            for _ in 0..500 {
+                let waiting: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                        &[&pattern],
+                    )
+                    .await
+                    .expect("poll")
+                    .get(0);
+                if waiting > 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            for table in ["writes", "checkpoints"] {
+                blocker
+                    .execute(
+                        &b.sql(&format!(
+                            "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
+                        )),
+                        &[&c0],
+                    )
+                    .await
+                    .expect("delete");
+            }
+            blocker.batch_execute("COMMIT").await.expect("commit");
+        };
+        let (walked, ()) = tokio::join!(
+            saver.delta_channel_history(&configs[3], std::slice::from_ref(&a)),
+            interfere
+        );
+        let history = walked.expect("the walk used nothing the delete removed");
+        assert_eq!(history[&a].writes.len(), 2, "{history:?}");
         drop(blocker);
         saver.drop_schema().await.expect("drop");
     }
