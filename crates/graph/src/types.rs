@@ -134,6 +134,14 @@ impl Command {
     pub fn gotos(&self) -> &[Goto] {
         &self.goto
     }
+    /// Whether the command resumes interrupts (a graph input's role).
+    pub fn has_resume(&self) -> bool {
+        self.resume.is_some()
+    }
+    /// Whether the command is addressed to the parent graph.
+    pub fn is_to_parent(&self) -> bool {
+        self.to_parent
+    }
     /// Splits a node's command into its writes and goto targets (for code that
     /// combines several sub-results into one task's command); resume and
     /// parent addressing only make sense on a graph input or a subgraph's own result.

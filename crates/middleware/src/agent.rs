@@ -485,6 +485,19 @@ impl ToolsNode {
                     if !messages.is_empty() {
                         out.push(&MESSAGES, std::mem::take(&mut messages));
                     }
+                    // What the tools step cannot carry out is refused, not dropped: a resume
+                    // or a parent address belongs to a graph input or a subgraph's result, and
+                    // a `jump_to` write would skip the tools node's declared jumps.
+                    if c.has_resume() || c.is_to_parent() {
+                        return Err(NodeError::failed(
+                            "a tool's command may not resume interrupts or address the parent graph",
+                        ));
+                    }
+                    if c.updates().channels().any(|ch| ch == JUMP_TO.name()) {
+                        return Err(NodeError::failed(
+                            "a tool's command wrote `jump_to`; a tool ends the run with a goto to the end",
+                        ));
+                    }
                     let (u, gotos) = c.into_update_and_gotos();
                     out.extend(u);
                     // R49 lets a tool end the run; any other destination has no place in the

@@ -488,8 +488,11 @@ async fn a_hook_that_writes_jump_to_itself_is_refused() {
     assert!(err.to_string().contains("wrote `jump_to`"), "{err}");
 }
 
-/// Answers every call with a command that goes to the model node.
-struct GotoModel;
+/// Answers every call with a command that goes to the model node (or, with `jump`, writes
+/// `jump_to` itself).
+struct GotoModel {
+    jump: bool,
+}
 
 #[async_trait]
 impl Middleware for GotoModel {
@@ -505,11 +508,13 @@ impl Middleware for GotoModel {
         _next: ToolNext<'_>,
     ) -> Result<ToolOutcome, NodeError> {
         let answer = Message::tool("elsewhere", req.call.id.clone().unwrap_or_default());
-        Ok(ToolOutcome::Command(
+        let update = Update::new().set(&MESSAGES, vec![answer]);
+        Ok(ToolOutcome::Command(if self.jump {
             antler_graph::Command::new()
-                .update(Update::new().set(&MESSAGES, vec![answer]))
-                .goto("model"),
-        ))
+                .update(update.set(&antler_middleware::JUMP_TO, "model".to_owned()))
+        } else {
+            antler_graph::Command::new().update(update).goto("model")
+        }))
     }
 }
 
@@ -517,30 +522,31 @@ impl Middleware for GotoModel {
 /// tool step with an error naming it (before, the goto was dropped without a word).
 #[tokio::test(flavor = "current_thread")]
 async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
-    let model = Arc::new(Scripted {
-        answers: Mutex::new(vec![ai_calling(&["search"])]),
-        log: Arc::default(),
-    });
-    let mut chain = ChainBuilder::new();
-    chain.push(Arc::new(GotoModel));
-    let graph = AgentGraph::new(chain.build().unwrap(), model)
-        .with_tools(vec![echo("search", &Arc::default())])
-        .build()
-        .unwrap()
-        .compile()
-        .unwrap();
-    let err = graph
-        .invoke(
-            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
-            &RunConfig::new("t"),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("only go to the end of the run, not to node 'model'"),
-        "{err}"
-    );
+    for (jump, expected) in [
+        (false, "only go to the end of the run, not to node 'model'"),
+        (true, "a tool's command wrote `jump_to`"),
+    ] {
+        let model = Arc::new(Scripted {
+            answers: Mutex::new(vec![ai_calling(&["search"])]),
+            log: Arc::default(),
+        });
+        let mut chain = ChainBuilder::new();
+        chain.push(Arc::new(GotoModel { jump }));
+        let graph = AgentGraph::new(chain.build().unwrap(), model)
+            .with_tools(vec![echo("search", &Arc::default())])
+            .build()
+            .unwrap()
+            .compile()
+            .unwrap();
+        let err = graph
+            .invoke(
+                Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+                &RunConfig::new("t"),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(expected), "{err}");
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]
