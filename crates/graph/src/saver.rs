@@ -438,6 +438,7 @@ impl SaverCheckpointer {
     async fn parent_record(
         &self,
         scope: &Scope,
+        head: &cp::CheckpointTuple,
         last: &cp::CheckpointTuple,
         ahead: &mut Ahead,
     ) -> Result<cp::CheckpointTuple> {
@@ -465,12 +466,12 @@ impl SaverCheckpointer {
                 "the saver returned another record as the parent",
             )),
             None => {
-                // Either `last` went with its parent (a prune by another process between the
-                // read of the record and this one: the record vanished, and a page of history
-                // leaves it out), or the store lost a record that an existing one needs.
+                // Either the record being read (`head`) went with its ancestors (a prune by
+                // another process between its read and this one: it vanished, and a page of
+                // history leaves it out), or the store lost a record that an existing one needs.
                 let gone = self
                     .saver
-                    .get_tuple_without_values(&last.config)
+                    .get_tuple_without_values(&head.config)
                     .await
                     .map_err(storage)?
                     .is_none();
@@ -521,7 +522,9 @@ impl SaverCheckpointer {
                     if path.len() > guard {
                         return Err(Self::broken(scope, last, "no full record within the bound"));
                     }
-                    let p = self.parent_record(scope, last, &mut ahead).await?;
+                    let p = self
+                        .parent_record(scope, &path[0], last, &mut ahead)
+                        .await?;
                     path.push(p);
                 }
                 let mut cur = base;
