@@ -2011,18 +2011,19 @@ mod tests {
         saver.drop_schema().await.expect("drop");
     }
 
-    /// The delta history walk reads rows, values and writes in separate statements: a delete
-    /// of a walked ancestor (with its writes, in one transaction) that commits between them
-    /// must fail the walk as a missing parent, not return the history without that
-    /// ancestor's writes.
-    #[tokio::test]
-    async fn a_walk_through_an_ancestor_deleted_mid_read_fails_closed() {
+    /// A thread of four checkpoints c0…c3 in a full-mode store, each moving channel `a` and
+    /// writing to it, the first `stored` of them also storing its value; then a walk of `a`
+    /// from c3 whose read of the writes waits behind a transaction that deletes `deleted`
+    /// (its row and writes, as a prune's delete does) and commits. The walk's result.
+    async fn walk_while_a_checkpoint_goes(
+        stored: u64,
+        deleted: usize,
+    ) -> Option<Result<std::collections::BTreeMap<ChannelName, crate::model::DeltaChannelHistory>>>
+    {
         use crate::blob::Blob;
         use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
         use crate::saver::Saver;
-        let Some(url) = database_url() else {
-            return;
-        };
+        let url = database_url()?;
         let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
         let saver = PostgresSaver::connect(
             PostgresOptions::new(url)
@@ -2032,130 +2033,14 @@ mod tests {
         )
         .await
         .expect("connect");
-        let t = ThreadId::new("t");
         let a = ChannelName::new("a");
-        // c0 stores `a`; c1 and c2 move its version without storing a value (a relative
-        // history), each with a write to `a`; the walk from c3 replays c2, c1 and c0's writes.
         let mut configs: Vec<CheckpointConfig> = Vec::new();
         for i in 0..4u64 {
             let mut cp = Checkpoint::empty();
             cp.channel_versions
                 .insert(a.clone(), ChannelVersion::new(i + 1));
             let mut new_versions = ChannelVersions::new();
-            if i == 0 {
-                cp.channel_values
-                    .insert(a.clone(), Blob::json(&serde_json::json!([])).expect("blob"));
-                new_versions = cp.channel_versions.clone();
-            }
-            let at = CheckpointConfig {
-                thread_id: t.clone(),
-                checkpoint_ns: CheckpointNs::root(),
-                checkpoint_id: configs.last().and_then(|c| c.checkpoint_id),
-            };
-            let stored = saver
-                .put(&at, cp, CheckpointMetadata::default(), &new_versions)
-                .await
-                .expect("put");
-            saver
-                .put_writes(
-                    &stored,
-                    vec![(
-                        a.clone(),
-                        Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob"),
-                    )],
-                    &TaskId::new("task"),
-                    &TaskPath::new("0"),
-                )
-                .await
-                .expect("put_writes");
-            configs.push(stored);
-        }
-        let whole = saver
-            .delta_channel_history(&configs[3], std::slice::from_ref(&a))
-            .await
-            .expect("walk");
-        assert_eq!(whole[&a].writes.len(), 3, "{whole:?}");
-
-        // The walk's read of the writes waits behind a transaction that deletes c1 with its
-        // writes and commits.
-        let b = &saver.engine.backend;
-        let blocker = b.client("test").await.expect("client");
-        blocker
-            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.writes IN ACCESS EXCLUSIVE MODE"))
-            .await
-            .expect("lock");
-        let c1 = configs[1].checkpoint_id.expect("id").to_bytes().to_vec();
-        let interfere = async {
-            let watcher = b.client("test").await.expect("client");
-            let pattern = format!("%FROM \"{schema}\".writes%");
-            for _ in 0..500 {
-                let waiting: i64 = watcher
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-                        &[&pattern],
-                    )
-                    .await
-                    .expect("poll")
-                    .get(0);
-                if waiting > 0 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            for table in ["writes", "checkpoints"] {
-                blocker
-                    .execute(
-                        &b.sql(&format!(
-                            "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
-                        )),
-                        &[&c1],
-                    )
-                    .await
-                    .expect("delete");
-            }
-            blocker.batch_execute("COMMIT").await.expect("commit");
-        };
-        let (walked, ()) = tokio::join!(
-            saver.delta_channel_history(&configs[3], std::slice::from_ref(&a)),
-            interfere
-        );
-        let err = walked.expect_err("the walk lost c1's writes");
-        assert!(matches!(err, Error::MissingParent { .. }), "{err}");
-        drop(blocker);
-        saver.drop_schema().await.expect("drop");
-    }
-
-    /// A delete of ancestors older than the walk's seed (what a prune may delete while the
-    /// thread is read) that commits in the middle of the walk does not fail it: only the
-    /// checkpoints the walk used must still exist.
-    #[tokio::test]
-    async fn a_walk_is_not_failed_by_a_delete_beyond_its_seed() {
-        use crate::blob::Blob;
-        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
-        use crate::saver::Saver;
-        let Some(url) = database_url() else {
-            return;
-        };
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let saver = PostgresSaver::connect(
-            PostgresOptions::new(url)
-                .with_schema(schema.clone())
-                .with_pool_size(8),
-            StoreConfig::full(),
-        )
-        .await
-        .expect("connect");
-        let t = ThreadId::new("t");
-        let a = ChannelName::new("a");
-        // c0 and c1 store `a`; c2 and c3 move its version without a value: the walk from c3
-        // replays c2's write and seeds at c1, while its page also reads c0.
-        let mut configs: Vec<CheckpointConfig> = Vec::new();
-        for i in 0..4u64 {
-            let mut cp = Checkpoint::empty();
-            cp.channel_versions
-                .insert(a.clone(), ChannelVersion::new(i + 1));
-            let mut new_versions = ChannelVersions::new();
-            if i < 2 {
+            if i < stored {
                 cp.channel_values.insert(
                     a.clone(),
                     Blob::json(&serde_json::json!([i])).expect("blob"),
@@ -2163,27 +2048,25 @@ mod tests {
                 new_versions = cp.channel_versions.clone();
             }
             let at = CheckpointConfig {
-                thread_id: t.clone(),
+                thread_id: ThreadId::new("t"),
                 checkpoint_ns: CheckpointNs::root(),
                 checkpoint_id: configs.last().and_then(|c| c.checkpoint_id),
             };
-            let stored = saver
+            let put = saver
                 .put(&at, cp, CheckpointMetadata::default(), &new_versions)
                 .await
                 .expect("put");
+            let write = Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob");
             saver
                 .put_writes(
-                    &stored,
-                    vec![(
-                        a.clone(),
-                        Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob"),
-                    )],
+                    &put,
+                    vec![(a.clone(), write)],
                     &TaskId::new("task"),
                     &TaskPath::new("0"),
                 )
                 .await
                 .expect("put_writes");
-            configs.push(stored);
+            configs.push(put);
         }
         let b = &saver.engine.backend;
         let blocker = b.client("test").await.expect("client");
@@ -2191,7 +2074,11 @@ mod tests {
             .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.writes IN ACCESS EXCLUSIVE MODE"))
             .await
             .expect("lock");
-        let c0 = configs[0].checkpoint_id.expect("id").to_bytes().to_vec();
+        let gone = configs[deleted]
+            .checkpoint_id
+            .expect("id")
+            .to_bytes()
+            .to_vec();
         let interfere = async {
             let watcher = b.client("test").await.expect("client");
             let pattern = format!("%FROM \"{schema}\".writes%");
@@ -2215,7 +2102,7 @@ mod tests {
                         &b.sql(&format!(
                             "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
                         )),
-                        &[&c0],
+                        &[&gone],
                     )
                     .await
                     .expect("delete");
@@ -2226,10 +2113,39 @@ mod tests {
             saver.delta_channel_history(&configs[3], std::slice::from_ref(&a)),
             interfere
         );
-        let history = walked.expect("the walk used nothing the delete removed");
-        assert_eq!(history[&a].writes.len(), 2, "{history:?}");
         drop(blocker);
         saver.drop_schema().await.expect("drop");
+        Some(walked)
+    }
+
+    /// The delta history walk reads rows, values and writes in separate statements: a delete
+    /// of a walked ancestor (with its writes, in one transaction) that commits between them
+    /// must fail the walk as a missing parent, not return the history without that
+    /// ancestor's writes. Here the walk from c3 seeds at c0 and needs c1.
+    #[tokio::test]
+    async fn a_walk_through_an_ancestor_deleted_mid_read_fails_closed() {
+        let Some(walked) = walk_while_a_checkpoint_goes(1, 1).await else {
+            return;
+        };
+        let err = walked.expect_err("the walk lost c1's writes");
+        assert!(matches!(err, Error::MissingParent { .. }), "{err}");
+    }
+
+    /// A delete of ancestors older than the walk's seed (what a prune may delete while the
+    /// thread is read) that commits in the middle of the walk does not fail it: only the
+    /// checkpoints the walk used must still exist. Here the walk from c3 seeds at c1, and
+    /// its page also read c0.
+    #[tokio::test]
+    async fn a_walk_is_not_failed_by_a_delete_beyond_its_seed() {
+        let Some(walked) = walk_while_a_checkpoint_goes(2, 0).await else {
+            return;
+        };
+        let history = walked.expect("the walk used nothing the delete removed");
+        assert_eq!(
+            history[&ChannelName::new("a")].writes.len(),
+            2,
+            "{history:?}"
+        );
     }
 
     /// The message index keeps the first sequence number of a repeated body, so the backend
