@@ -811,6 +811,35 @@ async fn durability_exit_stores_only_the_final_checkpoint() {
 /// Retry policy: a failing attempt is retried (paused clock, no real sleeping).
 #[tokio::test(start_paused = true)]
 async fn retry_policy_reruns_failed_attempts() {
+    let (out, runs) = run_flaky(antler_graph::RetryPolicy::default()).await;
+    assert_eq!(runs, 3, "two failures, then the run");
+    assert_eq!(out.unwrap().values.get(&LOG).unwrap(), &log(&["ok"]));
+}
+
+/// A retry policy whose waits cannot be durations (a negative factor, an unbounded interval)
+/// still retries: a negative wait is no wait, an overflowing one the policy's bound.
+#[tokio::test(start_paused = true)]
+async fn retry_waits_that_are_not_durations_do_not_panic() {
+    for (factor, max_interval) in [
+        (-3.0, std::time::Duration::from_secs(1)),
+        (f64::MAX, std::time::Duration::MAX),
+    ] {
+        let policy = antler_graph::RetryPolicy {
+            backoff_factor: factor,
+            max_interval,
+            ..antler_graph::RetryPolicy::default()
+        };
+        let (out, runs) = run_flaky(policy).await;
+        assert_eq!(runs, 3, "factor {factor}");
+        assert_eq!(out.unwrap().values.get(&LOG).unwrap(), &log(&["ok"]));
+    }
+}
+
+/// Runs a node that fails twice, then writes `ok`, under `policy`: the outcome and the
+/// node's runs.
+async fn run_flaky(
+    policy: antler_graph::RetryPolicy,
+) -> (antler_graph::Result<antler_graph::RunOutcome>, usize) {
     let runs = Arc::new(AtomicUsize::new(0));
     let mut g = graph();
     let r = runs.clone();
@@ -823,55 +852,15 @@ async fn retry_policy_reruns_failed_attempts() {
             Ok(Update::new().set(&LOG, log(&["ok"])).into())
         })),
         antler_graph::NodeOptions {
-            retry: Some(antler_graph::RetryPolicy::default()),
+            retry: Some(policy),
             ..Default::default()
         },
     );
     g.add_edge("__start__", "flaky");
     let out = memory(g)
         .invoke(Update::new().set(&N, 1), &RunConfig::new("t"))
-        .await
-        .unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 3);
-    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["ok"]));
-}
-
-/// A retry policy whose waits cannot be durations (a negative factor, an unbounded interval)
-/// still retries: a negative wait is no wait, an overflowing one the policy's bound.
-#[tokio::test(start_paused = true)]
-async fn retry_waits_that_are_not_durations_do_not_panic() {
-    for (factor, max_interval) in [
-        (-3.0, std::time::Duration::from_secs(1)),
-        (f64::MAX, std::time::Duration::MAX),
-    ] {
-        let runs = Arc::new(AtomicUsize::new(0));
-        let mut g = graph();
-        let r = runs.clone();
-        g.add_node_with(
-            "flaky",
-            Arc::new(Fn2(move |_s: State| {
-                if r.fetch_add(1, Ordering::SeqCst) < 2 {
-                    return Err(NodeError::failed("transient"));
-                }
-                Ok(Update::new().set(&LOG, log(&["ok"])).into())
-            })),
-            antler_graph::NodeOptions {
-                retry: Some(antler_graph::RetryPolicy {
-                    backoff_factor: factor,
-                    max_interval,
-                    ..antler_graph::RetryPolicy::default()
-                }),
-                ..Default::default()
-            },
-        );
-        g.add_edge("__start__", "flaky");
-        let out = memory(g)
-            .invoke(Update::new().set(&N, 1), &RunConfig::new("t"))
-            .await
-            .unwrap();
-        assert_eq!(runs.load(Ordering::SeqCst), 3, "factor {factor}");
-        assert_eq!(out.values.get(&LOG).unwrap(), &log(&["ok"]));
-    }
+        .await;
+    (out, runs.load(Ordering::SeqCst))
 }
 
 /// compile() rejects invalid graphs with typed errors.

@@ -824,6 +824,13 @@ impl Middleware for Remind {
 /// left the calls unanswered).
 #[tokio::test(flavor = "current_thread")]
 async fn r49_a_message_appended_after_the_model_answer_does_not_hide_its_tool_calls() {
+    let ids = ids_of_a_search_then_done(Arc::new(Remind)).await;
+    assert_eq!(ids, ["h", "ai-1", "r-2", "t-search", "ai-2", "r-5"]);
+}
+
+/// The message ids after one question to an agent with `middleware` and a `search` tool,
+/// whose model first calls `search`, then answers "done".
+async fn ids_of_a_search_then_done(middleware: Arc<dyn Middleware>) -> Vec<String> {
     let log: Log = Arc::default();
     let model = Arc::new(Scripted {
         answers: Mutex::new(vec![
@@ -833,15 +840,14 @@ async fn r49_a_message_appended_after_the_model_answer_does_not_hide_its_tool_ca
         log: log.clone(),
     });
     let mut chain = ChainBuilder::new();
-    chain.push(Arc::new(Remind));
+    chain.push(middleware);
     let graph = AgentGraph::new(chain.build().unwrap(), model)
         .with_tools(vec![echo("search", &log)])
         .build()
         .unwrap()
         .compile()
         .unwrap();
-    let ids = ids_after_one_question(&graph).await;
-    assert_eq!(ids, ["h", "ai-1", "r-2", "t-search", "ai-2", "r-5"]);
+    ids_after_one_question(&graph).await
 }
 
 /// Answers every tool call of the model's answer itself (a policy that refuses them).
@@ -877,23 +883,7 @@ impl Middleware for Refuse {
 /// model never shown them).
 #[tokio::test(flavor = "current_thread")]
 async fn r49_tool_calls_all_answered_by_a_hook_go_back_to_the_model() {
-    let log: Log = Arc::default();
-    let model = Arc::new(Scripted {
-        answers: Mutex::new(vec![
-            ai_calling(&["search"]),
-            Message::ai("done").with_id("ai-2"),
-        ]),
-        log: log.clone(),
-    });
-    let mut chain = ChainBuilder::new();
-    chain.push(Arc::new(Refuse));
-    let graph = AgentGraph::new(chain.build().unwrap(), model)
-        .with_tools(vec![echo("search", &log)])
-        .build()
-        .unwrap()
-        .compile()
-        .unwrap();
-    let ids = ids_after_one_question(&graph).await;
+    let ids = ids_of_a_search_then_done(Arc::new(Refuse)).await;
     assert_eq!(ids, ["h", "ai-1", "no-call-0", "ai-2"]);
 }
 
