@@ -1875,6 +1875,26 @@ mod tests {
         saver.drop_schema().await.expect("drop");
     }
 
+    /// Polls (up to 5 s) until a session's statement matching the `LIKE` pattern waits on a
+    /// lock: the statement under test has reached the blocking row or table.
+    async fn until_a_statement_waits(b: &PgBackend, pattern: &str) {
+        let watcher = b.client("test").await.expect("client");
+        for _ in 0..500 {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&pattern],
+                )
+                .await
+                .expect("poll")
+                .get(0);
+            if waiting > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// A copy reads one state of the source: a prune of the source that commits while the
     /// copy is under way must not leave the target with checkpoints whose writes or values
     /// the copy's later statements no longer found (runtime-spec §5.8: a copy brings every
@@ -1949,22 +1969,7 @@ mod tests {
             .await
             .expect("block");
         let interfere = async {
-            let watcher = b.client("test").await.expect("client");
-            let pattern = format!("%INSERT INTO \"{schema}\".blobs%");
-            for _ in 0..500 {
-                let waiting: i64 = watcher
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-                        &[&pattern],
-                    )
-                    .await
-                    .expect("poll")
-                    .get(0);
-                if waiting > 0 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+            until_a_statement_waits(b, &format!("%INSERT INTO \"{schema}\".blobs%")).await;
             tokio::time::timeout(
                 std::time::Duration::from_secs(20),
                 saver.prune(std::slice::from_ref(&src), PruneStrategy::KeepLatest),
@@ -2080,22 +2085,7 @@ mod tests {
             .to_bytes()
             .to_vec();
         let interfere = async {
-            let watcher = b.client("test").await.expect("client");
-            let pattern = format!("%FROM \"{schema}\".writes%");
-            for _ in 0..500 {
-                let waiting: i64 = watcher
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-                        &[&pattern],
-                    )
-                    .await
-                    .expect("poll")
-                    .get(0);
-                if waiting > 0 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+            until_a_statement_waits(b, &format!("%FROM \"{schema}\".writes%")).await;
             for table in ["writes", "checkpoints"] {
                 blocker
                     .execute(
