@@ -1828,11 +1828,15 @@ mod tests {
 
     /// Under `CI=true` a missing `DATABASE_URL` fails the test instead of skipping it.
     /// A saver on a fresh schema of the test database (`None`: skipped, see [`database_url`]).
+    /// (Eight connections: the race tests hold some in other sessions.)
     async fn fresh(config: StoreConfig) -> Option<PostgresSaver> {
         let url = database_url()?;
         let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        let options = PostgresOptions::new(url)
+            .with_schema(schema)
+            .with_pool_size(8);
         Some(
-            PostgresSaver::connect(PostgresOptions::new(url).with_schema(schema), config)
+            PostgresSaver::connect(options, config)
                 .await
                 .expect("connect"),
         )
@@ -1907,18 +1911,9 @@ mod tests {
             PruneStrategy,
         };
         use crate::saver::Saver;
-        let Some(url) = database_url() else {
+        let Some(saver) = fresh(StoreConfig::full()).await else {
             return;
         };
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let saver = PostgresSaver::connect(
-            PostgresOptions::new(url)
-                .with_schema(schema.clone())
-                .with_pool_size(8),
-            StoreConfig::full(),
-        )
-        .await
-        .expect("connect");
         let (src, dst) = (ThreadId::new("src"), ThreadId::new("dst"));
         let mut parent = None;
         for i in 0..3u64 {
@@ -1969,7 +1964,7 @@ mod tests {
             .await
             .expect("block");
         let interfere = async {
-            until_a_statement_waits(b, &format!("%INSERT INTO \"{schema}\".blobs%")).await;
+            until_a_statement_waits(b, &format!("%INSERT INTO {}.blobs%", b.s)).await;
             tokio::time::timeout(
                 std::time::Duration::from_secs(20),
                 saver.prune(std::slice::from_ref(&src), PruneStrategy::KeepLatest),
@@ -2028,16 +2023,7 @@ mod tests {
         use crate::blob::Blob;
         use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
         use crate::saver::Saver;
-        let url = database_url()?;
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let saver = PostgresSaver::connect(
-            PostgresOptions::new(url)
-                .with_schema(schema.clone())
-                .with_pool_size(8),
-            StoreConfig::full(),
-        )
-        .await
-        .expect("connect");
+        let saver = fresh(StoreConfig::full()).await?;
         let a = ChannelName::new("a");
         let mut configs: Vec<CheckpointConfig> = Vec::new();
         for i in 0..4u64 {
@@ -2085,7 +2071,7 @@ mod tests {
             .to_bytes()
             .to_vec();
         let interfere = async {
-            until_a_statement_waits(b, &format!("%FROM \"{schema}\".writes%")).await;
+            until_a_statement_waits(b, &format!("%FROM {}.writes%", b.s)).await;
             for table in ["writes", "checkpoints"] {
                 blocker
                     .execute(
