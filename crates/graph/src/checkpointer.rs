@@ -224,6 +224,8 @@ pub trait Checkpointer: Send + Sync {
     /// Stores a checkpoint.
     async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()>;
     /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
+    /// A checkpoint that is not stored is an error (`Error::CheckpointNotFound` in memory, the
+    /// saver's `UnknownCheckpoint` through a saver), never writes kept for it.
     async fn put_writes(
         &self,
         scope: &Scope,
@@ -433,12 +435,16 @@ impl Checkpointer for MemoryCheckpointer {
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
         let mut g = self.lock();
-        let w = g
-            .entry(scope.clone())
-            .or_default()
-            .writes
-            .entry(checkpoint.clone())
-            .or_default();
+        let t = g.entry(scope.clone()).or_default();
+        // As the savers do (`UnknownCheckpoint`): writes belong to a stored checkpoint, and
+        // kept for a missing one they would surface under a checkpoint put later with its id.
+        if !t.checkpoints.contains_key(checkpoint) {
+            return Err(crate::Error::CheckpointNotFound {
+                thread: scope.thread.to_string(),
+                checkpoint: checkpoint.to_string(),
+            });
+        }
+        let w = t.writes.entry(checkpoint.clone()).or_default();
         for (i, (channel, value)) in writes.into_iter().enumerate() {
             let (idx, upsert) = match control_idx(&channel) {
                 Some(idx) => (idx, true),

@@ -1296,6 +1296,39 @@ async fn a_cold_read_with_a_missing_ancestor_or_no_full_record_fails() {
     );
 }
 
+/// Writes for a checkpoint that is not stored are refused by both checkpointers, the
+/// in-process one as the savers do (before, it kept them for whatever checkpoint came to be
+/// put under that id).
+#[tokio::test]
+async fn writes_for_a_checkpoint_that_is_not_stored_are_refused() {
+    use antler_checkpoint as cp;
+    use antler_graph::{CheckpointId, Checkpointer, MemoryCheckpointer, SaverCheckpointer, Scope};
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::full()));
+    let checkpointers: [Arc<dyn Checkpointer>; 2] = [
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(SaverCheckpointer::new(saver)),
+    ];
+    for (c, kind) in checkpointers.into_iter().zip([
+        antler_graph::ErrorKind::NotFound,
+        // The saver's `UnknownCheckpoint`, wrapped as a storage error.
+        antler_graph::ErrorKind::Storage,
+    ]) {
+        let ghost = CheckpointId::new(cp::CheckpointId::generate().to_string());
+        let err = c
+            .put_writes(
+                &Scope::root("t"),
+                &ghost,
+                &antler_graph::TaskId::new("task"),
+                "",
+                vec![("log".to_owned(), serde_json::json!(["x"]))],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), kind, "{err}");
+        assert!(err.to_string().contains(ghost.as_str()), "{err}");
+    }
+}
+
 /// A relative record deleted with its parent between a page's list and its completion (a
 /// prune by another process) is left out of the page, as a record deleted before its values
 /// were read is; a missing parent of a record that still exists stays an error.
