@@ -2015,7 +2015,18 @@ pub(crate) async fn history(
         let parent = t.checkpoint.parent.as_ref().and_then(|p| rebuilt.get(p));
         let live = match parent {
             Some((p, writes)) => Live::continue_from(g, &t.checkpoint, p, writes)?,
-            None => Live::load(g, cp, &scope, &t.checkpoint).await?,
+            None => match Live::load(g, cp, &scope, &t.checkpoint).await {
+                Ok(live) => live,
+                // Deleted after the page was read (a prune by another process): its history
+                // walk found it or an ancestor gone. No longer history, as for a record the
+                // page's own read saw go; a record that still exists keeps its error.
+                Err(e) => {
+                    if cp.head(&scope, Some(&t.checkpoint.id)).await?.is_none() {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            },
         };
         if parents.contains(&t.checkpoint.id) {
             out.push(snapshot_from(g, &scope, &t, live.clone())?);

@@ -1046,6 +1046,16 @@ impl antler_checkpoint::Saver for Counting {
             antler_checkpoint::DeltaChannelHistory,
         >,
     > {
+        if self.is_hidden(config) {
+            // As the saver answers for a checkpoint deleted before the walk read it.
+            return Err(antler_checkpoint::Error::UnknownCheckpoint {
+                thread_id: config.thread_id.clone(),
+                checkpoint_ns: config.checkpoint_ns.clone(),
+                checkpoint_id: config
+                    .checkpoint_id
+                    .unwrap_or_else(antler_checkpoint::CheckpointId::generate),
+            });
+        }
         self.inner.delta_channel_history(config, channels).await
     }
     fn store_config(&self) -> antler_checkpoint::StoreConfig {
@@ -1327,6 +1337,64 @@ async fn writes_for_a_checkpoint_that_is_not_stored_are_refused() {
         assert_eq!(err.kind(), kind, "{err}");
         assert!(err.to_string().contains(ghost.as_str()), "{err}");
     }
+}
+
+/// A record deleted after its page of history was read, whose delta channel the runtime then
+/// restores with a history walk, is left out of the history, as a record the page's own read
+/// saw go is (before, the walk's `UnknownCheckpoint` failed the whole history).
+#[tokio::test]
+async fn a_record_deleted_before_its_history_walk_is_left_out() {
+    use antler_checkpoint as cp;
+    use antler_graph::{HistoryQuery, SaverCheckpointer};
+
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    relative_thread(Arc::new(Counting::new(inner.clone()))).await;
+    // More turns until the head (a record without children) stores no snapshot of
+    // `messages`, so restoring it needs the walk.
+    let writer = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(inner.clone())));
+    let mut turn = 100;
+    let (raws, gone) = loop {
+        let raws = inner.list(&cp::ListQuery::thread("t")).await.unwrap();
+        let head = &raws[0].checkpoint;
+        if !head.channel_values.keys().any(|c| c.as_str() == "messages") {
+            let gone = head.id;
+            break (raws, gone);
+        }
+        assert!(turn < 110, "some turn leaves the head without a snapshot");
+        writer
+            .invoke(human(turn), &RunConfig::new("t"))
+            .await
+            .unwrap();
+        turn += 1;
+    };
+    let hidden = Counting::new(inner.clone());
+    hidden.hide(gone);
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(Arc::new(hidden))));
+    // A page of one: the record's parent is not on it, so the runtime walks its history
+    // (on a longer page it continues the parent's channels without reading the store).
+    let history = graph
+        .get_state_history_with(&RunConfig::new("t"), &HistoryQuery::limit(1))
+        .await
+        .unwrap();
+    assert!(
+        history
+            .iter()
+            .all(|s| s.checkpoint_id.as_str() != gone.to_string()),
+        "{:?}",
+        history
+            .iter()
+            .map(|s| s.checkpoint_id.to_string())
+            .collect::<Vec<_>>()
+    );
+    assert!(!raws.is_empty());
 }
 
 /// A relative record deleted with its parent between a page's list and its completion (a
