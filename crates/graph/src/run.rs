@@ -2021,7 +2021,13 @@ pub(crate) async fn history(
                 // walk found it or an ancestor gone. No longer history, as for a record the
                 // page's own read saw go; a record that still exists keeps its error.
                 Err(e) => {
-                    if cp.head(&scope, Some(&t.checkpoint.id)).await?.is_none() {
+                    let gone = match cp.head(&scope, Some(&t.checkpoint.id)).await {
+                        Ok(found) => found.is_none(),
+                        // Its read found it going as well; any other error of this second
+                        // read leaves the first error the one to report.
+                        Err(again) => crate::saver::is_vanished(&again),
+                    };
+                    if gone {
                         continue;
                     }
                     return Err(e);

@@ -180,7 +180,7 @@ pub use antler_checkpoint::RELATIVE_RECORD_V;
 const VANISHED: &str = "the checkpoint vanished while it was read";
 
 /// Whether `e` is a read of a checkpoint deleted while it was read.
-fn is_vanished(e: &Error) -> bool {
+pub(crate) fn is_vanished(e: &Error) -> bool {
     matches!(e, Error::Storage { source } if source
         .downcast_ref::<RelativeRecordError>()
         .is_some_and(|r| r.why == VANISHED))

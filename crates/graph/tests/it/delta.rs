@@ -1339,6 +1339,54 @@ async fn writes_for_a_checkpoint_that_is_not_stored_are_refused() {
     }
 }
 
+/// A page of one relative record whose own read finds, two records up, an ancestor gone: the
+/// record is left out when it is gone too (a prune took both), whatever is left between them.
+/// The check is on the record being read, not on the deepest ancestor reached (before, an
+/// ancestor that still existed made the page fail).
+#[tokio::test]
+async fn a_gone_record_is_left_out_whichever_ancestor_its_read_misses() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, SaverCheckpointer, Scope};
+
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    relative_thread(Arc::new(Counting::new(inner.clone()))).await;
+    let writer = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(inner.clone())));
+    // More turns until the head is two or more relative records below a full one.
+    let mut turn = 100;
+    let head = loop {
+        let records = relative_depths(&*inner).await;
+        if records[0].1 >= 2 {
+            break records[0].0.clone();
+        }
+        assert!(
+            turn < 120,
+            "some turn leaves a relative head two records deep"
+        );
+        writer
+            .invoke(human(turn), &RunConfig::new("t"))
+            .await
+            .unwrap();
+        turn += 1;
+    };
+    let chain = inner
+        .get_ancestors_without_values(&head.config, 3)
+        .await
+        .unwrap();
+    let hidden = Counting::new(inner.clone());
+    hidden.hide(chain[0].checkpoint.id);
+    hidden.hide(chain[2].checkpoint.id);
+    let page = SaverCheckpointer::new(Arc::new(hidden))
+        .list_page(&Scope::root("t"), None, 1)
+        .await
+        .unwrap();
+    assert!(page.is_empty(), "the head is gone: left out");
+}
+
 /// A record deleted after its page of history was read, whose delta channel the runtime then
 /// restores with a history walk, is left out of the history, as a record the page's own read
 /// saw go is (before, the walk's `UnknownCheckpoint` failed the whole history).

@@ -488,10 +488,19 @@ async fn a_hook_that_writes_jump_to_itself_is_refused() {
     assert!(err.to_string().contains("wrote `jump_to`"), "{err}");
 }
 
-/// Answers every call with a command that goes to the model node (or, with `jump`, writes
-/// `jump_to` itself).
+/// Answers every call with a command that does what the tools step cannot carry out.
+#[derive(Clone, Copy)]
+enum Beyond {
+    /// Goes to the model node.
+    Goto,
+    /// Writes `jump_to` itself.
+    Jump,
+    /// Addresses the parent graph.
+    Parent,
+}
+
 struct GotoModel {
-    jump: bool,
+    beyond: Beyond,
 }
 
 #[async_trait]
@@ -509,11 +518,11 @@ impl Middleware for GotoModel {
     ) -> Result<ToolOutcome, NodeError> {
         let answer = Message::tool("elsewhere", req.call.id.clone().unwrap_or_default());
         let update = Update::new().set(&MESSAGES, vec![answer]);
-        Ok(ToolOutcome::Command(if self.jump {
-            antler_graph::Command::new()
-                .update(update.set(&antler_middleware::JUMP_TO, "model".to_owned()))
-        } else {
-            antler_graph::Command::new().update(update).goto("model")
+        Ok(ToolOutcome::Command(match self.beyond {
+            Beyond::Jump => antler_graph::Command::new()
+                .update(update.set(&antler_middleware::JUMP_TO, "model".to_owned())),
+            Beyond::Goto => antler_graph::Command::new().update(update).goto("model"),
+            Beyond::Parent => antler_graph::Command::new().update(update).to_parent(),
         }))
     }
 }
@@ -522,16 +531,23 @@ impl Middleware for GotoModel {
 /// tool step with an error naming it (before, the goto was dropped without a word).
 #[tokio::test(flavor = "current_thread")]
 async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
-    for (jump, expected) in [
-        (false, "only go to the end of the run, not to node 'model'"),
-        (true, "a tool's command wrote `jump_to`"),
+    for (beyond, expected) in [
+        (
+            Beyond::Goto,
+            "only go to the end of the run, not to node 'model'",
+        ),
+        (Beyond::Jump, "a tool's command wrote `jump_to`"),
+        (
+            Beyond::Parent,
+            "may not resume interrupts or address the parent graph",
+        ),
     ] {
         let model = Arc::new(Scripted {
             answers: Mutex::new(vec![ai_calling(&["search"])]),
             log: Arc::default(),
         });
         let mut chain = ChainBuilder::new();
-        chain.push(Arc::new(GotoModel { jump }));
+        chain.push(Arc::new(GotoModel { beyond }));
         let graph = AgentGraph::new(chain.build().unwrap(), model)
             .with_tools(vec![echo("search", &Arc::default())])
             .build()
