@@ -3,7 +3,7 @@
 //! [`Checkpointer`] is the narrow, object-safe interface the loop talks to.
 //! [`MemoryCheckpointer`] keeps everything in process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -270,6 +270,19 @@ pub struct VersionClash {
     pub version: u64,
 }
 
+/// A delta history walk that cannot be completed from what the store holds: a checkpoint on
+/// the path names a parent that is not stored, or the parent pointers loop.
+#[derive(Debug, thiserror::Error)]
+#[error("thread {thread}: checkpoint {checkpoint}: {why}; its delta history cannot be read")]
+pub struct BrokenHistory {
+    /// The thread.
+    pub thread: String,
+    /// The checkpoint whose parent is missing, or at which the cycle closes.
+    pub checkpoint: String,
+    /// What is wrong.
+    pub why: &'static str,
+}
+
 /// An in-process checkpointer.
 #[derive(Default)]
 pub struct MemoryCheckpointer {
@@ -485,26 +498,41 @@ impl MemoryCheckpointer {
     ) -> Result<BTreeMap<String, DeltaHistory>> {
         let g = self.lock();
         let mut out: BTreeMap<String, DeltaHistory> = BTreeMap::new();
-        let Some(t) = g.get(scope) else {
-            return Ok(out);
+        // A walk from a checkpoint that is not stored would read as an empty history, that is
+        // an empty channel: an error instead.
+        let not_found = || crate::error::Error::CheckpointNotFound {
+            thread: scope.thread.to_string(),
+            checkpoint: checkpoint.to_string(),
+        };
+        let t = g.get(scope).ok_or_else(not_found)?;
+        let start = t.checkpoints.get(checkpoint).ok_or_else(not_found)?;
+        let broken = |at: &CheckpointId, why: &'static str| crate::error::Error::Storage {
+            source: Box::new(BrokenHistory {
+                thread: scope.thread.to_string(),
+                checkpoint: at.to_string(),
+                why,
+            }),
         };
         for ch in channels {
             // Ancestors nearest first; per ancestor its writes in (task path, task id, idx) order.
             let mut chunks: Vec<Vec<Json>> = Vec::new();
             let mut seed = None;
-            let mut cur = t.checkpoints.get(checkpoint).and_then(|c| c.parent.clone());
-            let mut guard = 0usize;
+            let mut seen: HashSet<&CheckpointId> = HashSet::from([checkpoint]);
+            let mut child = checkpoint;
+            let mut cur = start.parent.as_ref();
             while let Some(id) = cur {
-                guard += 1;
-                let Some(c) = t.checkpoints.get(&id) else {
-                    break;
+                // A parent that is not stored (or a loop back to a checkpoint already walked)
+                // would cut the walk short and drop the writes beyond it: the value would be
+                // wrong without a sign, so the walk fails instead.
+                let Some(c) = t.checkpoints.get(id) else {
+                    return Err(broken(child, "its parent is not stored"));
                 };
-                if guard > t.checkpoints.len() {
-                    break;
+                if !seen.insert(id) {
+                    return Err(broken(id, "its parent pointers form a cycle"));
                 }
                 let writes: Vec<Json> = t
                     .writes
-                    .get(&id)
+                    .get(id)
                     .map(|w| {
                         w.values()
                             .filter(|w| &w.channel == ch)
@@ -513,18 +541,11 @@ impl MemoryCheckpointer {
                     })
                     .unwrap_or_default();
                 chunks.push(writes);
-                if let Some(v) = c
-                    .versions
-                    .get(ch)
-                    .and_then(|v| t.stored_by.get(&(ch.clone(), *v)))
-                    .filter(|by| **by == id)
+                // The seed: the value this ancestor stored itself (not one it inherited).
+                if let Some(v) = c.versions.get(ch)
+                    && t.stored_by.get(&(ch.clone(), *v)) == Some(id)
                 {
-                    let _ = v;
-                    seed = c
-                        .versions
-                        .get(ch)
-                        .and_then(|v| t.blobs.get(&(ch.clone(), *v)))
-                        .cloned();
+                    seed = t.blobs.get(&(ch.clone(), *v)).cloned();
                     break;
                 }
                 // The channel had no version here: it was empty, and nothing older belongs to
@@ -532,7 +553,8 @@ impl MemoryCheckpointer {
                 if !c.versions.contains_key(ch) {
                     break;
                 }
-                cur = c.parent.clone();
+                child = id;
+                cur = c.parent.as_ref();
             }
             let writes = chunks.into_iter().rev().flatten().collect();
             out.insert(

@@ -62,8 +62,8 @@ mod types;
 
 pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
 pub use checkpointer::{
-    CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory, MemoryCheckpointer,
-    PendingWrite, Scope, Source, VersionClash,
+    BrokenHistory, CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory,
+    MemoryCheckpointer, PendingWrite, Scope, Source, VersionClash,
 };
 pub use compiled::{
     CheckpointEvent, CompiledGraph, Durability, HistoryQuery, Input, RunConfig, RunOutcome,

@@ -398,6 +398,68 @@ async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_wr
     assert_eq!(h.writes, vec![json!("w-a"), json!("w-b"), json!("w-c")]);
 }
 
+/// The in-process store's walk fails closed: a walk from a checkpoint it does not hold, through
+/// a parent it does not hold, or around a loop of parent pointers is an error, never the
+/// history up to the gap (which would materialise a shorter list without a sign).
+#[tokio::test]
+async fn the_in_process_walk_fails_on_a_missing_checkpoint_a_missing_parent_or_a_cycle() {
+    use antler_graph::{BrokenHistory, CheckpointId, Checkpointer, ErrorKind, Scope};
+    use serde_json::json;
+    let store = MemoryCheckpointer::new();
+    let scope = Scope::root("t");
+    let walk = |id: &'static str| {
+        let store = &store;
+        let scope = &scope;
+        async move {
+            store
+                .delta_history(scope, &CheckpointId::new(id), &["ch".to_owned()])
+                .await
+        }
+    };
+    let unknown = walk("a").await.unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::NotFound, "{unknown}");
+    // "b"'s parent "gone" was never stored; "a" holds the seed beyond it.
+    store
+        .put(&scope, rec("a", None, 1, Some(json!(["seed"]))))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("b", Some("gone"), 2, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("c", Some("b"), 3, None))
+        .await
+        .unwrap();
+    assert_eq!(walk("zz").await.unwrap_err().kind(), ErrorKind::NotFound);
+    let missing = walk("c").await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::Storage);
+    let source = std::error::Error::source(&missing)
+        .and_then(|e| e.downcast_ref::<BrokenHistory>())
+        .expect("a BrokenHistory source");
+    assert_eq!(source.checkpoint, "b", "{missing}");
+    assert!(missing.to_string().contains("parent is not stored"), "{missing}");
+    // A loop: "x" → "y" → "x".
+    store
+        .put(&scope, rec("x", Some("y"), 4, None))
+        .await
+        .unwrap();
+    store
+        .put(&scope, rec("y", Some("x"), 5, None))
+        .await
+        .unwrap();
+    let cycle = walk("x").await.unwrap_err();
+    assert_eq!(cycle.kind(), ErrorKind::Storage);
+    assert!(cycle.to_string().contains("cycle"), "{cycle}");
+    // The intact part still walks.
+    store
+        .put(&scope, rec("d", Some("a"), 6, None))
+        .await
+        .unwrap();
+    let h = walk("d").await.unwrap();
+    assert_eq!(h["ch"].seed, Some(json!(["seed"])));
+}
+
 /// The walk for a channel ends, with no seed, at an ancestor without a version of it (the
 /// channel was empty there), as in `antler-checkpoint`'s walk: an older write that was never
 /// applied is not replayed.
