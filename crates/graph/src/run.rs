@@ -1125,6 +1125,14 @@ async fn run_inner(
         });
     }
     let explicit = cfg.checkpoint_id.is_some();
+    // A run on an addressed checkpoint also reads the namespace's newest one: a store's mode
+    // gate (kernel-spec R35 c) checks the thread's head as well as the selected checkpoint, so
+    // a full-mode process does not branch off an old full checkpoint of a thread that has
+    // moved on to delta mode.
+    let newest = match (explicit, cp) {
+        (true, Some(cp)) => Some(cp.head(scope, None).await?.map(|t| t.checkpoint.id)),
+        _ => None,
+    };
     let mut dirty = false;
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
         Some(t) => (
@@ -1172,10 +1180,7 @@ async fn run_inner(
     // load input stored on it (a run on an older checkpoint addresses it, and drops that input),
     // and only then has it no children, whose history walks would replay such input.
     let loaded_is_newest = if explicit && matches!(input, Input::Continue | Input::Command(_)) {
-        match cp {
-            Some(cp) => cp.head(scope, None).await?.map(|t| t.checkpoint.id) == ckpt_id,
-            None => false,
-        }
+        newest.flatten().is_some_and(|id| Some(id) == ckpt_id)
     } else {
         !explicit
     };
@@ -2055,6 +2060,12 @@ pub(crate) async fn update_state(
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;
+    if cfg.checkpoint_id.is_some() {
+        // Kernel-spec R35 b: a write checks the thread's head before anything is written, also
+        // when it addresses an older checkpoint (the store's mode gate fails the read of a head
+        // this process's mode cannot use).
+        cp.head(&cfg.scope(), None).await?;
+    }
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
         return Err(Error::CheckpointNotFound {
             thread: cfg.thread_id.to_string(),

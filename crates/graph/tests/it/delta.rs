@@ -438,7 +438,10 @@ async fn the_in_process_walk_fails_on_a_missing_checkpoint_a_missing_parent_or_a
         .and_then(|e| e.downcast_ref::<BrokenHistory>())
         .expect("a BrokenHistory source");
     assert_eq!(source.checkpoint, "b", "{missing}");
-    assert!(missing.to_string().contains("parent is not stored"), "{missing}");
+    assert!(
+        missing.to_string().contains("parent is not stored"),
+        "{missing}"
+    );
     // A loop: "x" → "y" → "x".
     store
         .put(&scope, rec("x", Some("y"), 4, None))
@@ -2650,4 +2653,94 @@ async fn a_delta_channel_first_written_after_a_prune_reads_back() {
             "sqlite: {sqlite}"
         );
     }
+}
+
+/// Kernel-spec R35 b–c: a full-mode process that addresses an old full checkpoint of a thread
+/// whose head is delta is refused before it writes anything, by a run (R35 c checks the head as
+/// well as the selected checkpoint) and by `update_state` (R35 b checks the head first); reading
+/// the old checkpoint is allowed (R35 a checks only what is returned). Before, both wrote a
+/// full-mode branch beside the thread's delta head.
+#[tokio::test]
+async fn r35_a_full_mode_write_on_an_old_checkpoint_checks_the_delta_head() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+
+    let dir = std::env::temp_dir().join(format!("antler-graph-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let _ = std::fs::remove_file(&path);
+    let full_chat = || {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages()).unwrap();
+        g.add_node("reply", |s: State, _c| async move {
+            let n = s.get(&MESSAGES).map_or(0, Vec::len);
+            Ok(Update::new().set(&MESSAGES, vec![ai(Some(&format!("ai-{n}")), "reply")]))
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g.compile().unwrap()
+    };
+    let cfg = RunConfig::new("t");
+    // Two full-mode turns; the first turn's last checkpoint is the one addressed later.
+    let old = {
+        let saver = Arc::new(
+            cp::SqliteSaver::open(&path, cp::StoreConfig::full())
+                .await
+                .unwrap(),
+        );
+        let graph = full_chat().with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
+        graph.invoke(human(0), &cfg).await.unwrap();
+        let old = graph.get_state(&cfg).await.unwrap().unwrap().checkpoint_id;
+        graph.invoke(human(1), &cfg).await.unwrap();
+        old
+    };
+    // The thread moves on in delta mode.
+    {
+        let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap())
+            .allow_full_to_delta_migration();
+        let saver = Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap());
+        let graph = chat(3, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
+        graph.invoke(human(2), &cfg).await.unwrap();
+    }
+    // A full-mode process on a store that does not record its mode (as the reference's).
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("DELETE FROM antler_meta", [])
+        .unwrap();
+    let saver = Arc::new(
+        cp::SqliteSaver::open(&path, cp::StoreConfig::full())
+            .await
+            .unwrap(),
+    );
+    // Counted raw: a full-mode list of the thread fails on its delta checkpoints.
+    let count = || async {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap()
+    };
+    let before = count().await;
+    let graph = full_chat().with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+    let at_old = cfg.clone().with_checkpoint(old);
+    let read = graph.get_state(&at_old).await.unwrap().unwrap();
+    assert_eq!(
+        read.values.get(&MESSAGES).map(Vec::len),
+        Some(2),
+        "R35 a: the old checkpoint reads"
+    );
+    let err = graph.invoke(human(3), &at_old).await.unwrap_err();
+    assert!(err.to_string().contains("requires delta mode"), "{err}");
+    let err = graph.invoke(Input::Continue, &at_old).await.unwrap_err();
+    assert!(err.to_string().contains("requires delta mode"), "{err}");
+    let err = graph
+        .update_state(&at_old, human(4), Some(antler_graph::NodeId::new("reply")))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("requires delta mode"), "{err}");
+    assert_eq!(count().await, before, "nothing was written");
 }
