@@ -887,6 +887,25 @@ fn decode_writes(
     Ok(done.then_some(out))
 }
 
+/// The checkpoint's input writes (stored under the NULL task id), decoded for the channels they
+/// name; control writes (a resume value) are left to the caller. A write to a channel the graph
+/// does not declare fails closed, as a task's does: skipping it would drop stored input silently.
+fn null_writes(g: &Graph, pending: &[PendingWrite]) -> Result<Vec<(usize, Write)>> {
+    pending
+        .iter()
+        .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
+        .map(|w| {
+            let c = *g
+                .chan_idx
+                .get(w.channel.as_str())
+                .ok_or_else(|| Error::UnknownChannel {
+                    channel: w.channel.clone(),
+                })?;
+            Ok((c, g.write_from_json(c, w.value.clone())?))
+        })
+        .collect()
+}
+
 fn saved_answers(pending: &[PendingWrite], task: &TaskId) -> Vec<Json> {
     pending
         .iter()
@@ -1302,19 +1321,13 @@ async fn run_inner(
         }
     }
     // NULL-task writes: this checkpoint's own not-yet-applied input.
-    let mut null_ch = Vec::new();
-    for w in pending
+    if let Some(w) = pending
         .iter()
-        .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
+        .find(|w| w.task_id.as_str() == NULL_TASK_ID && w.channel == RESUME)
     {
-        if w.channel == RESUME {
-            shared.null_value = Mutex::new(Some(w.value.clone()));
-        } else if !is_control(&w.channel)
-            && let Some(&c) = g.chan_idx.get(w.channel.as_str())
-        {
-            null_ch.push((c, g.write_from_json(c, w.value.clone())?));
-        }
+        shared.null_value = Mutex::new(Some(w.value.clone()));
     }
+    let null_ch = null_writes(g, &pending)?;
     if !null_ch.is_empty() {
         let upd = apply_writes(
             g,
@@ -1880,16 +1893,7 @@ fn snapshot_from(
     t: &CheckpointTuple,
     mut live: Live,
 ) -> Result<StateSnapshot> {
-    let mut null_ch = Vec::new();
-    for w in t
-        .pending_writes
-        .iter()
-        .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
-    {
-        if let Some(&c) = g.chan_idx.get(w.channel.as_str()) {
-            null_ch.push((c, g.write_from_json(c, w.value.clone())?));
-        }
-    }
+    let null_ch = null_writes(g, &t.pending_writes)?;
     if !null_ch.is_empty() {
         let upd = apply_writes(
             g,
@@ -2091,16 +2095,7 @@ pub(crate) async fn update_state(
         force_unreplayed(g, &mut live, &t.pending_writes);
     }
     if let Some(t) = &saved {
-        let mut null_ch = Vec::new();
-        for w in t
-            .pending_writes
-            .iter()
-            .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
-        {
-            if let Some(&c) = g.chan_idx.get(w.channel.as_str()) {
-                null_ch.push((c, g.write_from_json(c, w.value.clone())?));
-            }
-        }
+        let null_ch = null_writes(g, &t.pending_writes)?;
         if !null_ch.is_empty() {
             apply_writes(
                 g,

@@ -630,6 +630,64 @@ async fn a_refused_command_update_is_not_stored() {
     );
 }
 
+/// Stored writes to a channel the compiled graph does not declare (a deploy removed it) fail
+/// closed with `UnknownChannel`, a finished task's as well as the checkpoint's stored input
+/// (NULL-task writes): skipping them would drop stored data without a sign. Before, the input
+/// writes were skipped by runs, `get_state` and `update_state`.
+#[tokio::test]
+async fn stored_writes_to_an_undeclared_channel_fail_closed() {
+    use antler_graph::{CheckpointId, Checkpointer, ErrorKind, MemoryCheckpointer, Scope, TaskId};
+    let build = || {
+        let mut g = graph();
+        g.add_node("a", add("a")).add_node("b", add("b"));
+        g.add_edge("__start__", "a")
+            .add_edge("a", "b")
+            .add_edge("b", "__end__");
+        g.interrupt_before(["b"]);
+        g
+    };
+    for task in [None, Some("a-task")] {
+        let store = Arc::new(MemoryCheckpointer::new());
+        let graph = build().compile().unwrap().with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        let head = graph.get_state(&cfg).await.unwrap().unwrap();
+        let head_id = CheckpointId::new(head.checkpoint_id.as_str());
+        // What an older build stored on the paused head: input (NULL task) or a task's write.
+        let task_id = match task {
+            None => TaskId::new("00000000-0000-0000-0000-000000000000"),
+            Some(_) => head.tasks[0].id.clone(),
+        };
+        store
+            .put_writes(
+                &Scope::root("t"),
+                &head_id,
+                &task_id,
+                "",
+                vec![("removed".to_owned(), json!("kept input"))],
+            )
+            .await
+            .unwrap();
+        let unknown = |e: Error| {
+            assert_eq!(e.kind(), ErrorKind::InvalidUpdate, "{e}");
+            assert!(e.to_string().contains("removed"), "{e}");
+        };
+        unknown(graph.invoke(Input::Continue, &cfg).await.unwrap_err());
+        if task.is_none() {
+            unknown(graph.get_state(&cfg).await.unwrap_err());
+            unknown(
+                graph
+                    .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), None)
+                    .await
+                    .unwrap_err(),
+            );
+        }
+    }
+}
+
 /// Static breakpoints fire once per new versions.
 #[tokio::test]
 async fn static_interrupt_before_and_after() {
