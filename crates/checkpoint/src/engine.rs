@@ -1953,6 +1953,7 @@ impl<B: Backend> Engine<B> {
                 true,
             )
             .await?;
+        let walk_ids = walk.visited;
         let mut runs = Vec::new();
         let mut seeds = BTreeMap::new();
         for (c, (cp, bytes)) in walk.seeds {
@@ -1978,23 +1979,50 @@ impl<B: Backend> Engine<B> {
             }
         }
         let bodies = self.fetch_seeding_bodies(thread, target.id, &runs).await?;
-        for (c, (cp, p)) in seeds {
-            if let Some(h) = out.get_mut(&c) {
-                h.seed = Some(resolve(thread, cp, &p, &bodies)?);
-                h.seed_checkpoint = Some(cp);
+        let resolved = (|| -> Result<()> {
+            for (c, (cp, p)) in seeds {
+                if let Some(h) = out.get_mut(&c) {
+                    h.seed = Some(resolve(thread, cp, &p, &bodies)?);
+                    h.seed_checkpoint = Some(cp);
+                }
             }
-        }
-        for (c, w, p) in writes {
-            let value = resolve(thread, w.checkpoint_id, &p, &bodies)?;
-            if let Some(h) = out.get_mut(&c) {
-                h.writes.push(PendingWrite {
-                    task_id: w.task_id,
-                    idx: w.idx,
-                    channel: w.channel,
-                    value,
-                    task_path: w.task_path,
+            for (c, w, p) in writes {
+                let value = resolve(thread, w.checkpoint_id, &p, &bodies)?;
+                if let Some(h) = out.get_mut(&c) {
+                    h.writes.push(PendingWrite {
+                        task_id: w.task_id,
+                        idx: w.idx,
+                        channel: w.channel,
+                        value,
+                        task_path: w.task_path,
+                    });
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = resolved {
+            // The bodies are read after the walk's existence checks: a delete that committed
+            // in between (and collected the bodies only the deleted checkpoints referenced) is
+            // a checkpoint gone mid-read, as in the walk, not a damaged store.
+            let mut chain = Vec::with_capacity(walk_ids.len() + 1);
+            chain.push(target.id);
+            chain.extend_from_slice(&walk_ids);
+            let alive = self.backend.existing(thread, ns, &chain).await?;
+            if !alive.contains(&target.id) {
+                return Err(Error::UnknownCheckpoint {
+                    thread_id: thread.clone(),
+                    checkpoint_ns: ns.clone(),
+                    checkpoint_id: target.id,
                 });
             }
+            if let Some(pair) = chain.windows(2).find(|p| !alive.contains(&p[1])) {
+                return Err(Error::MissingParent {
+                    thread_id: thread.clone(),
+                    checkpoint_id: pair[0],
+                    parent_id: pair[1],
+                });
+            }
+            return Err(e);
         }
         Ok(out)
     }

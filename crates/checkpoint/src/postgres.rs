@@ -2124,6 +2124,92 @@ mod tests {
         );
     }
 
+    /// The walk reads the message bodies its writes reference after its existence checks: a
+    /// delete of a walked ancestor that commits in between, collecting the bodies only that
+    /// ancestor referenced, fails the walk as a missing parent (before, the missing body read
+    /// as a damaged store). Here the walk from c3 seeds at c0 and needs c1, whose body goes.
+    #[tokio::test]
+    async fn a_walk_whose_bodies_go_after_its_checks_fails_as_a_missing_parent() {
+        use crate::blob::{Blob, MessagesKind};
+        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let m = ChannelName::new("messages");
+        let msg = |i: u64| serde_json::json!({"type": "human", "id": format!("m{i}"), "content": format!("body {i}")});
+        let mut configs: Vec<CheckpointConfig> = Vec::new();
+        for i in 0..4u64 {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert(m.clone(), ChannelVersion::new(i + 1));
+            let mut new_versions = ChannelVersions::new();
+            if i == 0 {
+                let snapshot = Blob::messages(MessagesKind::Snapshot, &[msg(100)]).expect("blob");
+                cp.channel_values.insert(m.clone(), snapshot);
+                new_versions = cp.channel_versions.clone();
+            }
+            let at = CheckpointConfig {
+                thread_id: ThreadId::new("t"),
+                checkpoint_ns: CheckpointNs::root(),
+                checkpoint_id: configs.last().and_then(|c| c.checkpoint_id),
+            };
+            let put = saver
+                .put(&at, cp, CheckpointMetadata::default(), &new_versions)
+                .await
+                .expect("put");
+            let write = Blob::messages(MessagesKind::Write, &[msg(i)]).expect("blob");
+            saver
+                .put_writes(
+                    &put,
+                    vec![(m.clone(), write)],
+                    &TaskId::new("task"),
+                    &TaskPath::new("0"),
+                )
+                .await
+                .expect("put_writes");
+            configs.push(put);
+        }
+        let b = &saver.engine.backend;
+        let blocker = b.client("test").await.expect("client");
+        blocker
+            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.messages IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .expect("lock");
+        let gone = configs[1].checkpoint_id.expect("id").to_bytes().to_vec();
+        let interfere = async {
+            until_a_statement_waits(b, &format!("%FROM {}.messages%", b.s)).await;
+            for table in ["writes", "checkpoints"] {
+                blocker
+                    .execute(
+                        &b.sql(&format!(
+                            "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
+                        )),
+                        &[&gone],
+                    )
+                    .await
+                    .expect("delete");
+            }
+            // c1's body: the second stored (c0's snapshot body first, then c0's write).
+            blocker
+                .execute(
+                    &b.sql("DELETE FROM {s}.messages WHERE thread_id = 't' AND seq = 3"),
+                    &[],
+                )
+                .await
+                .expect("delete body");
+            blocker.batch_execute("COMMIT").await.expect("commit");
+        };
+        let (walked, ()) = tokio::join!(
+            saver.delta_channel_history(&configs[3], std::slice::from_ref(&m)),
+            interfere
+        );
+        drop(blocker);
+        saver.drop_schema().await.expect("drop");
+        let err = walked.expect_err("c1 and its body went");
+        assert!(matches!(err, Error::MissingParent { .. }), "{err}");
+    }
+
     /// The message index keeps the first sequence number of a repeated body, so the backend
     /// must return a thread's bodies in sequence order even when the heap holds them in
     /// another (here: one row updated, so it moved behind the others, and statistics that

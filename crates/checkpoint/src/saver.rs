@@ -354,6 +354,12 @@ pub trait Saver: Send + Sync {
     ///
     /// The walk for a channel also ends, with no seed, at a full record (not a relative one)
     /// that has no version of the channel: it was empty there (docs/checkpoint-format.md).
+    /// A relative record that does not list the channel carries its parent's version of it
+    /// unchanged, so the walk does not replay that parent's writes to the channel (they were
+    /// not applied on this path) and goes on to the value the parent stores or inherits.
+    ///
+    /// A checkpoint on the path that is missing, or deleted while the walk reads it, is
+    /// [`Error::MissingParent`](crate::Error::MissingParent), never a shorter history.
     async fn delta_channel_history(
         &self,
         config: &CheckpointConfig,
