@@ -1339,7 +1339,11 @@ async fn run_inner(
                 writes: &null_ch,
             }],
         )?;
-        live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
+        // Without a stored set every node is a candidate already; a set gains the input's
+        // channels (turning "every node" into the input's channels would lose the others).
+        if let Some(u) = &mut live.updated {
+            u.extend(upd);
+        }
         dirty = true;
     }
     if let Some((id, writes)) = input_to_store {
@@ -1895,7 +1899,7 @@ fn snapshot_from(
 ) -> Result<StateSnapshot> {
     let null_ch = null_writes(g, &t.pending_writes)?;
     if !null_ch.is_empty() {
-        let upd = apply_writes(
+        apply_writes(
             g,
             &mut live,
             &[Applied {
@@ -1905,8 +1909,11 @@ fn snapshot_from(
                 writes: &null_ch,
             }],
         )?;
-        live.updated.get_or_insert_with(BTreeSet::new).extend(upd);
     }
+    // Every node is a candidate, whatever the checkpoint's last step updated (as the
+    // reference's state snapshot): a node whose trigger moved earlier and is still unseen,
+    // such as the target of a complete join, is next too.
+    live.updated = None;
     let state = live.state_view(g);
     let tasks = prepare_tasks(
         g,
@@ -2138,7 +2145,7 @@ pub(crate) async fn update_state(
     )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
-    let rec = live.checkpoint_record(
+    let mut rec = live.checkpoint_record(
         g,
         id.clone(),
         parent,
@@ -2147,6 +2154,11 @@ pub(crate) async fn update_state(
         false,
         cp.accepts_encoded_lists(),
     )?;
+    // The update's channels counted for the delta counters above; the checkpoint stores no
+    // set, as the reference's update checkpoint does, so the next run considers every node
+    // (a set of only the update's channels would hide a node still pending from before, such
+    // as the target of a complete join).
+    rec.updated_channels = None;
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }

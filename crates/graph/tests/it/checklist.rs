@@ -688,6 +688,59 @@ async fn stored_writes_to_an_undeclared_channel_fail_closed() {
     }
 }
 
+/// `update_state` on a head whose join barrier is complete keeps the join's target next
+/// (graph-programs rule 6: "a complete join barrier survives, so its target stays in `next`"),
+/// and a following run without input runs it.
+#[tokio::test]
+async fn update_state_keeps_a_complete_join_pending() {
+    let mut g = graph();
+    g.add_node("a", add("a"))
+        .add_node("b", add("b"))
+        .add_node("c", add("c"));
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    g.add_join(["a", "b"], "c");
+    g.add_edge("c", "__end__");
+    g.interrupt_before(["c"]);
+    let graph = memory(g);
+    // Continued without input, and with a command's update (input applied before the step).
+    for (thread, input, last) in [
+        ("t1", Input::Continue, None),
+        (
+            "t2",
+            Input::Command(Command::new().update(Update::new().set(&LOG, log(&["cmd"])))),
+            Some("cmd"),
+        ),
+    ] {
+        let cfg = RunConfig::new(thread);
+        graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        assert_eq!(
+            graph.get_state(&cfg).await.unwrap().unwrap().next,
+            vec!["c".into()]
+        );
+        graph
+            .update_state(
+                &cfg,
+                Update::new().set(&LOG, log(&["fix"])),
+                Some("a".into()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            graph.get_state(&cfg).await.unwrap().unwrap().next,
+            vec!["c".into()],
+            "the complete join survives the update"
+        );
+        let out = graph.invoke(input, &cfg).await.unwrap();
+        let mut want = vec!["in", "a", "b", "fix"];
+        want.extend(last);
+        want.push("c");
+        assert_eq!(out.values.get(&LOG).unwrap(), &log(&want));
+    }
+}
+
 /// Static breakpoints fire once per new versions.
 #[tokio::test]
 async fn static_interrupt_before_and_after() {
