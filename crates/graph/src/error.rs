@@ -181,6 +181,11 @@ pub enum Error {
         /// The thread.
         thread: String,
     },
+    /// A `Command` given as input carries no update, goto or resume value.
+    ///
+    /// The text reproduces the reference's `EmptyInputError`.
+    #[error("Received empty Command input")]
+    EmptyCommand,
     /// A single resume value was given while several interrupts are pending.
     #[error(
         "a single resume value cannot answer {count} pending interrupts; pass a map interrupt id -> value"
@@ -247,6 +252,7 @@ impl Error {
             Self::NodeFailed { .. } | Self::NodePanicked { .. } => ErrorKind::Node,
             Self::Reducer { .. } => ErrorKind::Reducer,
             Self::EmptyInput { .. }
+            | Self::EmptyCommand
             | Self::AmbiguousResume { .. }
             | Self::NoParentGraph
             | Self::ParentCommand(_)

@@ -1132,6 +1132,17 @@ async fn run_inner(
 ) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
     let scope = &cfg.scope();
+    // A command that asks for nothing is refused before anything is read or stored, as the
+    // reference refuses it (a resume map counts, even an empty one; one addressed to the
+    // parent fails as such below).
+    if let Input::Command(c) = &input
+        && !c.to_parent
+        && c.update.is_empty()
+        && c.goto.is_empty()
+        && c.resume.is_none()
+    {
+        return Err(Error::EmptyCommand);
+    }
     // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
         Some(cp) => cp.head(scope, cfg.checkpoint_id.as_ref()).await?,

@@ -741,6 +741,35 @@ async fn update_state_keeps_a_complete_join_pending() {
     }
 }
 
+/// A command with no update, goto or resume is refused with the reference's
+/// `EmptyInputError` text, on a fresh thread and on a paused one, and stores nothing (before,
+/// it ran as a plain continue).
+#[tokio::test]
+async fn an_empty_command_is_refused() {
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    g.interrupt_before(["b"]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let err = graph.invoke(Command::new(), &cfg).await.unwrap_err();
+    assert_eq!(err.to_string(), "Received empty Command input");
+    assert_eq!(err.kind(), antler_graph::ErrorKind::Input);
+    assert!(graph.get_state(&cfg).await.unwrap().is_none());
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    let err = graph.invoke(Command::new(), &cfg).await.unwrap_err();
+    assert!(matches!(err, Error::EmptyCommand), "{err}");
+    let after = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(after.checkpoint_id, head.checkpoint_id);
+    assert_eq!(after.next, vec!["b".into()], "b was not run");
+}
+
 /// Static breakpoints fire once per new versions.
 #[tokio::test]
 async fn static_interrupt_before_and_after() {
