@@ -106,30 +106,41 @@ impl Reducer {
     }
 }
 
-impl Channel for Reducer {
-    fn get(&self) -> Option<&Val> {
-        Some(&self.value)
-    }
-    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+impl Reducer {
+    /// Applies one step's writes. With an `Overwrite` among them the overwrite's value is the
+    /// new value and the writes after it are ignored; the writes before it go through the
+    /// reducer first when `fold_before_overwrite` (`BinaryOperatorAggregate` folds them, so a
+    /// write the reducer refuses fails the step even though the overwrite would discard its
+    /// result), and are dropped unread otherwise (the delta channel drops every other write of
+    /// an overwrite step, runtime-spec §5.1).
+    pub(crate) fn apply(&mut self, writes: &[&Write], fold_before_overwrite: bool) -> Result<bool> {
         if writes.is_empty() {
             return Ok(false);
         }
         let mut overwrite = None;
-        for w in writes {
+        for (i, w) in writes.iter().enumerate() {
             if let Write::Overwrite(v) = w {
                 if overwrite.is_some() {
                     return Err(Error::MultipleOverwrites {
                         channel: self.name.to_string(),
                     });
                 }
-                overwrite = Some(v.clone());
+                overwrite = Some((i, v.clone()));
             }
         }
-        if let Some(v) = overwrite {
-            // Invariant: an Overwrite replaces the value and drops the step's other writes (spec §3, R42).
+        if let Some((at, v)) = overwrite {
+            if fold_before_overwrite && at > 0 {
+                self.fold(&writes[..at])?;
+            }
+            // Invariant: an Overwrite replaces the value and drops the step's later writes (spec §3, R42).
             self.set_value(v);
             return Ok(true);
         }
+        self.fold(writes)?;
+        Ok(true)
+    }
+
+    fn fold(&mut self, writes: &[&Write]) -> Result<()> {
         let batch: Vec<Val> = writes.iter().map(|w| payload(w).clone()).collect();
         // The reducer receives the value by value: when this channel holds the only reference the
         // value is reused in place instead of cloned. On error the channel is discarded with the run.
@@ -139,7 +150,16 @@ impl Channel for Reducer {
                 channel: self.name.to_string(),
                 source,
             })?;
-        Ok(true)
+        Ok(())
+    }
+}
+
+impl Channel for Reducer {
+    fn get(&self) -> Option<&Val> {
+        Some(&self.value)
+    }
+    fn update(&mut self, writes: &[&Write]) -> Result<bool> {
+        self.apply(writes, true)
     }
     fn checkpoint(&self, ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
         ser(&self.value).map(Some)
@@ -512,7 +532,7 @@ impl Delta {
                 Write::Overwrite(_) => None,
             })
             .sum();
-        let updated = self.inner.update(writes)?;
+        let updated = self.inner.apply(writes, false)?;
         let after = messages_len(&self.inner.value);
         // A pure append grows the list by exactly the written messages (a replace, a remove or
         // a duplicate id adds fewer), leaving the encoded prefix valid.

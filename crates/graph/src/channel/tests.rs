@@ -169,3 +169,46 @@ fn messages_channel_index_is_dropped_by_an_overwrite() {
         assert_eq!(ids_of(c.as_ref()), ["b", "y", "c"]);
     }
 }
+
+/// Writes before a step's Overwrite go through the reducer of an ordinary reducer channel
+/// (the reference's `BinaryOperatorAggregate` folds them before the overwrite replaces the
+/// result), so one the reducer refuses fails the step; the delta channel drops them unread
+/// (runtime-spec §5.1). Writes after the Overwrite are ignored by both.
+#[test]
+fn writes_before_an_overwrite_are_folded_except_by_the_delta_channel() {
+    const M: crate::Key<Vec<Message>> = crate::Key::from_static("messages");
+    let removal = Write::Value(Arc::new(vec![Message::remove("ghost")]));
+    let Write::Value(list) = msgs(&["x"]) else {
+        unreachable!()
+    };
+    let overwrite = Write::Overwrite(list);
+    for delta in [false, true] {
+        let mut c = crate::schema::ErasedSpec::new(&M, spec_of(delta))
+            .channel(None)
+            .unwrap();
+        c.update(&[&msgs(&["a"])]).unwrap();
+        let before = c.update(&[&removal, &overwrite]);
+        if delta {
+            assert!(before.unwrap());
+            assert_eq!(ids_of(c.as_ref()), ["x"]);
+        } else {
+            let err = before.unwrap_err();
+            assert!(matches!(err, Error::Reducer { .. }), "{err}");
+            assert!(err.to_string().contains("ghost"), "{err}");
+        }
+        let mut c = crate::schema::ErasedSpec::new(&M, spec_of(delta))
+            .channel(None)
+            .unwrap();
+        c.update(&[&msgs(&["a"])]).unwrap();
+        assert!(c.update(&[&overwrite, &removal]).unwrap(), "after: ignored");
+        assert_eq!(ids_of(c.as_ref()), ["x"], "delta: {delta}");
+    }
+}
+
+fn spec_of(delta: bool) -> crate::ChannelSpec<Vec<Message>> {
+    if delta {
+        crate::ChannelSpec::messages_delta(10)
+    } else {
+        crate::ChannelSpec::messages()
+    }
+}
