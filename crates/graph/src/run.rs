@@ -1067,8 +1067,9 @@ enum TaskResult {
     Done {
         writes: Vec<(usize, Write)>,
     },
-    /// Stopped on an interrupt, or (`None`) paused by a subgraph's static breakpoint.
-    Interrupted(Option<Interrupt>),
+    /// Stopped on interrupts (a node's one, or a subgraph's), or (none) paused by a subgraph's
+    /// static breakpoint.
+    Interrupted(Vec<Interrupt>),
     Failed(Error),
 }
 
@@ -1271,18 +1272,18 @@ async fn run_inner(
         null_writes.extend(ser_writes_in_run(g, &resolved)?);
         match &cmd.resume {
             Some(Resume::Value(v)) => {
-                let tasks_with_interrupts = pending
+                // Each task waits on at most one interrupt of its own; a subgraph's task on
+                // every interrupt its subgraph stopped on.
+                let waiting: usize = pending
                     .iter()
                     .filter(|w| w.channel == INTERRUPT)
                     .map(|w| &w.task_id)
                     .collect::<BTreeSet<_>>()
                     .into_iter()
-                    .filter(|t| !pending_interrupts(&pending, t, &cfg.checkpoint_ns).is_empty())
-                    .count();
-                if tasks_with_interrupts > 1 {
-                    return Err(Error::AmbiguousResume {
-                        count: tasks_with_interrupts,
-                    });
+                    .map(|t| pending_interrupts(&pending, t, &cfg.checkpoint_ns).len())
+                    .sum();
+                if waiting > 1 {
+                    return Err(Error::AmbiguousResume { count: waiting });
                 }
                 null_writes.push((RESUME.to_owned(), v.clone()));
                 stored.push((RESUME.to_owned(), v.clone()));
@@ -1800,8 +1801,8 @@ async fn execute(
         let ctx = ctxs.get(&i);
         results[i] = Some(match r {
             Ok(cmd) => finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty()),
-            Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(Some(int)),
-            Err(NodeError(NodeErrorKind::Paused)) => TaskResult::Interrupted(None),
+            Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
+            Err(NodeError(NodeErrorKind::Paused)) => TaskResult::Interrupted(Vec::new()),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
                 TaskResult::Failed(Error::NodeFailed {
                     node: g.nodes[t.node].id.clone(),
@@ -1860,7 +1861,7 @@ async fn persist_result(
             // A paused subgraph task stores an empty list: the task waits, nothing to answer.
             out.push((
                 INTERRUPT.to_owned(),
-                serde_json::to_value(i.iter().collect::<Vec<_>>()).unwrap_or(Json::Null),
+                serde_json::to_value(i).unwrap_or(Json::Null),
             ));
         }
         Some(TaskResult::Failed(e)) => {

@@ -93,8 +93,10 @@ impl Node for SubgraphNode {
             Err(crate::Error::ParentCommand(cmd)) => return Ok(*cmd),
             Err(e) => return Err(NodeError::failed(e)),
         };
-        if let Some(first) = out.interrupts.into_iter().next() {
-            return Err(NodeError(NodeErrorKind::Interrupt(first)));
+        // Every interrupt the subgraph stopped on is the task's: several parallel nodes of the
+        // subgraph may each wait for an answer, and a resume map can answer them all at once.
+        if !out.interrupts.is_empty() {
+            return Err(NodeError(NodeErrorKind::Interrupt(out.interrupts)));
         }
         // A run that stopped at a static breakpoint returns no interrupt: only the top level
         // swallows that pause (runtime-spec §2.6); here the parent task pauses too, and

@@ -174,7 +174,8 @@ pub struct Interrupt {
 pub struct NodeError(pub(crate) NodeErrorKind);
 
 pub(crate) enum NodeErrorKind {
-    Interrupt(Interrupt),
+    /// The node's own `interrupt` (one value), or every interrupt a subgraph stopped on.
+    Interrupt(Vec<Interrupt>),
     /// A subgraph stopped at one of its static breakpoints: the task pauses without an
     /// interrupt value, and resuming the parent continues the subgraph (runtime-spec §2.6).
     Paused,
@@ -201,7 +202,10 @@ impl<E: std::error::Error + std::marker::Send + Sync + 'static> From<E> for Node
 impl fmt::Debug for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            NodeErrorKind::Interrupt(i) => write!(f, "Interrupt({:?})", i.value),
+            NodeErrorKind::Interrupt(i) => {
+                let values: Vec<&Json> = i.iter().map(|i| &i.value).collect();
+                write!(f, "Interrupt({values:?})")
+            }
             NodeErrorKind::Paused => f.write_str("Paused"),
             NodeErrorKind::Failed(e) => write!(f, "Failed({e})"),
         }
@@ -322,11 +326,11 @@ impl Context {
                 st.added = true;
                 Ok(v)
             }
-            _ => Err(NodeError(NodeErrorKind::Interrupt(Interrupt {
+            _ => Err(NodeError(NodeErrorKind::Interrupt(vec![Interrupt {
                 id,
                 value,
                 node: self.inner.node.clone(),
-            }))),
+            }]))),
         }
     }
 

@@ -405,3 +405,75 @@ async fn a_subgraph_that_fails_after_its_resume_shows_as_failed() {
     assert_eq!(head.tasks[0].status, antler_graph::TaskStatus::Error);
     assert!(head.interrupts().is_empty(), "{:?}", head.tasks);
 }
+
+/// A subgraph whose two parallel nodes each wait on an interrupt surfaces both through the
+/// parent task (the run's outcome, `get_state`), a single resume value is refused as
+/// ambiguous before anything runs, and a resume map answers both (before, only the first
+/// interrupt surfaced and the second could not be answered from the parent).
+#[tokio::test]
+async fn every_interrupt_of_a_subgraph_surfaces_and_a_map_answers_them_all() {
+    let ask = |name: &'static str| {
+        move |_s: State, ctx: Context| async move {
+            let a = ctx.interrupt(json!(format!("{name}?")))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("{name}={a}")])))
+        }
+    };
+    let mut inner = graph();
+    inner.add_node("left", ask("left"));
+    inner.add_node("right", ask("right"));
+    inner
+        .add_edge("__start__", "left")
+        .add_edge("__start__", "right")
+        .add_edge("left", "__end__")
+        .add_edge("right", "__end__");
+    let inner = inner.compile().expect("valid inner graph");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner);
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let mut asked: Vec<_> = out.interrupts.iter().map(|i| i.value.clone()).collect();
+    asked.sort_by_key(|v| v.to_string());
+    assert_eq!(asked, vec![json!("left?"), json!("right?")]);
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.tasks.len(), 1);
+    assert_eq!(head.tasks[0].interrupts.len(), 2, "{:?}", head.tasks[0]);
+
+    let err = graph
+        .invoke(Command::resume(json!("same")), &cfg)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, antler_graph::Error::AmbiguousResume { count: 2 }),
+        "{err}"
+    );
+    let answers = out
+        .interrupts
+        .iter()
+        .map(|i| {
+            let node = i.node.as_str().to_owned();
+            (i.id.clone(), json!(format!("{node}-answer")))
+        })
+        .collect();
+    let done = graph
+        .invoke(Command::resume_map(answers), &cfg)
+        .await
+        .unwrap();
+    assert!(done.interrupts.is_empty());
+    let mut log_out = done.values.get(&LOG).unwrap().clone();
+    log_out.sort();
+    assert_eq!(
+        log_out,
+        log(&["in", "in", "left=\"left-answer\"", "right=\"right-answer\""])
+    );
+}
