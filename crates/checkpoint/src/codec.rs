@@ -183,6 +183,10 @@ impl<'a> Reader<'a> {
         let mut v: u64 = 0;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
+            // The tenth byte holds only bit 63: anything more would be dropped by the shift.
+            if shift == 63 && b & 0x7e != 0 {
+                return Err(CodecError::Invalid("varint longer than 64 bits".into()));
+            }
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(v);
@@ -593,6 +597,35 @@ pub(crate) fn body_arc(bytes: &[u8]) -> CResult<Arc<[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `u64` round-trips, and a tenth byte carrying more than bit 63 is refused rather
+    /// than losing the bits the shift would drop.
+    #[test]
+    fn varints_round_trip_and_refuse_more_than_64_bits() {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut w = Writer::default();
+            w.varint(v);
+            assert_eq!(Reader::new(&w.buf).varint().unwrap(), v);
+        }
+        let mut max = Writer::default();
+        max.varint(u64::MAX);
+        assert_eq!(max.buf.len(), 10);
+        assert_eq!(max.buf[9], 0x01);
+        for last in [0x02u8, 0x03, 0x7f] {
+            let mut bad = max.buf.clone();
+            bad[9] = last;
+            assert!(Reader::new(&bad).varint().is_err(), "tenth byte {last:#x}");
+        }
+    }
 
     #[test]
     fn refs_round_trip_as_runs() {

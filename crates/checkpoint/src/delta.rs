@@ -419,13 +419,14 @@ impl DeltaMessages {
     /// The fast path: every written message has a fresh id and is not a removal, so the
     /// reducer would append them in order. Returns false (nothing changed) otherwise.
     fn try_append(&mut self, batch: &[MessageWrite]) -> bool {
-        if self.value.is_none() {
-            self.value = Some(Vec::new());
-            self.ids = Some(HashSet::new());
-            self.encoded = Some(Vec::new());
-        }
-        let (Some(value), Some(ids)) = (self.value.as_mut(), self.ids.as_mut()) else {
-            return false;
+        // Decide first, change nothing until then: a batch the fast path cannot take goes to
+        // the reducer, which may refuse it, and a refused update leaves the channel as it was
+        // (an empty channel stays unavailable).
+        let none = HashSet::new();
+        let known = match (&self.value, &self.ids) {
+            (None, _) => &none,
+            (Some(_), Some(ids)) => ids,
+            (Some(_), None) => return false,
         };
         let mut fresh: HashSet<&str> = HashSet::new();
         for w in batch {
@@ -436,11 +437,19 @@ impl DeltaMessages {
                 let Some(id) = m.id.as_deref() else {
                     return false;
                 };
-                if m.is_remove() || m.is_remove_all() || ids.contains(id) || !fresh.insert(id) {
+                if m.is_remove() || m.is_remove_all() || known.contains(id) || !fresh.insert(id) {
                     return false;
                 }
             }
         }
+        if self.value.is_none() {
+            self.value = Some(Vec::new());
+            self.ids = Some(HashSet::new());
+            self.encoded = Some(Vec::new());
+        }
+        let (Some(value), Some(ids)) = (self.value.as_mut(), self.ids.as_mut()) else {
+            return false;
+        };
         for w in batch {
             if let MessageWrite::Messages(list) = w {
                 for m in list {

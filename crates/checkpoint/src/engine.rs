@@ -1103,7 +1103,7 @@ impl<B: Backend> Engine<B> {
         })
     }
 
-    async fn load_index(&self, thread: &ThreadId, cp: CheckpointId) -> Result<MsgIndex> {
+    async fn load_index(&self, thread: &ThreadId) -> Result<MsgIndex> {
         // The epoch first: a delete or copy after this read bumps it, and the next write fails
         // its guard instead of trusting bodies read before the change.
         #[cfg(test)]
@@ -1114,10 +1114,14 @@ impl<B: Backend> Engine<B> {
         let mut by_hash = HashMap::with_capacity(rows.len());
         let mut next_seq = 1;
         for row in rows {
-            let body = codec::decode_body(&row.body)
-                .map_err(|e| codec_error(thread, cp, format!("message body {}", row.seq), e))?;
-            by_hash.entry(xxh3_128(body)).or_insert(row.seq);
+            // Its number is taken whatever the body holds; a body that fails its check is not
+            // offered for reuse (a write of the same message stores a fresh copy). Failing the
+            // load instead would refuse every message write to the thread over a body only
+            // old checkpoints reference, whose reads fail on it anyway.
             next_seq = next_seq.max(row.seq + 1);
+            if let Ok(body) = codec::decode_body(&row.body) {
+                by_hash.entry(xxh3_128(body)).or_insert(row.seq);
+            }
         }
         Ok(MsgIndex {
             epoch,
@@ -1296,7 +1300,6 @@ impl<B: Backend> Engine<B> {
     async fn with_messages<T, F, Fut>(
         &self,
         thread: &ThreadId,
-        cp: CheckpointId,
         values: &[&Blob],
         commit: F,
     ) -> Result<T>
@@ -1318,7 +1321,7 @@ impl<B: Backend> Engine<B> {
         loop {
             attempt += 1;
             if guard.is_none() {
-                *guard = Some(self.load_index(thread, cp).await?);
+                *guard = Some(self.load_index(thread).await?);
             }
             if let Some(index) = guard.as_mut()
                 && index.next_seq.is_none()
@@ -1416,7 +1419,7 @@ impl<B: Backend> Engine<B> {
             metadata: codec::encode_metadata(&metadata),
         };
         let values: Vec<&Blob> = stored.iter().map(|(_, _, b)| *b).collect();
-        self.with_messages(thread, id, &values, |encoded, messages, guard| {
+        self.with_messages(thread, &values, |encoded, messages, guard| {
             let blobs = stored
                 .iter()
                 .zip(encoded)
@@ -1487,7 +1490,7 @@ impl<B: Backend> Engine<B> {
         }
         self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
-        self.with_messages(thread, cp, &values, |encoded, messages, guard| {
+        self.with_messages(thread, &values, |encoded, messages, guard| {
             let mut rows: Vec<WriteRow> = writes
                 .iter()
                 .zip(encoded)

@@ -827,3 +827,40 @@ fn a_negative_message_number_is_a_damaged_column() {
         assert!(err.to_string().contains("t-corrupt"), "{err}");
     });
 }
+
+/// A damaged body that only old checkpoints reference does not stop new writes to the thread
+/// (a fresh process loads the thread's message index from every stored body): the write
+/// stores fresh copies of what it cannot match, the new checkpoint reads back whole, and the
+/// old checkpoint still fails its read. Before, every message write failed on the load,
+/// naming the new checkpoint.
+#[test]
+fn a_damaged_old_body_does_not_block_new_writes() {
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("corrupt", "old-body.db");
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let old = {
+            let saver = SqliteSaver::open(&path, config).await.unwrap();
+            put_list(&saver, "t", 1, &[msg("1"), msg("2")]).await
+        };
+        edit_blob_column(
+            &rusqlite::Connection::open(&path).unwrap(),
+            "messages",
+            "body",
+            &|b| {
+                let last = b.len() - 1;
+                b[last] ^= 0x01;
+            },
+        );
+        let saver = SqliteSaver::open(&path, config).await.unwrap();
+        // A new root checkpoint of the same thread with the same messages and one more.
+        let list = [msg("1"), msg("2"), msg("3")];
+        let new = put_list(&saver, "t", 2, &list).await;
+        assert_eq!(read(&saver, &new).await.unwrap(), list);
+        let err = read(&saver, &old).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    });
+}
+
+fn msg(id: &str) -> Message {
+    Message::human(format!("text of {id}")).with_id(id)
+}

@@ -330,3 +330,17 @@ fn materialisation_equals_the_live_value_at_every_checkpoint() {
         }
     });
 }
+
+/// A batch the reducer refuses leaves the channel as it was: an empty channel stays
+/// unavailable (before, the append fast path had already set up an empty value when it
+/// handed the batch to the reducer), a filled one keeps its value.
+#[test]
+fn a_refused_update_leaves_the_channel_unchanged() {
+    let mut ch = DeltaMessages::new(f(3));
+    let removal = vec![Message::remove("ghost")];
+    assert!(ch.update(vec![removal.clone().into()]).is_err());
+    assert!(!ch.is_available(), "still no value");
+    ch.update(vec![vec![msg("a")].into()]).unwrap();
+    assert!(ch.update(vec![removal.into()]).is_err());
+    assert_eq!(ch.value(), &[msg("a")]);
+}
