@@ -1223,6 +1223,15 @@ async fn run_inner(
         // Pending writes of the loaded checkpoint that this run will not apply.
         force_unreplayed(g, &mut live, &pending);
     }
+    // A replay without a fork re-runs the loaded checkpoint's tasks under the same task ids, so
+    // their new writes go to positions the earlier run's writes hold there, and the store keeps
+    // the first write at each position: the delta channels the re-run writes snapshot at the
+    // step's checkpoint, or a walk through the loaded checkpoint would replay the old writes.
+    let mut rerun_in_place = replay
+        && !fork_saved
+        && pending
+            .iter()
+            .any(|w| w.task_id.as_str() != NULL_TASK_ID && !is_control(&w.channel));
     if explicit {
         // Time travel: writes saved by the original run are not reused, stale resume values dropped.
         // A replay that saves no fork (the addressed checkpoint is the thread's newest fork or
@@ -1518,6 +1527,17 @@ async fn run_inner(
         }
         let updated = apply_writes(g, &mut live, &batch)?;
         live.updated = Some(updated);
+        if std::mem::take(&mut rerun_in_place) {
+            let written: BTreeSet<usize> = done
+                .iter()
+                .flat_map(|(_, w)| w.iter().map(|(c, _)| *c))
+                .collect();
+            for c in written {
+                if let Some(d) = live.chans[c].delta() {
+                    d.forced = true;
+                }
+            }
+        }
         for (i, writes) in &done {
             let t = &tasks[*i];
             if em.modes.debug || em.modes.updates {

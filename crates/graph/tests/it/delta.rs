@@ -2744,3 +2744,87 @@ async fn r35_a_full_mode_write_on_an_old_checkpoint_checks_the_delta_head() {
     assert!(err.to_string().contains("requires delta mode"), "{err}");
     assert_eq!(count().await, before, "nothing was written");
 }
+
+/// A replay that runs from the addressed checkpoint itself (the thread's newest, an update, so
+/// no fork is saved) re-runs tasks whose earlier writes are stored on that checkpoint; the
+/// store keeps the first write at each position, so the re-run's delta-channel writes must
+/// reach the next checkpoint as a snapshot, or a cold read replays the stale ones. Before,
+/// the hot state held the re-run's message and a cold read did not.
+#[tokio::test]
+async fn a_replay_in_place_snapshots_what_its_rerun_tasks_write() {
+    use antler_graph::NodeError;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let agent_runs = Arc::new(AtomicUsize::new(0));
+    let checker_runs = Arc::new(AtomicUsize::new(0));
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(10))
+        .unwrap();
+    const NOTE: Key<String> = Key::from_static("note");
+    g.channel(&NOTE, ChannelSpec::last_value()).unwrap();
+    let runs = agent_runs.clone();
+    g.add_node("agent", move |_s: State, _c| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            // The first run writes only a plain key; the re-run writes a message.
+            Ok(if n == 0 {
+                Update::new().set(&NOTE, "first".to_owned())
+            } else {
+                Update::new().set(&MESSAGES, vec![ai(Some("m-rerun"), "re-run reply")])
+            })
+        }
+    });
+    let runs = checker_runs.clone();
+    g.add_node("checker", move |_s: State, _c| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                Err(NodeError::failed(std::io::Error::other(
+                    "checker fails once",
+                )))
+            } else {
+                Ok(Update::new())
+            }
+        }
+    });
+    g.add_edge("__start__", "agent")
+        .add_edge("__start__", "checker")
+        .add_edge("agent", "__end__")
+        .add_edge("checker", "__end__");
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    // U: an update that seeds the thread and leaves agent and checker next.
+    let u = graph
+        .update_state(&cfg, human(0), Some(antler_graph::NodeId::new("__start__")))
+        .await
+        .unwrap();
+    // agent finishes (its write stored on U), checker fails: U stays the newest.
+    assert!(graph.invoke(Input::Continue, &cfg).await.is_err());
+    // Replay U in place: both run again, agent now writes a message.
+    let out = graph
+        .invoke(Input::Continue, &cfg.clone().with_checkpoint(u))
+        .await
+        .unwrap();
+    let ids = |v: &[Message]| v.iter().filter_map(|m| m.id.clone()).collect::<Vec<_>>();
+    let hot = out.values.get(&MESSAGES).unwrap();
+    assert_eq!(ids(hot), ["h-0", "m-rerun"]);
+    let cold_graph = {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(10))
+            .unwrap();
+        g.channel(&NOTE, ChannelSpec::last_value()).unwrap();
+        g.add_node("agent", |_s: State, _c| async { Ok(Update::new()) });
+        g.add_node("checker", |_s: State, _c| async { Ok(Update::new()) });
+        g.add_edge("__start__", "agent")
+            .add_edge("__start__", "checker")
+            .add_edge("agent", "__end__")
+            .add_edge("checker", "__end__");
+        g.compile()
+            .unwrap()
+            .with_checkpointer(store)
+            .with_hot_cache(false)
+    };
+    let cold = cold_graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(ids(cold.values.get(&MESSAGES).unwrap()), ["h-0", "m-rerun"]);
+}
