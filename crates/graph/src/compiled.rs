@@ -931,7 +931,8 @@ impl CompiledGraph {
     /// older checkpoints however long the thread is; walk further back by passing the last
     /// snapshot's id as the next query's `before`, until a page comes back empty (a page can
     /// be short without being the last: a checkpoint deleted between listing and reading it
-    /// is left out).
+    /// is left out; an empty page is checked against the store and read again while older
+    /// checkpoints remain).
     pub async fn get_state_history_with(
         &self,
         config: &RunConfig,

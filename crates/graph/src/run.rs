@@ -2047,7 +2047,27 @@ pub(crate) async fn history(
             .collect(),
         // A page, as `get_state` reads each of its checkpoints; one deleted meanwhile (a prune
         // by another process) is no longer history: left out.
-        Some(limit) => cp.list_page(&scope, query.before.as_ref(), limit).await?,
+        Some(limit) => {
+            let mut page = cp.list_page(&scope, query.before.as_ref(), limit).await?;
+            // An empty page ends the history only when nothing older is left: every checkpoint
+            // of a page can go between its listing and its reads while older ones stay (a
+            // prune keeps seeds and full records), and the next listing, taken after those
+            // deletes, finds them. Older checkpoints are only ever deleted (new ones are
+            // newer than any `before`), so this stops; the bound covers a store that keeps
+            // bringing old ids back (a delete and a copy onto the thread, repeated).
+            for _ in 0..16 {
+                if !page.is_empty()
+                    || cp
+                        .list_ids(&scope, query.before.as_ref(), Some(1))
+                        .await?
+                        .is_empty()
+                {
+                    break;
+                }
+                page = cp.list_page(&scope, query.before.as_ref(), limit).await?;
+            }
+            page
+        }
     };
     // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's
     // delta channels instead of walking history again: one walk per run of consecutive

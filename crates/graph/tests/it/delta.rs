@@ -933,6 +933,9 @@ struct Counting {
     /// `get_channel_values` answers that the checkpoint is gone.
     vanish: std::sync::atomic::AtomicBool,
     hidden: std::sync::Mutex<std::collections::HashSet<antler_checkpoint::CheckpointId>>,
+    /// How many of the next `list` calls answer with nothing, as if every checkpoint they
+    /// listed went before its reads (`list_without_values` is not affected).
+    emptied_lists: std::sync::atomic::AtomicUsize,
 }
 
 impl Counting {
@@ -945,6 +948,7 @@ impl Counting {
             by_key: Default::default(),
             vanish: Default::default(),
             hidden: Default::default(),
+            emptied_lists: Default::default(),
         }
     }
 
@@ -1051,7 +1055,21 @@ impl antler_checkpoint::Saver for Counting {
         &self,
         query: &antler_checkpoint::ListQuery,
     ) -> antler_checkpoint::Result<Vec<antler_checkpoint::CheckpointTuple>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self
+            .emptied_lists
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Ok(Vec::new());
+        }
         self.inner.list(query).await
+    }
+    async fn list_without_values(
+        &self,
+        query: &antler_checkpoint::ListQuery,
+    ) -> antler_checkpoint::Result<Vec<antler_checkpoint::CheckpointTuple>> {
+        self.inner.list_without_values(query).await
     }
     async fn put(
         &self,
@@ -2827,4 +2845,49 @@ async fn a_replay_in_place_snapshots_what_its_rerun_tasks_write() {
     };
     let cold = cold_graph.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(ids(cold.values.get(&MESSAGES).unwrap()), ["h-0", "m-rerun"]);
+}
+
+/// A history page whose every checkpoint went between its listing and its reads is not
+/// the end of the history while older checkpoints remain: the page is read again (before, it
+/// came back empty and a caller paging back stopped there).
+#[tokio::test]
+async fn an_emptied_history_page_is_read_again_while_older_checkpoints_remain() {
+    use antler_checkpoint as cp;
+    use antler_graph::{HistoryQuery, SaverCheckpointer};
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).expect("a valid frequency"),
+    )));
+    let counting = Arc::new(Counting::new(inner.clone()));
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(counting.clone())));
+    let cfg = RunConfig::new("t");
+    for i in 0..4 {
+        graph.invoke(human(i), &cfg).await.unwrap();
+    }
+    let query = HistoryQuery::limit(3);
+    let want = graph.get_state_history_with(&cfg, &query).await.unwrap();
+    assert_eq!(want.len(), 3);
+    counting
+        .emptied_lists
+        .store(1, std::sync::atomic::Ordering::Relaxed);
+    let got = graph.get_state_history_with(&cfg, &query).await.unwrap();
+    let ids = |v: &[antler_graph::StateSnapshot]| {
+        v.iter()
+            .map(|s| s.checkpoint_id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&got), ids(&want));
+    // At the real end, an empty page stays empty.
+    let all = graph.get_state_history(&cfg).await.unwrap();
+    let mut end = HistoryQuery::limit(3);
+    end.before = all.last().map(|s| s.checkpoint_id.clone());
+    assert!(
+        graph
+            .get_state_history_with(&cfg, &end)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
