@@ -1650,7 +1650,7 @@ impl<B: Backend> Engine<B> {
             let p = decode_blob_row(thread, id, &b, &mut runs)?;
             pending.push(((b.channel, b.version), p));
         }
-        let bodies = self.fetch_seeding_bodies(thread, id, &runs).await?;
+        let bodies = self.fetch_seeding_bodies(thread, &runs).await?;
         let resolved = pending
             .into_iter()
             .map(|(key, p)| Ok((key, resolve(thread, id, &p, &bodies)?)))
@@ -1735,7 +1735,7 @@ impl<B: Backend> Engine<B> {
         self.gate(&config.thread_id, decoded.row.id, &decoded.metadata)?;
         let rows = vec![decoded];
         let group = decode_group(&config.thread_id, &rows, &[0], blobs, writes)?;
-        let bodies = Bodies::from_rows(&config.thread_id, rows[0].row.id, bodies)?;
+        let bodies = Bodies::from_rows(bodies);
         if with_values && !bodies.items.is_empty() {
             // The backend read the epoch before the bodies.
             let seed = self.seed_slot(&config.thread_id).map(|slot| (slot, epoch));
@@ -1841,9 +1841,7 @@ impl<B: Backend> Engine<B> {
             let ids: Vec<CheckpointId> = members.iter().map(|&i| rows[i].row.id).collect();
             let write_rows = self.backend.writes(&thread, &ns, &ids).await?;
             let group = decode_group(&thread, &rows, &members, blob_rows, write_rows)?;
-            let bodies = self
-                .fetch_bodies(&thread, rows[members[0]].row.id, &group.runs)
-                .await?;
+            let bodies = self.fetch_bodies(&thread, &group.runs).await?;
             // The reads above are separate snapshots: a checkpoint deleted meanwhile (a prune,
             // `delete_for_runs`) may have lost values and bodies its record lists, and would
             // read as having none. One still there now was there throughout (ids never come
@@ -1886,33 +1884,23 @@ impl<B: Backend> Engine<B> {
 
     /// [`Self::fetch_bodies`] for a read that also seeds the thread's message index with them
     /// (the epoch read first, see [`Self::seed_epoch`]).
-    async fn fetch_seeding_bodies(
-        &self,
-        thread: &ThreadId,
-        cp: CheckpointId,
-        runs: &[(u64, u64)],
-    ) -> Result<Bodies> {
+    async fn fetch_seeding_bodies(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Bodies> {
         if runs.is_empty() {
             return Ok(Bodies::default());
         }
         let seed = self.seed_epoch(thread).await?;
-        let bodies = self.fetch_bodies(thread, cp, runs).await?;
+        let bodies = self.fetch_bodies(thread, runs).await?;
         Self::seed_index(seed, &bodies);
         Ok(bodies)
     }
 
-    async fn fetch_bodies(
-        &self,
-        thread: &ThreadId,
-        cp: CheckpointId,
-        runs: &[(u64, u64)],
-    ) -> Result<Bodies> {
+    async fn fetch_bodies(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Bodies> {
         if runs.is_empty() {
             return Ok(Bodies::default());
         }
         let merged = merge_runs(runs);
         let rows = self.backend.messages(thread, &merged).await?;
-        Bodies::from_rows(thread, cp, rows)
+        Ok(Bodies::from_rows(rows))
     }
 
     pub(crate) async fn delta_channel_history(
@@ -1981,7 +1969,7 @@ impl<B: Backend> Engine<B> {
                 writes.push((c.clone(), w, p));
             }
         }
-        let bodies = self.fetch_seeding_bodies(thread, target.id, &runs).await?;
+        let bodies = self.fetch_seeding_bodies(thread, &runs).await?;
         let resolved = (|| -> Result<()> {
             for (c, (cp, p)) in seeds {
                 if let Some(h) = out.get_mut(&c) {
@@ -2604,23 +2592,33 @@ fn decode_pending(
 }
 
 /// Message bodies read for one call, sorted by sequence number, without duplicates.
+///
+/// A body that fails its check is kept aside, not failed at once: the value that references
+/// it fails when it is resolved, naming the checkpoint that stored that value (one read
+/// fetches the bodies of several checkpoints: a page of a list, a history walk).
 #[derive(Default)]
 struct Bodies {
     seqs: Vec<u64>,
     items: Vec<Arc<[u8]>>,
+    damaged: BTreeMap<u64, CodecError>,
 }
 
 impl Bodies {
-    /// Collects checked bodies; the first invalid one is a typed error naming `cp`.
-    fn from_rows(thread: &ThreadId, cp: CheckpointId, rows: Vec<BodyRow>) -> Result<Self> {
+    /// Collects the checked bodies, and the damaged ones aside.
+    fn from_rows(rows: Vec<BodyRow>) -> Self {
         let mut seqs = Vec::with_capacity(rows.len());
         let mut items = Vec::with_capacity(rows.len());
+        let mut damaged = BTreeMap::new();
         for row in rows {
-            let body = row
-                .body
-                .map_err(|e| codec_error(thread, cp, format!("message body {}", row.seq), e))?;
-            seqs.push(row.seq);
-            items.push(body);
+            match row.body {
+                Ok(body) => {
+                    seqs.push(row.seq);
+                    items.push(body);
+                }
+                Err(e) => {
+                    damaged.entry(row.seq).or_insert(e);
+                }
+            }
         }
         // Backends return the merged runs in order, so this is a check, not a sort.
         if !seqs.windows(2).all(|w| w[0] < w[1]) {
@@ -2629,7 +2627,11 @@ impl Bodies {
             pairs.dedup_by_key(|(s, _)| *s);
             (seqs, items) = pairs.into_iter().unzip();
         }
-        Ok(Self { seqs, items })
+        Self {
+            seqs,
+            items,
+            damaged,
+        }
     }
 
     /// The bodies of `start..start + len`, or the first missing sequence number.
@@ -2667,12 +2669,19 @@ fn resolve(thread: &ThreadId, cp: CheckpointId, p: &Pending, bodies: &Bodies) ->
             let total = runs.iter().fold(0u64, |t, (_, l)| t.saturating_add(*l));
             let mut items = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
             for &(start, len) in runs {
-                let run = bodies.run(start, len).map_err(|seq| Error::Corrupt {
-                    thread_id: thread.clone(),
-                    checkpoint_id: cp,
-                    what: "message list".into(),
-                    detail: format!("message body {seq} is missing"),
-                })?;
+                let run = bodies
+                    .run(start, len)
+                    .map_err(|seq| match bodies.damaged.get(&seq) {
+                        Some(e) => {
+                            codec_error(thread, cp, format!("message body {seq}"), e.clone())
+                        }
+                        None => Error::Corrupt {
+                            thread_id: thread.clone(),
+                            checkpoint_id: cp,
+                            what: "message list".into(),
+                            detail: format!("message body {seq} is missing"),
+                        },
+                    })?;
                 items.extend_from_slice(run);
             }
             Ok(Blob::Messages(MessagesBlob { kind: *kind, items }))
@@ -3662,9 +3671,7 @@ mod tests {
 
     #[test]
     fn bodies_resolve_runs_and_name_the_first_missing_one() {
-        let t = ThreadId::new("t");
-        let cp = CheckpointId::generate();
-        let bodies = Bodies::from_rows(&t, cp, body_rows(&[1, 2, 3, 7, 8, 10])).unwrap();
+        let bodies = Bodies::from_rows(body_rows(&[1, 2, 3, 7, 8, 10]));
         assert_eq!(texts_of(bodies.run(2, 2).unwrap()), ["\"2\"", "\"3\""]);
         assert_eq!(texts_of(bodies.run(7, 2).unwrap()), ["\"7\"", "\"8\""]);
         assert_eq!(bodies.run(1, 5).unwrap_err(), 4);
@@ -3679,22 +3686,27 @@ mod tests {
     /// are sorted and deduplicated, so that a run's ends being present still means the run is.
     #[test]
     fn bodies_sort_and_deduplicate_rows() {
-        let t = ThreadId::new("t");
-        let cp = CheckpointId::generate();
-        let bodies = Bodies::from_rows(&t, cp, body_rows(&[3, 1, 3, 1])).unwrap();
+        let bodies = Bodies::from_rows(body_rows(&[3, 1, 3, 1]));
         assert_eq!(bodies.run(1, 3).unwrap_err(), 2);
         assert_eq!(texts_of(bodies.run(3, 1).unwrap()), ["\"3\""]);
     }
 
+    /// A damaged body fails the value that references it, as a typed error naming the body
+    /// and the checkpoint resolving that value; values that do not reference it resolve.
     #[test]
     fn a_damaged_body_is_a_typed_error_naming_it() {
         let t = ThreadId::new("t");
         let cp = CheckpointId::generate();
         let mut rows = body_rows(&[1, 2]);
         rows.push(BodyRow::check(3, b"\x41\0\0\0\0x"));
-        let err = Bodies::from_rows(&t, cp, rows).err().unwrap();
+        let bodies = Bodies::from_rows(rows);
+        let refs = |runs: Vec<(u64, u64)>| Pending::Refs(MessagesKind::Snapshot, runs);
+        assert!(resolve(&t, cp, &refs(vec![(1, 2)]), &bodies).is_ok());
+        let err = resolve(&t, cp, &refs(vec![(1, 3)]), &bodies).unwrap_err();
         assert_eq!(err.kind(), crate::error::ErrorKind::Corrupt);
         assert!(err.to_string().contains("message body 3"), "{err}");
+        assert!(err.to_string().contains(&cp.to_string()), "{err}");
+        assert!(!err.to_string().contains("missing"), "{err}");
     }
 
     /// A chain longer than one `ancestors` page is read page by page without a gap or a

@@ -864,3 +864,93 @@ fn a_damaged_old_body_does_not_block_new_writes() {
 fn msg(id: &str) -> Message {
     Message::human(format!("text of {id}")).with_id(id)
 }
+
+/// Flips the last byte of the body numbered `seq` of thread `t`.
+fn damage_body(path: &std::path::Path, seq: i64) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut body: Vec<u8> = conn
+        .query_row(
+            "SELECT body FROM messages WHERE thread_id = 't' AND seq = ?1",
+            [seq],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let last = body.len() - 1;
+    body[last] ^= 0x01;
+    conn.execute(
+        "UPDATE messages SET body = ?1 WHERE thread_id = 't' AND seq = ?2",
+        params![body, seq],
+    )
+    .unwrap();
+}
+
+/// A damaged body read together with other checkpoints' bodies (a page of a list, a history
+/// walk) is reported under the checkpoint whose value or write references it, not under the
+/// first checkpoint of the page or the walk's target (before, `list` named the newest
+/// checkpoint of the page, which reads fine on its own, and the walk named its target).
+#[test]
+fn a_damaged_body_is_reported_under_the_checkpoint_that_references_it() {
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("corrupt", "owner.db");
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let saver = SqliteSaver::open(&path, config).await.unwrap();
+        // c1 stores [a] (body 1); c2 moves the channel without a value and holds a write of
+        // [b] (body 2); c3 moves it again. The walk from c3 replays c2's write on c1's seed.
+        let c1 = put_list(&saver, "t", 1, &[msg("a")]).await;
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 2.into());
+        let c2 = saver
+            .put(
+                &c1,
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        let w = antler_checkpoint::delta::DeltaWrite::from(vec![msg("b")]);
+        saver
+            .put_writes(
+                &c2,
+                vec![("messages".into(), w.to_blob().unwrap())],
+                &TaskId::new("task"),
+                &TaskPath::default(),
+            )
+            .await
+            .unwrap();
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 3.into());
+        let c3 = saver
+            .put(
+                &c2,
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(read(&saver, &c3).await.unwrap(), vec![msg("a"), msg("b")]);
+        drop(saver);
+        let id = |c: &CheckpointConfig| c.checkpoint_id.unwrap().to_string();
+
+        // The write's body: the walk from c3 fails naming c2.
+        damage_body(&path, 2);
+        let saver = SqliteSaver::open(&path, config).await.unwrap();
+        let err = read(&saver, &c3).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains(&id(&c2)), "{err}");
+        drop(saver);
+        damage_body(&path, 2);
+
+        // The snapshot's body: a list of the thread fails naming c1, whose value references
+        // it, although c3 and c2 come first.
+        damage_body(&path, 1);
+        let saver = SqliteSaver::open(&path, config).await.unwrap();
+        let err = saver
+            .list(&antler_checkpoint::ListQuery::thread("t"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains(&id(&c1)), "{err}");
+    });
+}
