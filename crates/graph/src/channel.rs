@@ -145,11 +145,22 @@ impl Reducer {
         // The reducer receives the value by value: when this channel holds the only reference the
         // value is reused in place instead of cloned. On error the channel is discarded with the run.
         let current = std::mem::replace(&mut self.value, Arc::new(()) as Val);
-        self.value =
-            (self.reduce)(current, &batch, &mut self.aux).map_err(|source| Error::Reducer {
-                channel: self.name.to_string(),
-                source,
-            })?;
+        // A user reducer that panics fails the step as one that returns an error does (the
+        // panic does not unwind through the run and its caller).
+        let reduced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            (self.reduce)(current, &batch, &mut self.aux)
+        }))
+        .unwrap_or_else(|p| {
+            Err(format!(
+                "the reducer panicked: {}",
+                crate::run::panic_message(p.as_ref())
+            )
+            .into())
+        });
+        self.value = reduced.map_err(|source| Error::Reducer {
+            channel: self.name.to_string(),
+            source,
+        })?;
         Ok(())
     }
 }

@@ -1794,11 +1794,7 @@ async fn execute(
             Err(e) => {
                 let Some(&i) = ids.get(&e.id()) else { continue };
                 let message = if e.is_panic() {
-                    let p = e.into_panic();
-                    p.downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".to_owned())
+                    panic_message(e.into_panic().as_ref())
                 } else {
                     "task cancelled".to_owned()
                 };
@@ -1820,7 +1816,18 @@ async fn execute(
         let t = &tasks[i];
         let ctx = ctxs.get(&i);
         results[i] = Some(match r {
-            Ok(cmd) => finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty()),
+            // The node's router and its own-view reducers run here, outside the task: a panic in
+            // them is the task's, caught and stored as a node's panic is, not one that unwinds
+            // through the run and its caller.
+            Ok(cmd) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty())
+            }))
+            .unwrap_or_else(|p| {
+                TaskResult::Failed(Error::NodePanicked {
+                    node: g.nodes[t.node].id.clone(),
+                    message: panic_message(p.as_ref()),
+                })
+            }),
             Err(NodeError(NodeErrorKind::Interrupt(int))) => TaskResult::Interrupted(int),
             Err(NodeError(NodeErrorKind::Paused)) => TaskResult::Interrupted(Vec::new()),
             Err(NodeError(NodeErrorKind::Failed(source))) => {
@@ -1833,6 +1840,14 @@ async fn execute(
         persist_result(g, t, results[i].as_ref(), ctx, pending, ck, persist).await?;
     }
     Ok(())
+}
+
+/// The text of a panic payload (a `&str` or `String` message).
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
 fn finish_ok(g: &Graph, t: &Task, cmd: &Command, live: &Live, nested: bool) -> TaskResult {

@@ -332,6 +332,68 @@ async fn fault_panicking_sibling_is_caught_and_resume_reruns_only_it() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+/// Fault: a router that panics (it runs after its node's task, outside it) is caught and
+/// stored as that task's panic, siblings keep their writes, and a resume re-runs only it;
+/// a reducer that panics fails the step with a reducer error. Before, both panics unwound
+/// through `invoke` into the caller.
+#[tokio::test]
+async fn a_panicking_router_or_reducer_is_caught() {
+    let routes = Arc::new(AtomicUsize::new(0));
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    let r = routes.clone();
+    g.add_router("a", None, move |_s: &State| {
+        assert!(
+            r.fetch_add(1, Ordering::SeqCst) > 0,
+            "deliberate panic in a's router"
+        );
+        vec!["__end__".into()]
+    });
+    g.add_edge("b", "__end__");
+    let routed = memory(g);
+    let cfg = RunConfig::new("t");
+    let err = routed
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NodePanicked { ref node, ref message } if node.as_str() == "a" && message.contains("deliberate")),
+        "{err}"
+    );
+    let head = routed.get_state(&cfg).await.unwrap().unwrap();
+    let a = head.tasks.iter().find(|t| t.node.as_str() == "a").unwrap();
+    assert!(
+        a.error.as_deref().unwrap_or("").contains("deliberate"),
+        "{a:?}"
+    );
+    let out = routed.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+
+    const BAD: Key<i64> = Key::from_static("bad");
+    let mut g = graph();
+    g.channel(
+        &BAD,
+        ChannelSpec::reducer(
+            "explodes",
+            || 0,
+            |_acc: &i64, _w: &[i64]| -> Result<i64, antler_graph::BoxError> {
+                panic!("deliberate panic in a reducer")
+            },
+        ),
+    )
+    .unwrap();
+    g.add_node("a", |_s, _c| async { Ok(Update::new().set(&BAD, 1)) });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let reducing = memory(g);
+    let err = reducing
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), antler_graph::ErrorKind::Reducer, "{err}");
+    assert!(err.to_string().contains("deliberate"), "{err}");
+}
+
 fn asking_graph() -> antler_graph::CompiledGraph {
     const ASKED: Key<bool> = Key::from_static("asked");
     let mut g = graph();
