@@ -1320,28 +1320,32 @@ impl Backend for PgBackend {
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting blobs");
         let mut c = self.client(&ctx).await?;
-        let c = c.transaction().await.map_err(pg_err(ctx.clone()))?;
-        // The caller read the blob keys before this check: a put committing after it stores
-        // keys that list did not return, so READ COMMITTED needs no lock here.
-        let mut now = c
-            .query(
-                &self.sql(
-                    "SELECT checkpoint_ns, checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1",
-                ),
-                &[&thread.as_str()],
-            )
+        let c = c
+            .transaction()
             .await
-            .map_err(pg_err(ctx.clone()))?
-            .iter()
-            .map(|r| {
-                Ok((
-                    CheckpointNs::new(r.get::<_, String>(0)),
-                    id_from(thread.as_str(), r.get(1))?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        now.sort();
-        if now != expected {
+            .map_err(deadlock_or(thread, ctx.clone()))?;
+        let checkpoints_now = self
+            .sql("SELECT checkpoint_ns, checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1");
+        let same = |rows: Vec<tokio_postgres::Row>| -> Result<bool> {
+            let mut now = rows
+                .iter()
+                .map(|r| {
+                    Ok((
+                        CheckpointNs::new(r.get::<_, String>(0)),
+                        id_from(thread.as_str(), r.get(1))?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            now.sort();
+            Ok(now == expected)
+        };
+        // The caller read the blob keys before this check: a put committing after it stores
+        // keys that list did not return.
+        let before = c
+            .query(&checkpoints_now, &[&thread.as_str()])
+            .await
+            .map_err(deadlock_or(thread, ctx.clone()))?;
+        if !same(before)? {
             return Ok(false);
         }
         let ns: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
@@ -1358,8 +1362,20 @@ impl Backend for PgBackend {
             &[&thread.as_str(), &ns, &ch, &v],
         )
         .await
-        .map_err(pg_err(ctx.clone()))?;
-        c.commit().await.map_err(pg_err(ctx))?;
+        .map_err(deadlock_or(thread, ctx.clone()))?;
+        // But a `copy_thread` onto the thread, or a put again of a deleted checkpoint, brings
+        // back keys the list did return, with checkpoints that reference them. If it wrote
+        // those rows first, the delete waited for its commit, and its checkpoints show here
+        // (a new snapshot): roll back. If the delete locked them first, it waits, and
+        // inserts them again once this commits.
+        let after = c
+            .query(&checkpoints_now, &[&thread.as_str()])
+            .await
+            .map_err(deadlock_or(thread, ctx.clone()))?;
+        if !same(after)? {
+            return Ok(false);
+        }
+        c.commit().await.map_err(deadlock_or(thread, ctx))?;
         Ok(true)
     }
 
@@ -2211,6 +2227,100 @@ mod tests {
         saver.drop_schema().await.expect("drop");
         let err = walked.expect_err("c1 and its body went");
         assert!(matches!(err, Error::MissingParent { .. }), "{err}");
+    }
+
+    /// Blob collection checks the thread's checkpoints again after its delete: a writer that
+    /// brings back a deleted checkpoint and the value it references (a `copy_thread` onto the
+    /// thread, a put again of that checkpoint), holding the value's row when the delete
+    /// reaches it and committing while the delete waits, makes the collection roll back.
+    /// Before, the delete went through and the checkpoint read back without its value.
+    #[tokio::test]
+    async fn a_collection_racing_a_copy_back_keeps_the_value() {
+        use crate::blob::Blob;
+        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let a = ChannelName::new("a");
+        let mut configs: Vec<CheckpointConfig> = Vec::new();
+        for i in 1..=2u64 {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert(a.clone(), ChannelVersion::new(i));
+            cp.channel_values
+                .insert(a.clone(), Blob::json(&serde_json::json!(i)).expect("blob"));
+            let nv: ChannelVersions = cp.channel_versions.clone();
+            let at = configs
+                .last()
+                .cloned()
+                .unwrap_or_else(|| CheckpointConfig::latest("t"));
+            configs.push(
+                saver
+                    .put(&at, cp, CheckpointMetadata::default(), &nv)
+                    .await
+                    .expect("put"),
+            );
+        }
+        let (c1, c2) = (
+            configs[0].checkpoint_id.expect("id"),
+            configs[1].checkpoint_id.expect("id"),
+        );
+        let b = &saver.engine.backend;
+        let setup = b.client("test").await.expect("client");
+        // c1 goes (as a prune's first transaction deletes it), its row kept aside.
+        setup
+            .batch_execute(&b.sql("CREATE TABLE {s}.kept (LIKE {s}.checkpoints)"))
+            .await
+            .expect("kept table");
+        setup
+            .execute(
+                &b.sql("INSERT INTO {s}.kept SELECT * FROM {s}.checkpoints WHERE thread_id = 't' AND checkpoint_id = $1"),
+                &[&c1.to_bytes().as_slice()],
+            )
+            .await
+            .expect("keep c1");
+        setup
+            .execute(
+                &b.sql("DELETE FROM {s}.checkpoints WHERE thread_id = 't' AND checkpoint_id = $1"),
+                &[&c1.to_bytes().as_slice()],
+            )
+            .await
+            .expect("delete c1");
+        // The writer: c1 back, and its value's row written (locked) in the same transaction.
+        let writer = b.client("test").await.expect("client");
+        writer
+            .batch_execute(&b.sql(
+                "BEGIN;
+                 INSERT INTO {s}.checkpoints SELECT * FROM {s}.kept;
+                 UPDATE {s}.blobs SET data = data WHERE thread_id = 't' AND channel = 'a' AND version = 1;",
+            ))
+            .await
+            .expect("writer");
+        let interfere = async {
+            until_a_statement_waits(b, &format!("%DELETE FROM {}.blobs%", b.s)).await;
+            writer.batch_execute("COMMIT").await.expect("commit");
+        };
+        let expected = vec![(CheckpointNs::root(), c2)];
+        let keys = vec![(CheckpointNs::root(), a.clone(), ChannelVersion::new(1))];
+        let t = ThreadId::new("t");
+        let (deleted, ()) = tokio::join!(b.delete_blobs(&t, &keys, &expected), interfere);
+        assert!(!deleted.expect("no error"), "the collection rolled back");
+        let back = saver
+            .get_tuple(&configs[0])
+            .await
+            .expect("read")
+            .expect("c1 is back");
+        assert_eq!(
+            back.checkpoint
+                .channel_values
+                .get(&a)
+                .and_then(|v| v.decode_json::<u64>().ok()),
+            Some(1),
+            "c1 reads with its value"
+        );
+        drop((setup, writer));
+        saver.drop_schema().await.expect("drop");
     }
 
     /// The message index keeps the first sequence number of a repeated body, so the backend
