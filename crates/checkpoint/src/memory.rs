@@ -587,9 +587,15 @@ impl Backend for MemoryBackend {
             marks.insert(k.1.clone(), *v);
         }
         for (ns, v) in marks {
+            // A target namespace with checkpoints of its own but no mark is unknown, and stays so.
+            let unknown_here = t
+                .checkpoints
+                .keys()
+                .any(|(th, n, _)| th == target && *n == ns);
             let key = (target.clone(), ns);
             let merged = match t.marks.get(&key) {
                 Some(old) => old.zip(v).map(|(a, b)| a.max(b)),
+                None if unknown_here => None,
                 None => v,
             };
             t.marks.insert(key, merged);

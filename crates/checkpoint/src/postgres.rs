@@ -1264,7 +1264,11 @@ impl Backend for PgBackend {
                    ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body),
                  marks AS (
                    INSERT INTO {s}.version_marks AS m
-                   SELECT $2, checkpoint_ns, version FROM {s}.version_marks WHERE thread_id = $1
+                   SELECT $2, v.checkpoint_ns,
+                          CASE WHEN EXISTS (SELECT 1 FROM {s}.checkpoints c WHERE c.thread_id = $2 AND c.checkpoint_ns = v.checkpoint_ns)
+                                AND NOT EXISTS (SELECT 1 FROM {s}.version_marks w WHERE w.thread_id = $2 AND w.checkpoint_ns = v.checkpoint_ns)
+                               THEN NULL ELSE v.version END
+                     FROM {s}.version_marks v WHERE v.thread_id = $1
                    UNION ALL
                    SELECT DISTINCT $2, checkpoint_ns, NULL::bigint FROM {s}.checkpoints WHERE thread_id = $1
                      AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM {s}.version_marks WHERE thread_id = $1)

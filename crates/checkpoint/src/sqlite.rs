@@ -1023,18 +1023,23 @@ impl Backend for SqliteBackend {
             }
             bump_epoch(&tx, &target)?;
             for sql in [
-                "INSERT OR REPLACE INTO checkpoints SELECT ?2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",
-                "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",
-                "INSERT OR REPLACE INTO writes SELECT ?2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1",
-                "INSERT OR REPLACE INTO messages SELECT ?2, seq, body FROM messages WHERE thread_id = ?1",
                 // The target's marks rise to the source's; an unknown mark (NULL) on either side
-                // stays unknown, and so does a source namespace with checkpoints but no mark.
-                "INSERT INTO version_marks SELECT ?2, checkpoint_ns, version FROM version_marks WHERE thread_id = ?1
+                // stays unknown, and so does a namespace with checkpoints but no mark on either
+                // side (the target's own checkpoints counted before the copy adds any).
+                "INSERT INTO version_marks SELECT ?2, v.checkpoint_ns,
+                    CASE WHEN EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = ?2 AND c.checkpoint_ns = v.checkpoint_ns)
+                          AND NOT EXISTS (SELECT 1 FROM version_marks w WHERE w.thread_id = ?2 AND w.checkpoint_ns = v.checkpoint_ns)
+                         THEN NULL ELSE v.version END
+                    FROM version_marks v WHERE v.thread_id = ?1
                   ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version =
                     CASE WHEN version IS NULL OR excluded.version IS NULL THEN NULL ELSE max(version, excluded.version) END",
                 "INSERT INTO version_marks SELECT DISTINCT ?2, checkpoint_ns, NULL FROM checkpoints WHERE thread_id = ?1
                     AND checkpoint_ns NOT IN (SELECT checkpoint_ns FROM version_marks WHERE thread_id = ?1)
                   ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = NULL",
+                "INSERT OR REPLACE INTO checkpoints SELECT ?2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",
+                "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",
+                "INSERT OR REPLACE INTO writes SELECT ?2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1",
+                "INSERT OR REPLACE INTO messages SELECT ?2, seq, body FROM messages WHERE thread_id = ?1",
             ] {
                 tx.execute(sql, params![source, target]).map_err(sql_err(ctx.clone()))?;
             }

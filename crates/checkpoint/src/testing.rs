@@ -3315,4 +3315,11 @@ where
     assert_eq!(max_versions(saver, "c", "").await, (1, 1));
     saver.copy_thread(&thread("s"), &thread("c")).await.unwrap();
     assert_eq!(max_versions(saver, "c", "").await, (7, 7));
+    // A target that lost its mark keeps it unknown through a copy onto it, so its own records
+    // still count (before, it took the source's lower mark, and a fork reused its versions).
+    put("u", 12).await;
+    lose("u").await;
+    put("w", 5).await;
+    saver.copy_thread(&thread("w"), &thread("u")).await.unwrap();
+    assert_eq!(max_versions(saver, "u", "").await, (12, 12));
 }
