@@ -1791,9 +1791,22 @@ impl PgBackend {
         tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&self.s])
             .await
             .map_err(pg_err("postgres: migration lock"))?;
-        tx.batch_execute(&self.sql("CREATE SCHEMA IF NOT EXISTS {s}; CREATE TABLE IF NOT EXISTS {s}.antler_migrations (v BIGINT PRIMARY KEY)"))
+        // The schema and the version table only when missing: PostgreSQL checks the CREATE
+        // privilege before `IF NOT EXISTS` looks, so a role that may only use an existing
+        // store (no CREATE on the database or the schema) could not open it otherwise.
+        let exists: bool = tx
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&format!("{}.antler_migrations", self.s)],
+            )
             .await
-            .map_err(pg_err("postgres: migrating"))?;
+            .map_err(pg_err("postgres: looking for the schema version table"))?
+            .get(0);
+        if !exists {
+            tx.batch_execute(&self.sql("CREATE SCHEMA IF NOT EXISTS {s}; CREATE TABLE IF NOT EXISTS {s}.antler_migrations (v BIGINT PRIMARY KEY)"))
+                .await
+                .map_err(pg_err("postgres: migrating"))?;
+        }
         let current: i64 = tx
             .query_one(
                 &self.sql("SELECT COALESCE(MAX(v), 0) FROM {s}.antler_migrations"),

@@ -523,3 +523,73 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
     saver.drop_schema().await.unwrap();
 }
+
+/// A role that may use an existing store but create nothing (no CREATE on the database or
+/// the schema, as PostgreSQL 15 gives a new role by default) opens it, reads and writes:
+/// opening creates the schema and the version table only when they are missing (before,
+/// every open ran `CREATE … IF NOT EXISTS`, which PostgreSQL refuses such a role).
+#[test]
+fn a_role_without_create_privileges_opens_an_existing_store() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{CheckpointConfig, CheckpointSource, Saver};
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        drop(saver);
+        let (admin, task) = connect(&options.url).await;
+        let role = format!("antler_user_{}", uuid::Uuid::new_v4().simple());
+        let schema = format!("\"{}\"", options.schema);
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN;
+                 GRANT USAGE ON SCHEMA {schema} TO {role};
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};"
+            ))
+            .await
+            .unwrap();
+        let cfg: tokio_postgres::Config = options.url.parse().unwrap();
+        let host = match &cfg.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(h) => h.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        };
+        let url = format!(
+            "host={host} port={} dbname={} user={role}",
+            cfg.get_ports().first().copied().unwrap_or(5432),
+            cfg.get_dbname().unwrap_or("postgres"),
+        );
+        let opened = PostgresSaver::connect(
+            PostgresOptions::new(url).with_schema(options.schema.clone()),
+            StoreConfig::full(),
+        )
+        .await;
+        // Used, then dropped (its connections closed) before the role goes.
+        let used = match opened {
+            Ok(limited) => {
+                let stored = limited
+                    .put(
+                        &CheckpointConfig::latest("t"),
+                        checkpoint(&[("a", 1, serde_json::json!(1))]),
+                        metadata(CheckpointSource::Loop, 0, None),
+                        &[("a".into(), 1.into())].into(),
+                    )
+                    .await;
+                Ok(match stored {
+                    Ok(c) => limited.get_tuple(&c).await.map(|t| t.is_some()),
+                    Err(e) => Err(e),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        admin
+            .batch_execute(&format!(
+                "DROP OWNED BY {role}; DROP ROLE {role}; DROP SCHEMA {schema} CASCADE;"
+            ))
+            .await
+            .unwrap();
+        drop(admin);
+        let _ = task.await;
+        let used = used.expect("the limited role opens the store");
+        assert!(used.expect("the limited role reads and writes"));
+    });
+}
