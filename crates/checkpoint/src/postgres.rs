@@ -1523,10 +1523,21 @@ impl PostgresSaver {
     /// [`Error::StoreConfigMismatch`], [`Error::SchemaTooNew`], or [`Error::Backend`] when the
     /// server is unreachable or a statement fails.
     pub async fn connect(options: PostgresOptions, config: StoreConfig) -> Result<Self> {
-        let pg_config: tokio_postgres::Config = options
+        let mut pg_config: tokio_postgres::Config = options
             .url
             .parse()
             .map_err(pg_err("postgres: parsing connection string"))?;
+        // Every transaction of the saver at READ COMMITTED, whatever the server's or the
+        // connection string's default: its races are argued statement by statement (each
+        // statement of a transaction sees what committed before it), which REPEATABLE READ
+        // or SERIALIZABLE would turn into serialization failures or stale re-checks.
+        let pinned = match pg_config.get_options() {
+            Some(given) if !given.is_empty() => {
+                format!("{given} -c default_transaction_isolation=read\\ committed")
+            }
+            _ => "-c default_transaction_isolation=read\\ committed".to_owned(),
+        };
+        pg_config.options(&pinned);
         let manager = Manager::from_config(
             pg_config,
             NoTls,
@@ -2338,6 +2349,32 @@ mod tests {
         );
         drop((setup, writer));
         saver.drop_schema().await.expect("drop");
+    }
+
+    /// The saver's transactions run at READ COMMITTED even when the connection string (or the
+    /// server) asks for another default.
+    #[tokio::test]
+    async fn transactions_run_at_read_committed_whatever_the_default() {
+        let Some(url) = database_url() else {
+            return;
+        };
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url =
+            format!("{url}{sep}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read");
+        let options = PostgresOptions::new(url)
+            .with_schema(format!("antler_test_{}", uuid::Uuid::new_v4().simple()));
+        let saver = PostgresSaver::connect(options, StoreConfig::full())
+            .await
+            .expect("connect");
+        let c = saver.engine.backend.client("test").await.expect("client");
+        let level: String = c
+            .query_one("SHOW transaction_isolation", &[])
+            .await
+            .expect("show")
+            .get(0);
+        drop(c);
+        saver.drop_schema().await.expect("drop");
+        assert_eq!(level, "read committed");
     }
 
     /// The message index keeps the first sequence number of a repeated body, so the backend
