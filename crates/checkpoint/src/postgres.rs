@@ -1774,7 +1774,9 @@ impl PgBackend {
         for (thread, ns, mark) in &marks {
             threads.push(thread.as_str());
             namespaces.push(ns.as_str());
-            versions.push(mark.map(|m| i64_of(m, "channel version")).transpose()?);
+            // A mark the column cannot hold (a version above i64::MAX, which an older build
+            // may have stored in a record) is unknown, not a reason to refuse every open.
+            versions.push(mark.and_then(|m| i64::try_from(m).ok()));
         }
         tx.execute(
             &self.sql(

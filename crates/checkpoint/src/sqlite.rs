@@ -326,7 +326,9 @@ fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
         )
         .map_err(sql_err(ctx))?;
     for (thread, ns, mark) in fold.finish() {
-        let mark = mark.map(|m| i64_of(m, "channel version")).transpose()?;
+        // A mark the column cannot hold (a version above i64::MAX, which an older build may
+        // have stored in a record) is unknown, not a reason to refuse every open.
+        let mark = mark.and_then(|m| i64::try_from(m).ok());
         insert
             .execute(params![thread, ns, mark])
             .map_err(sql_err(ctx))?;
@@ -1402,6 +1404,56 @@ impl_saver!(SqliteSaver);
 mod tests {
     use super::{SqliteOptions, SqliteSaver};
     use crate::mode::StoreConfig;
+
+    /// Migration 3 gives a namespace whose record lists a version the mark column cannot hold
+    /// (above `i64::MAX`, as an older build could store) an unknown mark instead of failing,
+    /// so the store still opens (before, every open failed on that record).
+    #[tokio::test]
+    async fn a_version_beyond_the_mark_column_does_not_stop_the_migration() {
+        use crate::ids::ChannelVersion;
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let dir = std::env::temp_dir().join(format!("antler-huge-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let stored = {
+            let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert("a".into(), ChannelVersion::new(3));
+            saver
+                .put(
+                    &CheckpointConfig::latest("huge"),
+                    cp,
+                    CheckpointMetadata::default(),
+                    &crate::model::ChannelVersions::new(),
+                )
+                .await
+                .unwrap()
+        };
+        let id = stored.checkpoint_id.unwrap();
+        let mut cp = Checkpoint::empty();
+        cp.id = id;
+        cp.channel_versions
+            .insert("a".into(), ChannelVersion::new(u64::MAX));
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE checkpoints SET record = ?1 WHERE thread_id = 'huge'",
+            [crate::codec::encode_record(&cp)],
+        )
+        .unwrap();
+        conn.execute_batch("DROP TABLE version_marks; PRAGMA user_version = 2;")
+            .unwrap();
+        drop(conn);
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let saver = saver.expect("the store opens");
+        let max = saver
+            .max_channel_version(&"huge".into(), &crate::ids::CheckpointNs::root())
+            .await
+            .unwrap();
+        assert_eq!(max, u64::MAX, "the namespace falls back to its records");
+    }
 
     /// Recording the configuration is a compare-and-set: a process whose read found no
     /// configuration does not overwrite one another process recorded meanwhile.
