@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::compiled::CompiledGraph;
-use crate::error::BuildError;
+use crate::error::{BoxError, BuildError};
 use crate::ids::{END, NodeId, START};
 use crate::schema::{ChannelSpec, ErasedSpec, Schema};
 use crate::state::{Key, State};
@@ -62,6 +62,8 @@ pub struct RetryPolicy {
     pub backoff_factor: f64,
     /// Upper bound of a wait (default 128 s).
     pub max_interval: Duration,
+    /// Which failures are retried; `None` (the default) is [`RetryOn::default_rule`].
+    pub retry_on: Option<RetryOn>,
 }
 
 impl Default for RetryPolicy {
@@ -71,7 +73,60 @@ impl Default for RetryPolicy {
             initial_interval: Duration::from_millis(500),
             backoff_factor: 2.0,
             max_interval: Duration::from_secs(128),
+            retry_on: None,
         }
+    }
+}
+
+impl RetryPolicy {
+    /// Whether a failed attempt with error `e` is retried (attempts left aside).
+    pub(crate) fn retries(&self, e: &BoxError) -> bool {
+        match &self.retry_on {
+            Some(r) => (r.0)(e.as_ref()),
+            None => RetryOn::default_rule(e.as_ref()),
+        }
+    }
+}
+
+/// The predicate inside a [`RetryOn`].
+type RetryPredicate = dyn Fn(&(dyn std::error::Error + 'static)) -> bool + Send + Sync;
+
+/// A predicate choosing which node failures a [`RetryPolicy`] retries.
+#[derive(Clone)]
+pub struct RetryOn(Arc<RetryPredicate>);
+
+impl RetryOn {
+    /// Retries the failures `f` accepts.
+    pub fn new(
+        f: impl Fn(&(dyn std::error::Error + 'static)) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// The rule of a policy without a predicate: every failure is retried except this
+    /// runtime's own deterministic errors coming up from a subgraph node (a recursion limit,
+    /// an invalid update, a refused input, a reducer's or a build error, a value that does
+    /// not (de)serialize, a missing checkpoint), which another attempt would only repeat;
+    /// a failed node inside the subgraph or a store error is retried.
+    pub fn default_rule(e: &(dyn std::error::Error + 'static)) -> bool {
+        use crate::error::ErrorKind;
+        match e.downcast_ref::<crate::error::Error>() {
+            Some(g) => matches!(g.kind(), ErrorKind::Node | ErrorKind::Storage),
+            None => true,
+        }
+    }
+}
+
+impl std::fmt::Debug for RetryOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetryOn(..)")
+    }
+}
+
+impl PartialEq for RetryOn {
+    /// The same predicate (one `Arc`).
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -184,10 +239,20 @@ impl StateGraph {
     /// schemas declare and writes back its final values of those keys. Interrupts inside it
     /// interrupt the parent; resuming the parent resumes it.
     pub fn add_subgraph(&mut self, name: impl Into<NodeId>, graph: CompiledGraph) -> &mut Self {
+        self.add_subgraph_with(name, graph, NodeOptions::default())
+    }
+
+    /// [`add_subgraph`](Self::add_subgraph) with node options (a retry policy, deferral).
+    pub fn add_subgraph_with(
+        &mut self,
+        name: impl Into<NodeId>,
+        graph: CompiledGraph,
+        options: NodeOptions,
+    ) -> &mut Self {
         self.add_node_with(
             name,
             Arc::new(crate::subgraph::SubgraphNode { graph }),
-            NodeOptions::default(),
+            options,
         )
     }
 

@@ -60,7 +60,7 @@ mod state;
 mod subgraph;
 mod types;
 
-pub use builder::{Node, NodeOptions, RetryPolicy, RouterFn, StateGraph, node_fn};
+pub use builder::{Node, NodeOptions, RetryOn, RetryPolicy, RouterFn, StateGraph, node_fn};
 pub use checkpointer::{
     BrokenHistory, CheckpointRecord, CheckpointTuple, Checkpointer, DeltaHistory,
     MemoryCheckpointer, PendingWrite, Scope, Source, VersionClash,

@@ -1760,8 +1760,8 @@ async fn execute(
                             .run(input.clone(), Context { inner: ctx.clone() })
                             .await;
                         match (&r, &retry) {
-                            (Err(NodeError(NodeErrorKind::Failed(_))), Some(p))
-                                if attempt < p.max_attempts =>
+                            (Err(NodeError(NodeErrorKind::Failed(e))), Some(p))
+                                if attempt < p.max_attempts && p.retries(e) =>
                             {
                                 let secs = p.initial_interval.as_secs_f64()
                                     * p.backoff_factor

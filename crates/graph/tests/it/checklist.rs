@@ -1037,6 +1037,56 @@ async fn retry_waits_that_are_not_durations_do_not_panic() {
     }
 }
 
+/// A retry policy retries only what its rule accepts: by default not this runtime's own
+/// deterministic errors coming up from a subgraph (here its recursion limit: before, each
+/// attempt ran the subgraph again from where the last one stopped, multiplying the limit), and
+/// with `retry_on` only what the predicate accepts.
+#[tokio::test(start_paused = true)]
+async fn a_retry_policy_retries_only_what_its_rule_accepts() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut inner = graph();
+    let r = runs.clone();
+    inner.add_node("spin", move |_s: State, _c| {
+        r.fetch_add(1, Ordering::SeqCst);
+        async { Ok(Update::new().set(&LOG, log(&["spin"]))) }
+    });
+    inner.add_edge("__start__", "spin");
+    inner.add_router("spin", None, |_s: &State| vec!["spin".into()]);
+    let mut outer = graph();
+    outer.add_subgraph_with(
+        "sub",
+        inner.compile().unwrap(),
+        antler_graph::NodeOptions {
+            retry: Some(antler_graph::RetryPolicy::default()),
+            ..Default::default()
+        },
+    );
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let err = memory(outer)
+        .invoke(
+            Update::new().set(&LOG, log(&["in"])),
+            &RunConfig::new("t").with_recursion_limit(4),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("Recursion limit"), "{err}");
+    let spins = runs.load(Ordering::SeqCst);
+    assert!(
+        spins <= 5,
+        "one attempt of the subgraph, not three: {spins} runs"
+    );
+
+    let never = antler_graph::RetryPolicy {
+        retry_on: Some(antler_graph::RetryOn::new(|_| false)),
+        ..antler_graph::RetryPolicy::default()
+    };
+    let (out, runs) = run_flaky(never).await;
+    assert!(out.is_err());
+    assert_eq!(runs, 1, "the predicate refused the retry");
+}
+
 /// Runs a node that fails twice, then writes `ok`, under `policy`: the outcome and the
 /// node's runs.
 async fn run_flaky(
