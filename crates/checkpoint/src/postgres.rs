@@ -2379,6 +2379,66 @@ mod tests {
         assert_eq!(level, "read committed");
     }
 
+    /// Migration 3 gives a namespace whose record lists a version the mark column cannot hold
+    /// (above `i64::MAX`, as an older build could store) an unknown mark instead of failing,
+    /// so the store still opens (before, every open failed on that record).
+    #[tokio::test]
+    async fn a_version_beyond_the_mark_column_does_not_stop_the_migration() {
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert(ChannelName::new("a"), ChannelVersion::new(3));
+        let stored = saver
+            .put(
+                &CheckpointConfig::latest("huge"),
+                cp,
+                CheckpointMetadata::default(),
+                &crate::model::ChannelVersions::new(),
+            )
+            .await
+            .expect("put");
+        let mut cp = Checkpoint::empty();
+        cp.id = stored.checkpoint_id.expect("id");
+        cp.channel_versions
+            .insert(ChannelName::new("a"), ChannelVersion::new(u64::MAX));
+        let b = &saver.engine.backend;
+        let c = b.client("test").await.expect("client");
+        c.execute(
+            &b.sql("UPDATE {s}.checkpoints SET record = $1 WHERE thread_id = 'huge'"),
+            &[&crate::codec::encode_record(&cp)],
+        )
+        .await
+        .expect("record");
+        c.batch_execute(
+            &b.sql("DROP TABLE {s}.version_marks; DELETE FROM {s}.antler_migrations WHERE v >= 3;"),
+        )
+        .await
+        .expect("back to version 2");
+        drop(c);
+        let options = PostgresOptions::new(database_url().expect("url"))
+            .with_schema(b.s.trim_matches('"').to_owned());
+        let reopened = PostgresSaver::connect(options, StoreConfig::full()).await;
+        let max = match &reopened {
+            Ok(r) => Some(
+                r.max_channel_version(&ThreadId::new("huge"), &CheckpointNs::root())
+                    .await,
+            ),
+            Err(_) => None,
+        };
+        saver.drop_schema().await.expect("drop");
+        let reopened = reopened.expect("the store opens");
+        drop(reopened);
+        assert_eq!(
+            max.and_then(|m| m.ok()),
+            Some(u64::MAX),
+            "the namespace falls back to its records"
+        );
+    }
+
     /// The message index keeps the first sequence number of a repeated body, so the backend
     /// must return a thread's bodies in sequence order even when the heap holds them in
     /// another (here: one row updated, so it moved behind the others, and statistics that
