@@ -38,6 +38,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        // Run by the benchmark itself, in a fresh process: the peak memory of a cold read.
+        ["bench", "cold-peak", rest @ ..] => match write_amp::cold_peak(rest) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("antler bench cold-peak: {e}");
+                ExitCode::FAILURE
+            }
+        },
         _ => {
             eprintln!("usage: antler bench write-amp --help");
             ExitCode::from(2)

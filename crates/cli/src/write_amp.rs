@@ -250,6 +250,61 @@ impl Store {
         })
     }
 
+    /// Peak memory of one cold `get_state` (graph driver), measured in a fresh process of this
+    /// binary (`antler bench cold-peak`): there, nothing the workload or the earlier reads
+    /// allocated and freed is reused, so the resident set's rise during the read is what the
+    /// read needed. `None` for the memory saver, whose data lives only in this process.
+    fn peak_in_fresh_process(
+        &self,
+        o: &Options,
+        thread: &ThreadId,
+    ) -> Result<Option<u64>, BoxError> {
+        let (saver, db, schema) = match self {
+            Store::Memory(_) => return Ok(None),
+            Store::Sqlite(_, path, _) => ("sqlite", path.display().to_string(), None),
+            Store::Postgres(_, options) => (
+                "postgres",
+                options.url.clone(),
+                Some(options.schema.clone()),
+            ),
+        };
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.args([
+            "bench",
+            "cold-peak",
+            "--saver",
+            saver,
+            "--db",
+            &db,
+            "--mode",
+        ])
+        .arg(o.mode.as_str())
+        .args(["--snapshot-frequency", &o.frequency.get().to_string()])
+        .args(["--thread", thread.as_str()]);
+        if let Some(schema) = schema {
+            cmd.args(["--schema", &schema]);
+        }
+        let out = cmd.output()?;
+        if !out.status.success() {
+            return Err(format!(
+                "cold-peak child failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+            .into());
+        }
+        let line = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(line.trim())?;
+        let bytes = v
+            .get("peak_bytes")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or("cold-peak child printed no peak_bytes")?;
+        let messages = v.get("messages").and_then(serde_json::Value::as_u64);
+        if messages != Some(2 * o.turns as u64) {
+            return Err(format!("cold-peak child read {messages:?} messages").into());
+        }
+        Ok(Some(bytes))
+    }
+
     /// Median of 20 raw scans of the thread's message bodies, each through a freshly opened
     /// saver (`body_scan`), and what the last one read; `None` for the memory saver.
     async fn body_scan_cold(
@@ -450,7 +505,60 @@ fn mean(v: &[f64]) -> f64 {
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    percentile(&s, 50.0)
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        // An even count: the mean of the two middle values.
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// `antler bench cold-peak …` (run by the benchmark itself): opens the store named by the
+/// arguments, reads the thread's head once through the workload graph, and prints one JSON
+/// line with the rise of the resident set during that read and the number of messages read.
+pub(crate) fn cold_peak(args: &[&str]) -> Result<(), BoxError> {
+    let mut rest = Vec::new();
+    let (mut thread, mut schema) = (None, None);
+    let mut it = args.iter();
+    while let Some(&a) = it.next() {
+        match a {
+            "--thread" => thread = it.next().map(|s| (*s).to_owned()),
+            "--schema" => schema = it.next().map(|s| (*s).to_owned()),
+            other => rest.push(other),
+        }
+    }
+    let o = Options::parse(&rest)?.ok_or("cold-peak takes no --help")?;
+    let thread = thread.ok_or("cold-peak needs --thread")?;
+    let db = o.db.clone().ok_or("cold-peak needs --db")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let saver: Arc<dyn Saver> = match o.saver {
+            SaverKind::Sqlite => {
+                Arc::new(SqliteSaver::open(&PathBuf::from(&db), o.store_config()).await?)
+            }
+            SaverKind::Postgres => {
+                let schema = schema.ok_or("cold-peak on postgres needs --schema")?;
+                Arc::new(
+                    PostgresSaver::connect(
+                        PostgresOptions::new(db).with_schema(schema),
+                        o.store_config(),
+                    )
+                    .await?,
+                )
+            }
+            SaverKind::Memory => return Err("cold-peak needs a database saver".into()),
+        };
+        let graph = workload_graph(&o, saver)?;
+        let cfg = RunConfig::new(thread.as_str());
+        let peak = PeakRss::start();
+        let snapshot = graph.get_state(&cfg).await?.ok_or("no state")?;
+        let bytes = peak.bytes();
+        let messages = snapshot.values.get(&MESSAGES_KEY).map_or(0, Vec::len);
+        println!("{}", json!({"peak_bytes": bytes, "messages": messages}));
+        Ok(())
+    })
 }
 
 pub(crate) fn run(o: &Options) -> Result<(), BoxError> {
@@ -514,6 +622,8 @@ async fn history_and_fork(
         .get(all.len() / 2)
         .map(|t| antler::graph::CheckpointId::new(t.checkpoint.id.to_string()))
         .ok_or("the thread has no checkpoint")?;
+    // Every page before any fork: a fork adds a checkpoint, which the next page (newest
+    // first, all branches) would include.
     for _ in 0..5 {
         let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
         let began = Instant::now();
@@ -524,6 +634,8 @@ async fn history_and_fork(
         if got.len() != 10.min(all.len()) {
             return Err(format!("a history page of 10 returned {}", got.len()).into());
         }
+    }
+    for _ in 0..5 {
         let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
         let began = Instant::now();
         fresh
@@ -567,7 +679,8 @@ impl Growth {
 }
 
 /// The window of newest checkpoints whose replay depth is measured: a full snapshot cycle
-/// (about 2F + 4 checkpoints) when F is small, else the 64 newest. The deepest replay of a
+/// (about 3F + 4 checkpoints: the graph driver stores three per turn, the saver driver two)
+/// when F is small, else the 64 newest. The deepest replay of a
 /// cycle is just before its snapshot, so for T a multiple of F (or T < F, where the depth only
 /// grows) the window holds the maximum.
 fn replay_window(o: &Options) -> usize {
@@ -742,6 +855,11 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
         if let Some(p) = peak {
             peak_bytes = p.bytes();
         }
+    }
+    // The database savers' figure comes from a fresh process (see `peak_in_fresh_process`);
+    // the in-process one above (memory saver) reuses what earlier reads freed.
+    if let Some(bytes) = store.peak_in_fresh_process(o, thread)? {
+        peak_bytes = bytes;
     }
     // Replay depth of the newest checkpoints, from the saver's history walk (the one the
     // runtime restores delta channels with).
