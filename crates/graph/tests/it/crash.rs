@@ -157,7 +157,7 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
                 .env(CHILD_DURABILITY_ENV, durability)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null())
+                .stderr(Stdio::piped())
                 .spawn()
                 .expect("child starts");
             let mut stdin = child.stdin.take().expect("piped stdin");
@@ -182,7 +182,20 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
             }
             if finished {
                 let _ = child.wait();
+                // The run that was not killed: every operation it reported was a kill point.
+                assert_eq!(
+                    kill_points, ops,
+                    "{durability}: a kill after each of the run's {ops} store operations"
+                );
                 break;
+            }
+            // A child that stopped before its k-th operation died on its own: no kill point.
+            if ops != k {
+                let out = child.wait_with_output().expect("child output");
+                panic!(
+                    "{durability}: the child stopped after {ops} of {k} operations: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             // SIGKILL on Unix: the child cannot clean up.
             child.kill().expect("kill child");
@@ -209,7 +222,7 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
         }
         assert!(
             kill_points >= 8,
-            "{durability}: every store operation of the run was a kill point ({kill_points})"
+            "{durability}: a run of at least eight store operations ({kill_points})"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

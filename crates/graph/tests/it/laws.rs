@@ -12,13 +12,22 @@ proptest! {
 
     /// BSP determinism: k parallel nodes finishing in any order (random delays on a paused clock)
     /// reach the reducer in task-path order (node-name order), and a join after them sees all writes.
+    /// The nodes are declared and wired in a shuffled order, so name order is neither the
+    /// declaration order nor the edge order.
     #[test]
-    fn reducer_order_is_task_path_order_whatever_the_completion_order(delays in proptest::collection::vec(0u64..50, 2..7)) {
+    fn reducer_order_is_task_path_order_whatever_the_completion_order(
+        (delays, order) in proptest::collection::vec(0u64..50, 2..7)
+            .prop_flat_map(|d| {
+                let order: Vec<usize> = (0..d.len()).collect();
+                (Just(d), Just(order).prop_shuffle())
+            })
+    ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().expect("runtime");
         let names: Vec<String> = (0..delays.len()).map(|i| format!("n{i}")).collect();
         let got = rt.block_on(async {
             let mut g = graph();
-            for (name, delay) in names.iter().zip(&delays) {
+            for &i in &order {
+                let (name, delay) = (&names[i], &delays[i]);
                 let (owned, delay) = (name.clone(), *delay);
                 g.add_node(name.as_str(), move |_s: State, _c| {
                     let name = owned.clone();
