@@ -74,6 +74,17 @@ mod suite {
     });
 }
 
+/// The suite on a delta-mode store too: the mode-gated cases take their delta branch.
+mod delta_suite {
+    use antler_checkpoint::{Saver, SnapshotFrequency, StoreConfig};
+
+    antler_checkpoint::conformance_suite!(|| async {
+        super::fresh(StoreConfig::delta(SnapshotFrequency::DEFAULT))
+            .await
+            .map(|(s, _)| Box::new(s) as Box<dyn Saver>)
+    });
+}
+
 /// A namespace whose mark row is gone while its checkpoints stay (as after a put racing a
 /// delete) is not given the next put's lower figure, and a copy of it does not leave the
 /// target's lower figure: both fall back to the records.
