@@ -3323,3 +3323,43 @@ where
     saver.copy_thread(&thread("w"), &thread("u")).await.unwrap();
     assert_eq!(max_versions(saver, "u", "").await, (12, 12));
 }
+
+#[cfg(test)]
+mod suite_tests {
+    /// The suite's list is kept by hand: every public case of this module is in it, except
+    /// the ones that are not conformance cases (a helper, and two cases run by this crate's
+    /// savers with arguments of their own), and [`super::CASE_COUNT`] is its length.
+    #[test]
+    fn every_case_is_in_the_suite_and_counted() {
+        let whole = include_str!("testing.rs");
+        // The cases, not this test (whose strings name what it looks for).
+        let source = &whole[..whole.find("mod suite_tests").expect("this module")];
+        let start = source
+            .find("__conformance_cases!($factory;")
+            .expect("the suite's list");
+        let list = &source[start..];
+        let list =
+            &list[list.find(';').expect("list start") + 1..list.find(");").expect("list end")];
+        let listed: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        assert_eq!(listed.len(), super::CASE_COUNT);
+        let not_cases = [
+            "delta_chain",
+            "antler_max_channel_version_is_a_high_water_mark",
+            "antler_a_lost_mark_falls_back_to_the_records",
+        ];
+        let mut public = 0;
+        for part in source.split("pub async fn ").skip(1) {
+            let name = part.split(['(', '<']).next().expect("a name");
+            public += 1;
+            assert!(
+                listed.contains(&name) || not_cases.contains(&name),
+                "the case {name} is not in the suite"
+            );
+        }
+        assert_eq!(public, listed.len() + not_cases.len());
+    }
+}
