@@ -1322,24 +1322,32 @@ pub async fn prune_keep_latest_single_thread(saver: &dyn Saver) {
 
 /// Keep-latest on several threads.
 pub async fn prune_keep_latest_multiple_threads(saver: &dyn Saver) {
-    chain(saver, "t1", "", 3, None).await;
-    chain(saver, "t2", "", 2, None).await;
+    let a = chain(saver, "t1", "", 3, None).await;
+    let b = chain(saver, "t2", "", 2, None).await;
     saver
         .prune(&[thread("t1"), thread("t2")], PruneStrategy::KeepLatest)
         .await
         .unwrap();
     assert_eq!(count(saver, ListQuery::default()).await, 2);
+    // The latest of each thread is the one kept.
+    for head in [&a[2], &b[1]] {
+        assert!(saver.get_tuple(head).await.unwrap().is_some(), "{head:?}");
+    }
 }
 
 /// Keep-latest keeps the latest of each namespace.
 pub async fn prune_keep_latest_across_namespaces(saver: &dyn Saver) {
-    chain(saver, "t", "", 3, None).await;
-    chain(saver, "t", "sub:1", 3, None).await;
+    let root = chain(saver, "t", "", 3, None).await;
+    let sub = chain(saver, "t", "sub:1", 3, None).await;
     saver
         .prune(&[thread("t")], PruneStrategy::KeepLatest)
         .await
         .unwrap();
     assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
+    // The latest of each namespace is the one kept.
+    for head in [&root[2], &sub[2]] {
+        assert!(saver.get_tuple(head).await.unwrap().is_some(), "{head:?}");
+    }
 }
 
 /// The kept checkpoint keeps its pending writes.
