@@ -2864,13 +2864,22 @@ pub async fn antler_ancestors_are_mode_gated(saver: &dyn Saver) {
 /// its caller a seed and writes to build state from; a delta-mode store walks it.
 pub async fn antler_delta_history_is_mode_gated(saver: &dyn Saver) {
     let cs = valued_thread(saver, "t").await;
+    let channels = [ChannelName::new("messages")];
+    let before = if saver.store_config().mode == crate::mode::ChannelMode::Full {
+        Vec::new()
+    } else {
+        let mut h = Vec::new();
+        for at in [&cs[1], &cfg("t", "", None)] {
+            h.push(saver.delta_channel_history(at, &channels).await.unwrap());
+        }
+        h
+    };
     let delta = CheckpointMetadata {
         channel_mode: Some(crate::mode::ChannelMode::Delta),
         ..CheckpointMetadata::default()
     };
     tamper(saver, "t", Tamper::Metadata(delta)).await;
-    let channels = [ChannelName::new("messages")];
-    for at in [&cs[1], &cfg("t", "", None)] {
+    for (i, at) in [&cs[1], &cfg("t", "", None)].into_iter().enumerate() {
         if saver.store_config().mode == crate::mode::ChannelMode::Full {
             let single = saver.get_tuple(at).await.unwrap_err();
             let err = saver
@@ -2880,7 +2889,9 @@ pub async fn antler_delta_history_is_mode_gated(saver: &dyn Saver) {
             assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
             assert_eq!(err.to_string(), single.to_string());
         } else {
-            saver.delta_channel_history(at, &channels).await.unwrap();
+            // Delta mode never gates: the same history as before the marker.
+            let after = saver.delta_channel_history(at, &channels).await.unwrap();
+            assert_eq!(after, before[i]);
         }
     }
 }
