@@ -268,7 +268,13 @@ impl Store {
                 Some(options.schema.clone()),
             ),
         };
-        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        // Only the `antler` binary has the `cold-peak` subcommand (a unit-test binary of this
+        // crate has not: there the in-process figure stands).
+        let exe = std::env::current_exe()?;
+        if exe.file_stem().and_then(|n| n.to_str()) != Some("antler") {
+            return Ok(None);
+        }
+        let mut cmd = std::process::Command::new(exe);
         cmd.args([
             "bench",
             "cold-peak",
