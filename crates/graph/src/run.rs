@@ -1627,9 +1627,17 @@ async fn save_checkpoint(
         persist.durability == Durability::Exit,
         persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
     )?;
+    // Exit durability stores only the run's last checkpoint, under the head the run found
+    // (`Persist::put`): the event names the parent the store will record, not a buffered
+    // checkpoint that is never stored.
+    let recorded = if persist.durability == Durability::Exit && persist.cp.is_some() {
+        persist.stored_head.clone()
+    } else {
+        parent
+    };
     persist.put(rec).await?;
     live.mark_stored(persist.durability);
-    emit_checkpoint(em, &id, parent.as_ref(), step, source);
+    emit_checkpoint(em, &id, recorded.as_ref(), step, source);
     Ok(id)
 }
 

@@ -244,3 +244,49 @@ async fn a_subgraph_breakpoint_streams_no_empty_interrupt_event() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Under exit durability the debug stream's last checkpoint event names the parent the store
+/// records for that checkpoint (the head the run found), not a step checkpoint that was
+/// buffered and never stored.
+#[tokio::test]
+async fn exit_durability_checkpoint_events_name_the_stored_parent() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_node("b", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["b"])))
+    });
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
+    for _ in 0..2 {
+        let before = graph
+            .get_state(&cfg)
+            .await
+            .unwrap()
+            .map(|s| s.checkpoint_id);
+        let events: Vec<_> = graph
+            .stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &cfg,
+                StreamModes::all(),
+            )
+            .collect()
+            .await;
+        let last = events
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                Ok(StreamItem::Event(StreamEvent::Checkpoint(c))) => Some(c.clone()),
+                _ => None,
+            })
+            .expect("checkpoint events");
+        let head = graph.get_state(&cfg).await.unwrap().expect("stored");
+        assert_eq!(last.id, head.checkpoint_id);
+        assert_eq!(last.parent, before, "the head the run found");
+        assert_eq!(head.parent_id, before);
+    }
+}
