@@ -533,6 +533,20 @@ async fn read_bodies(
     Ok(out)
 }
 
+/// A transaction at READ COMMITTED, whatever the server's or the session's default: the
+/// saver's handling of concurrent writers is argued statement by statement (each statement
+/// of a transaction sees what committed before it), which REPEATABLE READ or SERIALIZABLE would
+/// turn into stale re-checks. Set per transaction, not as a startup option, which connection
+/// poolers refuse or drop.
+async fn read_committed(
+    c: &mut deadpool_postgres::Object,
+) -> std::result::Result<deadpool_postgres::Transaction<'_>, tokio_postgres::Error> {
+    c.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+        .start()
+        .await
+}
+
 /// A write's error: a deadlock the server broke by aborting it (nothing of it stored) is a
 /// retryable [`Error::Conflict`]; anything else a backend error.
 fn deadlock_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres::Error) -> Error {
@@ -542,6 +556,15 @@ fn deadlock_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres
             Error::Conflict {
                 thread_id: thread,
                 detail: "the write deadlocked with a concurrent writer of the thread and was rolled back; retry it".into(),
+            }
+        } else if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) {
+            // A single-statement write under a stricter default isolation level than READ
+            // COMMITTED (set by the server or the session) that met a concurrent writer.
+            Error::Conflict {
+                thread_id: thread,
+                detail:
+                    "the write met a concurrent writer of the thread and was rolled back; retry it"
+                        .into(),
             }
         } else {
             Error::backend(context, e)
@@ -557,9 +580,12 @@ fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres
                 thread_id: thread,
                 detail: "message sequence numbers were taken by another writer".into(),
             }
-        } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) {
+        } else if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED)
+            || e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+        {
             // The server broke a lock cycle with a concurrent writer of the thread by aborting
-            // this write: nothing of it was stored, and it may be retried.
+            // this write (or, under a stricter default isolation level, refused it after one):
+            // nothing of it was stored, and it may be retried.
             Error::Conflict {
                 thread_id: thread,
                 detail: "the write deadlocked with a concurrent writer of the thread and was rolled back; retry it".into(),
@@ -606,7 +632,7 @@ impl Backend for PgBackend {
     ) -> Result<()> {
         let ctx = "postgres: recording store configuration";
         let mut c = self.client(ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx))?;
+        let tx = read_committed(&mut c).await.map_err(pg_err(ctx))?;
         // A lock that conflicts with itself: concurrent openers compare and write one at a
         // time, and each compares against what the one before it committed.
         tx.batch_execute(&self.sql("LOCK TABLE {s}.antler_meta IN SHARE ROW EXCLUSIVE MODE"))
@@ -1052,8 +1078,7 @@ impl Backend for PgBackend {
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting");
         let mut c = self.client(&ctx).await?;
-        let tx = c
-            .transaction()
+        let tx = read_committed(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         // The bump first: it locks the epoch row, so a write of the thread either committed
@@ -1120,8 +1145,7 @@ impl Backend for PgBackend {
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting checkpoints");
         let mut c = self.client(&ctx).await?;
-        let tx = c
-            .transaction()
+        let tx = read_committed(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         let ns: Vec<&str> = doomed.iter().map(|(n, _)| n.as_str()).collect();
@@ -1182,8 +1206,7 @@ impl Backend for PgBackend {
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
         let ctx = format!("postgres: copying thread {source} to {target}");
         let mut c = self.client(&ctx).await?;
-        let tx = c
-            .transaction()
+        let tx = read_committed(&mut c)
             .await
             .map_err(deadlock_or(target, ctx.clone()))?;
         // The epoch rows first, in thread order (so two copies in opposite directions cannot
@@ -1324,8 +1347,7 @@ impl Backend for PgBackend {
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting blobs");
         let mut c = self.client(&ctx).await?;
-        let c = c
-            .transaction()
+        let c = read_committed(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         let checkpoints_now = self
@@ -1412,7 +1434,7 @@ impl Backend for PgBackend {
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting messages");
         let mut c = self.client(&ctx).await?;
-        let tx = c.transaction().await.map_err(pg_err(ctx.clone()))?;
+        let tx = read_committed(&mut c).await.map_err(pg_err(ctx.clone()))?;
         // The bump first, as in `delete_thread`: writes of message lists now wait for this
         // transaction, and the references read below include every one committed before.
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
@@ -1523,21 +1545,10 @@ impl PostgresSaver {
     /// [`Error::StoreConfigMismatch`], [`Error::SchemaTooNew`], or [`Error::Backend`] when the
     /// server is unreachable or a statement fails.
     pub async fn connect(options: PostgresOptions, config: StoreConfig) -> Result<Self> {
-        let mut pg_config: tokio_postgres::Config = options
+        let pg_config: tokio_postgres::Config = options
             .url
             .parse()
             .map_err(pg_err("postgres: parsing connection string"))?;
-        // Every transaction of the saver at READ COMMITTED, whatever the server's or the
-        // connection string's default: its races are argued statement by statement (each
-        // statement of a transaction sees what committed before it), which REPEATABLE READ
-        // or SERIALIZABLE would turn into serialization failures or stale re-checks.
-        let pinned = match pg_config.get_options() {
-            Some(given) if !given.is_empty() => {
-                format!("{given} -c default_transaction_isolation=read\\ committed")
-            }
-            _ => "-c default_transaction_isolation=read\\ committed".to_owned(),
-        };
-        pg_config.options(&pinned);
         let manager = Manager::from_config(
             pg_config,
             NoTls,
@@ -2354,9 +2365,11 @@ mod tests {
     }
 
     /// The saver's transactions run at READ COMMITTED even when the connection string (or the
-    /// server) asks for another default.
+    /// server) asks for another default, and its operations work under that default.
     #[tokio::test]
     async fn transactions_run_at_read_committed_whatever_the_default() {
+        use crate::model::{CheckpointConfig, CheckpointMetadata, PruneStrategy};
+        use crate::saver::Saver;
         let Some(url) = database_url() else {
             return;
         };
@@ -2368,14 +2381,46 @@ mod tests {
         let saver = PostgresSaver::connect(options, StoreConfig::full())
             .await
             .expect("connect");
-        let c = saver.engine.backend.client("test").await.expect("client");
-        let level: String = c
+        let mut c = saver.engine.backend.client("test").await.expect("client");
+        let session: String = c
             .query_one("SHOW transaction_isolation", &[])
             .await
             .expect("show")
             .get(0);
+        let tx = read_committed(&mut c).await.expect("transaction");
+        let level: String = tx
+            .query_one("SHOW transaction_isolation", &[])
+            .await
+            .expect("show")
+            .get(0);
+        drop(tx);
         drop(c);
+        let mut at = CheckpointConfig::latest("t");
+        for _ in 0..3 {
+            at = saver
+                .put(
+                    &at,
+                    crate::model::Checkpoint::empty(),
+                    CheckpointMetadata::default(),
+                    &crate::model::ChannelVersions::new(),
+                )
+                .await
+                .expect("put");
+        }
+        saver
+            .copy_thread(&ThreadId::new("t"), &ThreadId::new("u"))
+            .await
+            .expect("copy");
+        saver
+            .prune(&[ThreadId::new("t")], PruneStrategy::KeepLatest)
+            .await
+            .expect("prune");
+        saver
+            .delete_thread(&ThreadId::new("u"))
+            .await
+            .expect("delete");
         saver.drop_schema().await.expect("drop");
+        assert_eq!(session, "repeatable read", "the default the test asked for");
         assert_eq!(level, "read committed");
     }
 
