@@ -117,20 +117,23 @@ impl Reducer {
         if writes.is_empty() {
             return Ok(false);
         }
-        let mut overwrite = None;
-        for (i, w) in writes.iter().enumerate() {
-            if let Write::Overwrite(v) = w {
-                if overwrite.is_some() {
-                    return Err(Error::MultipleOverwrites {
-                        channel: self.name.to_string(),
-                    });
-                }
-                overwrite = Some((i, v.clone()));
-            }
-        }
-        if let Some((at, v)) = overwrite {
+        let first = writes.iter().enumerate().find_map(|(i, w)| match w {
+            Write::Overwrite(v) => Some((i, v.clone())),
+            Write::Value(_) => None,
+        });
+        if let Some((at, v)) = first {
+            // In write order, as the reference meets them: a refused write before the first
+            // Overwrite fails before a second Overwrite does.
             if fold_before_overwrite && at > 0 {
                 self.fold(&writes[..at])?;
+            }
+            if writes[at + 1..]
+                .iter()
+                .any(|w| matches!(w, Write::Overwrite(_)))
+            {
+                return Err(Error::MultipleOverwrites {
+                    channel: self.name.to_string(),
+                });
             }
             // Invariant: an Overwrite replaces the value and drops the step's later writes (spec §3, R42).
             self.set_value(v);

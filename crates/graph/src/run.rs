@@ -2199,7 +2199,18 @@ pub(crate) async fn update_state(
         })?,
         None => infer_as_node(g, &live)?,
     };
-    let resolved = resolve(g, node, &Command::from(values), &live)?;
+    // `as_node`'s router runs here: a panic in it is the update's error, as a router's panic
+    // in a run is the task's, not one that unwinds into the caller.
+    let command = Command::from(values);
+    let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        resolve(g, node, &command, &live)
+    }))
+    .unwrap_or_else(|p| {
+        Err(Error::NodePanicked {
+            node: g.nodes[node].id.clone(),
+            message: panic_message(p.as_ref()),
+        })
+    })?;
     // The update's writes are not stored as task writes anywhere a history walk would find them:
     // the update checkpoint snapshots every delta channel it writes (spec §8, §5.4).
     for (c, _) in &resolved.writes {

@@ -202,6 +202,13 @@ fn writes_before_an_overwrite_are_folded_except_by_the_delta_channel() {
         c.update(&[&msgs(&["a"])]).unwrap();
         assert!(c.update(&[&overwrite, &removal]).unwrap(), "after: ignored");
         assert_eq!(ids_of(c.as_ref()), ["x"], "delta: {delta}");
+        // In write order: the refused write fails before a second Overwrite would.
+        let err = c.update(&[&removal, &overwrite, &overwrite]).unwrap_err();
+        if delta {
+            assert!(matches!(err, Error::MultipleOverwrites { .. }), "{err}");
+        } else {
+            assert!(matches!(err, Error::Reducer { .. }), "{err}");
+        }
     }
 }
 

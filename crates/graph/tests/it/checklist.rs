@@ -369,6 +369,16 @@ async fn a_panicking_router_or_reducer_is_caught() {
     );
     let out = routed.invoke(Input::Continue, &cfg).await.unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    // `update_state` as `a` runs a's router too: its panic is the update's error.
+    routes.store(0, Ordering::SeqCst);
+    let err = routed
+        .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), Some("a".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NodePanicked { ref node, .. } if node.as_str() == "a"),
+        "{err}"
+    );
 
     const BAD: Key<i64> = Key::from_static("bad");
     let mut g = graph();
