@@ -275,18 +275,13 @@ impl Store {
             return Ok(None);
         }
         let mut cmd = std::process::Command::new(exe);
-        cmd.args([
-            "bench",
-            "cold-peak",
-            "--saver",
-            saver,
-            "--db",
-            &db,
-            "--mode",
-        ])
-        .arg(o.mode.as_str())
-        .args(["--snapshot-frequency", &o.frequency.get().to_string()])
-        .args(["--thread", thread.as_str()]);
+        // The store's location by environment: a PostgreSQL URL may carry a password, which
+        // the process list would show.
+        cmd.env(COLD_PEAK_DB_ENV, &db);
+        cmd.args(["bench", "cold-peak", "--saver", saver, "--mode"])
+            .arg(o.mode.as_str())
+            .args(["--snapshot-frequency", &o.frequency.get().to_string()])
+            .args(["--thread", thread.as_str()]);
         if let Some(schema) = schema {
             cmd.args(["--schema", &schema]);
         }
@@ -519,6 +514,9 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Where `antler bench cold-peak` finds the store: a SQLite path or a PostgreSQL URL.
+const COLD_PEAK_DB_ENV: &str = "ANTLER_COLD_PEAK_DB";
+
 /// `antler bench cold-peak …` (run by the benchmark itself): opens the store named by the
 /// arguments, reads the thread's head once through the workload graph, and prints one JSON
 /// line with the rise of the resident set during that read and the number of messages read.
@@ -535,7 +533,8 @@ pub(crate) fn cold_peak(args: &[&str]) -> Result<(), BoxError> {
     }
     let o = Options::parse(&rest)?.ok_or("cold-peak takes no --help")?;
     let thread = thread.ok_or("cold-peak needs --thread")?;
-    let db = o.db.clone().ok_or("cold-peak needs --db")?;
+    let db = std::env::var(COLD_PEAK_DB_ENV)
+        .map_err(|_| format!("cold-peak needs {COLD_PEAK_DB_ENV}"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -586,6 +585,8 @@ struct Measured {
     /// Saver driver only: the part of a cold read spent in the saver.
     cold_storage: Option<Vec<f64>>,
     peak_bytes: u64,
+    /// Where `peak_bytes` was measured: `fresh-process` or `in-process`.
+    peak_source: &'static str,
     max_replayed: usize,
     head_replayed: usize,
     window: usize,
@@ -738,6 +739,7 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
         out.insert("get_state_storage_ms_cold".into(), json!(median(cs)));
     }
     out.insert("get_state_peak_bytes".into(), json!(m.peak_bytes));
+    out.insert("get_state_peak_source".into(), json!(m.peak_source));
     out.insert("max_replayed_writes".into(), json!(m.max_replayed));
     out.insert("head_replayed_writes".into(), json!(m.head_replayed));
     out.insert("max_replayed_window_checkpoints".into(), json!(m.window));
@@ -864,8 +866,10 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     }
     // The database savers' figure comes from a fresh process (see `peak_in_fresh_process`);
     // the in-process one above (memory saver) reuses what earlier reads freed.
+    let mut peak_source = "in-process";
     if let Some(bytes) = store.peak_in_fresh_process(o, thread)? {
         peak_bytes = bytes;
+        peak_source = "fresh-process";
     }
     // Replay depth of the newest checkpoints, from the saver's history walk (the one the
     // runtime restores delta channels with).
@@ -905,6 +909,7 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
         cold,
         cold_storage: None,
         peak_bytes,
+        peak_source,
         max_replayed,
         head_replayed,
         window,
@@ -1110,6 +1115,7 @@ async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
         cold,
         cold_storage: Some(cold_storage),
         peak_bytes,
+        peak_source: "in-process",
         max_replayed,
         head_replayed,
         window,

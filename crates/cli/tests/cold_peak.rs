@@ -33,5 +33,6 @@ fn a_sqlite_run_reports_the_cold_peak_from_a_fresh_process() {
     // (the child checks that it read every message, or the run fails).
     let peak = v["get_state_peak_bytes"].as_u64().expect("a peak");
     assert!(peak > 0, "{v}");
+    assert_eq!(v["get_state_peak_source"], "fresh-process", "{v}");
     assert_eq!(v["turns"], 200);
 }
