@@ -1,27 +1,49 @@
 //! Fault test: a child process running a graph on SQLite is SIGKILLed after its k-th store
 //! operation, for every k; reopening the database and resuming must give the same final state
-//! as an uninterrupted run.
+//! as an uninterrupted run. Over a full-mode and a delta-mode store (a `messages` channel that
+//! snapshots every 2 updates) and every durability mode.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Command as Proc, Stdio};
 use std::sync::Arc;
 
 use antler_graph::{
-    CheckpointId, CheckpointRecord, CheckpointTuple, Checkpointer, CompiledGraph, Durability,
-    Input, Result, RunConfig, SaverCheckpointer, State, TaskId, Update,
+    ChannelSpec, CheckpointId, CheckpointRecord, CheckpointTuple, Checkpointer, CompiledGraph,
+    Durability, Input, Result, RunConfig, SaverCheckpointer, State, TaskId, Update,
 };
+use antler_state_reducers::Message;
 use serde_json::Value as Json;
 
 use crate::common::{LOG, N, graph, log};
 
 const CHILD_ENV: &str = "ANTLER_GRAPH_CRASH_CHILD";
 const CHILD_DURABILITY_ENV: &str = "ANTLER_GRAPH_CRASH_DURABILITY";
+const CHILD_MODE_ENV: &str = "ANTLER_GRAPH_CRASH_MODE";
 
-fn build(cp: Arc<dyn Checkpointer>) -> CompiledGraph {
+const MESSAGES: antler_graph::Key<Vec<Message>> = antler_graph::Key::from_static("messages");
+
+/// The store and channel mode of a run: `full` (messages as an ordinary reducer channel) or
+/// `delta` (a delta channel snapshotting every 2 updates, on a delta store).
+fn delta_mode(mode: &str) -> bool {
+    mode == "delta"
+}
+
+fn build(cp: Arc<dyn Checkpointer>, mode: &str) -> CompiledGraph {
     let mut g = graph();
+    let spec = if delta_mode(mode) {
+        ChannelSpec::messages_delta(2)
+    } else {
+        ChannelSpec::messages()
+    };
+    g.channel(&MESSAGES, spec).expect("declared once");
     for name in ["a", "b", "c", "d", "e"] {
         g.add_node(name, move |_s: State, _c| async move {
-            Ok(Update::new().set(&LOG, log(&[name])).set(&N, 1))
+            let mut m = Message::ai(format!("from {name}"));
+            m.id = Some(format!("m-{name}"));
+            Ok(Update::new()
+                .set(&LOG, log(&[name]))
+                .set(&N, 1)
+                .set(&MESSAGES, vec![m]))
         });
     }
     // a and b run in parallel (a mid-step kill lands between their writes), join into c, then d, e.
@@ -33,8 +55,15 @@ fn build(cp: Arc<dyn Checkpointer>) -> CompiledGraph {
     g.compile().expect("valid graph").with_checkpointer(cp)
 }
 
-async fn sqlite(path: &str) -> Arc<dyn Checkpointer> {
-    let saver = antler_checkpoint::SqliteSaver::open(path, antler_checkpoint::StoreConfig::full())
+async fn sqlite(path: &str, mode: &str) -> Arc<dyn Checkpointer> {
+    let config = if delta_mode(mode) {
+        antler_checkpoint::StoreConfig::delta(
+            antler_checkpoint::SnapshotFrequency::new(2).expect("a valid frequency"),
+        )
+    } else {
+        antler_checkpoint::StoreConfig::full()
+    };
+    let saver = antler_checkpoint::SqliteSaver::open(path, config)
         .await
         .expect("SQLite opens");
     Arc::new(SaverCheckpointer::new(Arc::new(saver)))
@@ -53,6 +82,8 @@ impl Announcing {
     }
 }
 
+/// Every method is passed on, so the child runs exactly what the store's own checkpointer
+/// does (its encoded lists, pages, version marks), only announcing the writes.
 #[async_trait::async_trait]
 impl Checkpointer for Announcing {
     async fn get_tuple(
@@ -61,6 +92,35 @@ impl Checkpointer for Announcing {
         id: Option<&CheckpointId>,
     ) -> Result<Option<CheckpointTuple>> {
         self.0.get_tuple(thread, id).await
+    }
+    async fn head(
+        &self,
+        thread: &antler_graph::Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.0.head(thread, id).await
+    }
+    fn accepts_encoded_lists(&self) -> bool {
+        self.0.accepts_encoded_lists()
+    }
+    async fn list_ids(
+        &self,
+        thread: &antler_graph::Scope,
+        before: Option<&CheckpointId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<CheckpointId>> {
+        self.0.list_ids(thread, before, limit).await
+    }
+    async fn list_page(
+        &self,
+        thread: &antler_graph::Scope,
+        before: Option<&CheckpointId>,
+        limit: usize,
+    ) -> Result<Vec<CheckpointTuple>> {
+        self.0.list_page(thread, before, limit).await
+    }
+    async fn max_version(&self, thread: &antler_graph::Scope) -> Result<u64> {
+        self.0.max_version(thread).await
     }
     async fn delta_history(
         &self,
@@ -109,10 +169,12 @@ fn crash_child_entry() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let cp: Arc<dyn Checkpointer> = Arc::new(Announcing(sqlite(&path).await));
-        let graph = build(cp);
+        let mode = std::env::var(CHILD_MODE_ENV).unwrap_or_default();
+        let cp: Arc<dyn Checkpointer> = Arc::new(Announcing(sqlite(&path, &mode).await));
+        let graph = build(cp, &mode);
         let durability = match std::env::var(CHILD_DURABILITY_ENV).as_deref() {
             Ok("async") => Durability::Async,
+            Ok("exit") => Durability::Exit,
             _ => Durability::Sync,
         };
         let cfg = RunConfig::new("t").with_durability(durability);
@@ -129,22 +191,39 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
         .expect("runtime");
     let dir = std::env::temp_dir().join(format!("antler-graph-crash-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    // Reference: the uninterrupted run.
-    let reference = rt.block_on(async {
-        let path = dir.join("reference.db");
-        let graph = build(sqlite(path.to_str().expect("utf-8 path")).await);
-        let out = graph
-            .invoke(input(), &RunConfig::new("t"))
-            .await
-            .expect("reference run");
-        (out.values.get(&LOG).cloned(), out.values.get(&N).copied())
-    });
-    assert_eq!(reference.0, Some(log(&["in", "a", "b", "c", "d", "e"])));
     let exe = std::env::current_exe().expect("test binary");
-    for durability in ["sync", "async"] {
+    let state = |out: &antler_graph::RunOutcome| {
+        (
+            out.values.get(&LOG).cloned(),
+            out.values.get(&N).copied(),
+            out.values
+                .get(&MESSAGES)
+                .map(|m| m.iter().filter_map(|m| m.id.clone()).collect::<Vec<_>>()),
+        )
+    };
+    for (mode, durability) in [
+        ("full", "sync"),
+        ("full", "async"),
+        ("full", "exit"),
+        ("delta", "sync"),
+        ("delta", "async"),
+        ("delta", "exit"),
+    ] {
+        // Reference: the uninterrupted run.
+        let reference = rt.block_on(async {
+            let path = dir.join(format!("reference-{mode}.db"));
+            let _ = std::fs::remove_file(&path);
+            let graph = build(sqlite(path.to_str().expect("utf-8 path"), mode).await, mode);
+            let out = graph
+                .invoke(input(), &RunConfig::new("t"))
+                .await
+                .expect("reference run");
+            state(&out)
+        });
+        assert_eq!(reference.0, Some(log(&["in", "a", "b", "c", "d", "e"])));
         let mut kill_points = 0;
         for k in 1.. {
-            let path = dir.join(format!("kill-{durability}-{k}.db"));
+            let path = dir.join(format!("kill-{mode}-{durability}-{k}.db"));
             let path_s = path.to_str().expect("utf-8 path").to_owned();
             let mut child = Proc::new(&exe)
                 .args([
@@ -155,6 +234,7 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
                 ])
                 .env(CHILD_ENV, &path_s)
                 .env(CHILD_DURABILITY_ENV, durability)
+                .env(CHILD_MODE_ENV, mode)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -185,7 +265,7 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
                 // The run that was not killed: every operation it reported was a kill point.
                 assert_eq!(
                     kill_points, ops,
-                    "{durability}: a kill after each of the run's {ops} store operations"
+                    "{mode}/{durability}: a kill after each of the run's {ops} store operations"
                 );
                 break;
             }
@@ -193,7 +273,7 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
             if ops != k {
                 let out = child.wait_with_output().expect("child output");
                 panic!(
-                    "{durability}: the child stopped after {ops} of {k} operations: {}",
+                    "{mode}/{durability}: the child stopped after {ops} of {k} operations: {}",
                     String::from_utf8_lossy(&out.stderr)
                 );
             }
@@ -202,7 +282,7 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
             let _ = child.wait();
             kill_points += 1;
             let resumed = rt.block_on(async {
-                let graph = build(sqlite(&path_s).await);
+                let graph = build(sqlite(&path_s, mode).await, mode);
                 let cfg = RunConfig::new("t");
                 let out = match graph
                     .get_state(&cfg)
@@ -213,16 +293,18 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
                     None => graph.invoke(input(), &cfg).await,
                 }
                 .expect("resume finishes");
-                (out.values.get(&LOG).cloned(), out.values.get(&N).copied())
+                state(&out)
             });
             assert_eq!(
                 resumed, reference,
-                "{durability}: kill after store operation {k}"
+                "{mode}/{durability}: kill after store operation {k}"
             );
         }
+        // Exit durability stores the run once at its end (a checkpoint and its writes).
+        let least = if durability == "exit" { 1 } else { 8 };
         assert!(
-            kill_points >= 8,
-            "{durability}: a run of at least eight store operations ({kill_points})"
+            kill_points >= least,
+            "{mode}/{durability}: a run of at least {least} store operations ({kill_points})"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
