@@ -876,15 +876,21 @@ fn decode_writes(
         if w.channel == NO_WRITES {
             continue;
         }
-        let c = *g
-            .chan_idx
-            .get(w.channel.as_str())
-            .ok_or_else(|| Error::UnknownChannel {
-                channel: w.channel.clone(),
-            })?;
-        out.push((c, g.write_from_json(c, w.value.clone())?));
+        out.push(stored_write(g, w)?);
     }
     Ok(done.then_some(out))
+}
+
+/// A stored write decoded for its channel; a channel the graph does not declare (a deploy
+/// removed it) fails closed: skipping the write would drop stored data silently.
+fn stored_write(g: &Graph, w: &PendingWrite) -> Result<(usize, Write)> {
+    let c = *g
+        .chan_idx
+        .get(w.channel.as_str())
+        .ok_or_else(|| Error::UnknownChannel {
+            channel: w.channel.clone(),
+        })?;
+    Ok((c, g.write_from_json(c, w.value.clone())?))
 }
 
 /// The checkpoint's input writes (stored under the NULL task id), decoded for the channels they
@@ -894,15 +900,7 @@ fn null_writes(g: &Graph, pending: &[PendingWrite]) -> Result<Vec<(usize, Write)
     pending
         .iter()
         .filter(|w| w.task_id.as_str() == NULL_TASK_ID && !is_control(&w.channel))
-        .map(|w| {
-            let c = *g
-                .chan_idx
-                .get(w.channel.as_str())
-                .ok_or_else(|| Error::UnknownChannel {
-                    channel: w.channel.clone(),
-                })?;
-            Ok((c, g.write_from_json(c, w.value.clone())?))
-        })
+        .map(|w| stored_write(g, w))
         .collect()
 }
 
