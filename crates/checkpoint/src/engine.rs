@@ -206,6 +206,19 @@ pub(crate) struct WriteRow {
     pub(crate) value: Vec<u8>,
 }
 
+impl WriteRow {
+    /// The pending write this row stores, with its value resolved.
+    fn into_pending(self, value: Blob) -> PendingWrite {
+        PendingWrite {
+            task_id: self.task_id,
+            idx: self.idx,
+            channel: self.channel,
+            value,
+            task_path: self.task_path,
+        }
+    }
+}
+
 /// One row of the message-bodies table (thread implied by the call).
 #[derive(Clone, Debug)]
 pub(crate) struct MessageRow {
@@ -1980,13 +1993,7 @@ impl<B: Backend> Engine<B> {
             for (c, w, p) in writes {
                 let value = resolve(thread, w.checkpoint_id, &p, &bodies)?;
                 if let Some(h) = out.get_mut(&c) {
-                    h.writes.push(PendingWrite {
-                        task_id: w.task_id,
-                        idx: w.idx,
-                        channel: w.channel,
-                        value,
-                        task_path: w.task_path,
-                    });
+                    h.writes.push(w.into_pending(value));
                 }
             }
             Ok(())
@@ -2764,13 +2771,7 @@ fn finish_group(
             continue;
         };
         let value = resolve(thread, w.checkpoint_id, &pending, bodies)?;
-        writes[i].push(PendingWrite {
-            task_id: w.task_id,
-            idx: w.idx,
-            channel: w.channel,
-            value,
-            task_path: w.task_path,
-        });
+        writes[i].push(w.into_pending(value));
     }
     Ok(())
 }

@@ -2081,21 +2081,44 @@ mod tests {
     ) -> Option<Result<std::collections::BTreeMap<ChannelName, crate::model::DeltaChannelHistory>>>
     {
         use crate::blob::Blob;
+        walk_while_rows_go(
+            "a",
+            stored,
+            |i| Blob::json(&serde_json::json!([i])).expect("blob"),
+            |i| Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob"),
+            "writes",
+            deleted,
+            "",
+        )
+        .await
+    }
+
+    /// The thread of [`walk_while_a_checkpoint_goes`] on `channel`, with `value(i)` stored by
+    /// the first `stored` checkpoints and `write(i)` written on each; the walk from c3 waits
+    /// on a lock of `table`, behind a transaction that deletes checkpoint `deleted` (row and
+    /// writes), then runs `also`, and commits.
+    async fn walk_while_rows_go(
+        channel: &str,
+        stored: u64,
+        value: impl Fn(u64) -> crate::blob::Blob,
+        write: impl Fn(u64) -> crate::blob::Blob,
+        table: &str,
+        deleted: usize,
+        also: &str,
+    ) -> Option<Result<std::collections::BTreeMap<ChannelName, crate::model::DeltaChannelHistory>>>
+    {
         use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
         use crate::saver::Saver;
         let saver = fresh(StoreConfig::full()).await?;
-        let a = ChannelName::new("a");
+        let ch = ChannelName::new(channel);
         let mut configs: Vec<CheckpointConfig> = Vec::new();
         for i in 0..4u64 {
             let mut cp = Checkpoint::empty();
             cp.channel_versions
-                .insert(a.clone(), ChannelVersion::new(i + 1));
+                .insert(ch.clone(), ChannelVersion::new(i + 1));
             let mut new_versions = ChannelVersions::new();
             if i < stored {
-                cp.channel_values.insert(
-                    a.clone(),
-                    Blob::json(&serde_json::json!([i])).expect("blob"),
-                );
+                cp.channel_values.insert(ch.clone(), value(i));
                 new_versions = cp.channel_versions.clone();
             }
             let at = CheckpointConfig {
@@ -2107,11 +2130,10 @@ mod tests {
                 .put(&at, cp, CheckpointMetadata::default(), &new_versions)
                 .await
                 .expect("put");
-            let write = Blob::json(&serde_json::json!(format!("w{i}"))).expect("blob");
             saver
                 .put_writes(
                     &put,
-                    vec![(a.clone(), write)],
+                    vec![(ch.clone(), write(i))],
                     &TaskId::new("task"),
                     &TaskPath::new("0"),
                 )
@@ -2122,7 +2144,9 @@ mod tests {
         let b = &saver.engine.backend;
         let blocker = b.client("test").await.expect("client");
         blocker
-            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.writes IN ACCESS EXCLUSIVE MODE"))
+            .batch_execute(&b.sql(&format!(
+                "BEGIN; LOCK TABLE {{s}}.{table} IN ACCESS EXCLUSIVE MODE"
+            )))
             .await
             .expect("lock");
         let gone = configs[deleted]
@@ -2131,22 +2155,25 @@ mod tests {
             .to_bytes()
             .to_vec();
         let interfere = async {
-            until_a_statement_waits(b, &format!("%FROM {}.writes%", b.s)).await;
-            for table in ["writes", "checkpoints"] {
+            until_a_statement_waits(b, &format!("%FROM {}.{table}%", b.s)).await;
+            for rows in ["writes", "checkpoints"] {
                 blocker
                     .execute(
                         &b.sql(&format!(
-                            "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
+                            "DELETE FROM {{s}}.{rows} WHERE thread_id = 't' AND checkpoint_id = $1"
                         )),
                         &[&gone],
                     )
                     .await
                     .expect("delete");
             }
+            if !also.is_empty() {
+                blocker.batch_execute(&b.sql(also)).await.expect("also");
+            }
             blocker.batch_execute("COMMIT").await.expect("commit");
         };
         let (walked, ()) = tokio::join!(
-            saver.delta_channel_history(&configs[3], std::slice::from_ref(&a)),
+            saver.delta_channel_history(&configs[3], std::slice::from_ref(&ch)),
             interfere
         );
         drop(blocker);
@@ -2191,81 +2218,21 @@ mod tests {
     #[tokio::test]
     async fn a_walk_whose_bodies_go_after_its_checks_fails_as_a_missing_parent() {
         use crate::blob::{Blob, MessagesKind};
-        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
-        use crate::saver::Saver;
-        let Some(saver) = fresh(StoreConfig::full()).await else {
+        let msg = |i: u64| serde_json::json!({"type": "human", "id": format!("m{i}"), "content": format!("body {i}")});
+        let Some(walked) = walk_while_rows_go(
+            "messages",
+            1,
+            |_| Blob::messages(MessagesKind::Snapshot, &[msg(100)]).expect("blob"),
+            |i| Blob::messages(MessagesKind::Write, &[msg(i)]).expect("blob"),
+            "messages",
+            1,
+            // c1's body: the third stored (c0's snapshot body, then c0's write, then c1's).
+            "DELETE FROM {s}.messages WHERE thread_id = 't' AND seq = 3",
+        )
+        .await
+        else {
             return;
         };
-        let m = ChannelName::new("messages");
-        let msg = |i: u64| serde_json::json!({"type": "human", "id": format!("m{i}"), "content": format!("body {i}")});
-        let mut configs: Vec<CheckpointConfig> = Vec::new();
-        for i in 0..4u64 {
-            let mut cp = Checkpoint::empty();
-            cp.channel_versions
-                .insert(m.clone(), ChannelVersion::new(i + 1));
-            let mut new_versions = ChannelVersions::new();
-            if i == 0 {
-                let snapshot = Blob::messages(MessagesKind::Snapshot, &[msg(100)]).expect("blob");
-                cp.channel_values.insert(m.clone(), snapshot);
-                new_versions = cp.channel_versions.clone();
-            }
-            let at = CheckpointConfig {
-                thread_id: ThreadId::new("t"),
-                checkpoint_ns: CheckpointNs::root(),
-                checkpoint_id: configs.last().and_then(|c| c.checkpoint_id),
-            };
-            let put = saver
-                .put(&at, cp, CheckpointMetadata::default(), &new_versions)
-                .await
-                .expect("put");
-            let write = Blob::messages(MessagesKind::Write, &[msg(i)]).expect("blob");
-            saver
-                .put_writes(
-                    &put,
-                    vec![(m.clone(), write)],
-                    &TaskId::new("task"),
-                    &TaskPath::new("0"),
-                )
-                .await
-                .expect("put_writes");
-            configs.push(put);
-        }
-        let b = &saver.engine.backend;
-        let blocker = b.client("test").await.expect("client");
-        blocker
-            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.messages IN ACCESS EXCLUSIVE MODE"))
-            .await
-            .expect("lock");
-        let gone = configs[1].checkpoint_id.expect("id").to_bytes().to_vec();
-        let interfere = async {
-            until_a_statement_waits(b, &format!("%FROM {}.messages%", b.s)).await;
-            for table in ["writes", "checkpoints"] {
-                blocker
-                    .execute(
-                        &b.sql(&format!(
-                            "DELETE FROM {{s}}.{table} WHERE thread_id = 't' AND checkpoint_id = $1"
-                        )),
-                        &[&gone],
-                    )
-                    .await
-                    .expect("delete");
-            }
-            // c1's body: the second stored (c0's snapshot body first, then c0's write).
-            blocker
-                .execute(
-                    &b.sql("DELETE FROM {s}.messages WHERE thread_id = 't' AND seq = 3"),
-                    &[],
-                )
-                .await
-                .expect("delete body");
-            blocker.batch_execute("COMMIT").await.expect("commit");
-        };
-        let (walked, ()) = tokio::join!(
-            saver.delta_channel_history(&configs[3], std::slice::from_ref(&m)),
-            interfere
-        );
-        drop(blocker);
-        saver.drop_schema().await.expect("drop");
         let err = walked.expect_err("c1 and its body went");
         assert!(matches!(err, Error::MissingParent { .. }), "{err}");
     }
