@@ -270,14 +270,16 @@ pub struct VersionClash {
     pub version: u64,
 }
 
-/// A delta history walk that cannot be completed from what the store holds: a checkpoint on
-/// the path names a parent that is not stored, or the parent pointers loop.
+/// History that cannot be read from what the store holds: on a delta history walk, a
+/// checkpoint on the path names a parent that is not stored, or the parent pointers loop; on
+/// a page of history, older checkpoints remain but every read of the page finds them gone.
 #[derive(Debug, thiserror::Error)]
-#[error("thread {thread}: checkpoint {checkpoint}: {why}; its delta history cannot be read")]
+#[error("thread {thread}: checkpoint {checkpoint}: {why}; its history cannot be read")]
 pub struct BrokenHistory {
     /// The thread.
     pub thread: String,
-    /// The checkpoint whose parent is missing, or at which the cycle closes.
+    /// The checkpoint whose parent is missing, at which the cycle closes, or before which the
+    /// page was read (`newest` for the first page).
     pub checkpoint: String,
     /// What is wrong.
     pub why: &'static str,

@@ -932,7 +932,7 @@ impl CompiledGraph {
     /// snapshot's id as the next query's `before`, until a page comes back empty (a page can
     /// be short without being the last: a checkpoint deleted between listing and reading it
     /// is left out; an empty page is checked against the store and read again while older
-    /// checkpoints remain).
+    /// checkpoints remain, up to 16 reads, then [`Error::Storage`]).
     pub async fn get_state_history_with(
         &self,
         config: &RunConfig,

@@ -2075,19 +2075,34 @@ pub(crate) async fn history(
             // prune keeps seeds and full records), and the next listing, taken after those
             // deletes, finds them. Older checkpoints are only ever deleted (new ones are
             // newer than any `before`), so this stops; the bound covers a store that keeps
-            // bringing old ids back (a delete and a copy onto the thread, repeated).
-            for _ in 0..16 {
+            // bringing old ids back (a delete and a copy onto the thread, repeated), and is an
+            // error rather than an empty page that would read as the end.
+            let mut reads = 1;
+            loop {
                 if !page.is_empty()
                     || cp
                         .list_ids(&scope, query.before.as_ref(), Some(1))
                         .await?
                         .is_empty()
                 {
-                    break;
+                    break page;
                 }
+                if reads == 16 {
+                    return Err(Error::Storage {
+                        source: Box::new(crate::checkpointer::BrokenHistory {
+                            thread: scope.thread.to_string(),
+                            checkpoint: query
+                                .before
+                                .as_ref()
+                                .map_or_else(|| "newest".to_owned(), ToString::to_string),
+                            why: "older checkpoints remain, but every read of the page before \
+                                  it found them gone",
+                        }),
+                    });
+                }
+                reads += 1;
                 page = cp.list_page(&scope, query.before.as_ref(), limit).await?;
             }
-            page
         }
     };
     // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's

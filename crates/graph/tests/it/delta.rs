@@ -2879,6 +2879,22 @@ async fn an_emptied_history_page_is_read_again_while_older_checkpoints_remain() 
             .collect::<Vec<_>>()
     };
     assert_eq!(ids(&got), ids(&want));
+    // A page that every read finds emptied is an error, not the end of the history.
+    counting
+        .emptied_lists
+        .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
+    let err = graph
+        .get_state_history_with(&cfg, &query)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), antler_graph::ErrorKind::Storage, "{err}");
+    assert!(
+        err.to_string().contains("older checkpoints remain"),
+        "{err}"
+    );
+    counting
+        .emptied_lists
+        .store(0, std::sync::atomic::Ordering::Relaxed);
     // At the real end, an empty page stays empty.
     let all = graph.get_state_history(&cfg).await.unwrap();
     let mut end = HistoryQuery::limit(3);
