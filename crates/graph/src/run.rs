@@ -250,7 +250,15 @@ impl Live {
             if !matches!(def.kind, ChanKind::User) {
                 continue;
             }
-            let updated = self.updated.as_ref().is_some_and(|u| u.contains(&i));
+            // A fork checkpoint is saved before any step ran: `updated` still holds the loaded
+            // checkpoint's set (its tasks' triggers), whose updates that checkpoint already
+            // counted. Only a version that moved since (the command's NULL-task writes) is an
+            // update here (runtime-spec §10 rule 6).
+            let updated = if source == Source::Fork {
+                self.versions[i] != self.stored[i]
+            } else {
+                self.updated.as_ref().is_some_and(|u| u.contains(&i))
+            };
             let versioned = self.versions[i] > 0;
             let Some(d) = self.chans[i].delta() else {
                 continue;

@@ -157,11 +157,12 @@ async fn rule_05_overwrite_forces_snapshot_and_cold_reads_equal_live_state() {
     assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(3));
 }
 
-/// Rule 7: a snapshot-only version bump is stored but neither re-triggers nor re-fires `interrupt_before`.
+/// Rule 6 at a fork: the fork checkpoint is saved before any step ran, so it counts a superstep
+/// but no update, although the checkpoint it replays was saved by a step that moved `messages`.
 #[tokio::test]
-async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
+async fn rule_06_a_fork_counts_a_superstep_but_no_update() {
     let store = Arc::new(Recording::default());
-    let mut g = chat(1, true);
+    let mut g = chat(100, true);
     g.add_node("after", |_s: State, _c| async { Ok(Update::new()) });
     g.add_edge("reply", "after");
     g.interrupt_before(["after"]);
@@ -169,8 +170,16 @@ async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
     let cfg = RunConfig::new("t");
     graph.invoke(human(0), &cfg).await.unwrap();
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
-    assert_eq!(head.next, vec!["after".into()]);
-    // Replaying the head forks; with F = 1 the fork checkpoint snapshots `messages` without a write.
+    let counters = |source: antler_graph::Source| {
+        store
+            .puts()
+            .iter()
+            .rev()
+            .find(|r| r.source == source)
+            .and_then(|r| r.counters.get("messages").copied())
+    };
+    // Input (0,1), `__start__` wrote the human message (1,2), `reply` its answer (2,3).
+    assert_eq!(counters(antler_graph::Source::Loop), Some((2, 3)));
     graph
         .invoke(
             Input::Continue,
@@ -178,8 +187,46 @@ async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
         )
         .await
         .unwrap();
+    assert_eq!(
+        counters(antler_graph::Source::Fork),
+        Some((2, 4)),
+        "the fork moved no version: one more superstep, no update"
+    );
+}
+
+/// Rule 7: a snapshot-only version bump is stored but neither re-triggers nor re-fires `interrupt_before`.
+///
+/// A replay of a checkpoint whose step left a write to `messages` pending re-runs that step, so
+/// the fork checkpoint snapshots `messages` (the walk must not replay the old write) without the
+/// channel moving: a bump, after the replay marked every version as seen by the breakpoints.
+#[tokio::test]
+async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
+    let store = Arc::new(Recording::default());
+    let mut g = chat(100, true);
+    g.add_node("ask", |_s: State, ctx: antler_graph::Context| async move {
+        ctx.interrupt(serde_json::json!("ok?"))?;
+        Ok(Update::new())
+    });
+    g.add_edge("__start__", "ask").add_edge("ask", "__end__");
+    g.interrupt_before(["reply"]);
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let out = graph.invoke(human(0), &cfg).await.unwrap();
+    assert!(out.paused, "stopped before `reply`");
+    // Past the breakpoint: `reply` writes, `ask` interrupts; both stay pending on the head.
+    let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
+    assert_eq!(out.interrupts.len(), 1);
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    let replayed = store.puts().len();
+    let out = graph
+        .invoke(
+            Input::Continue,
+            &cfg.clone().with_checkpoint(head.checkpoint_id.clone()),
+        )
+        .await
+        .unwrap();
     let puts = store.puts();
-    let fork = puts
+    let fork = puts[replayed..]
         .iter()
         .find(|r| r.source == antler_graph::Source::Fork)
         .unwrap();
@@ -192,10 +239,16 @@ async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
         fork.values.contains_key("messages"),
         "the snapshot is stored"
     );
+    // The bump did not re-fire `interrupt_before(["reply"])`: the replayed step ran, and `ask`
+    // stopped on its interrupt again.
+    assert_eq!(out.interrupts.len(), 1, "{out:?}");
     let after = graph.get_state(&cfg).await.unwrap().unwrap();
-    assert!(
-        after.next.is_empty(),
-        "`after` ran; the bump did not re-fire interrupt_before"
+    assert_eq!(after.checkpoint_id, fork.id, "the replayed step is still pending");
+    assert_eq!(after.interrupts().len(), 1);
+    assert_eq!(
+        after.values.get(&MESSAGES).map(Vec::len),
+        Some(1),
+        "`reply` has not been applied yet: its step waits on `ask`"
     );
 }
 
