@@ -87,12 +87,13 @@ impl Live {
         Ok(())
     }
 
-    /// Delta channels that have a version but no stored value at `rec`: they need a history walk.
+    /// Channels rebuilt from history (delta and ordinary reducer channels) that have a version but
+    /// no stored value at `rec`: they need a history walk.
     pub(crate) fn needs_walk(g: &Graph, rec: &CheckpointRecord) -> Vec<String> {
         g.schema
             .specs()
             .filter(|s| {
-                s.is_delta()
+                s.rebuilds_from_history()
                     && rec.versions.contains_key(s.name())
                     && !rec.values.contains_key(s.name())
                     && !rec.encoded_lists.contains_key(s.name())

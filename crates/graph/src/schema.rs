@@ -549,6 +549,14 @@ impl ErasedSpec {
         matches!(self.kind, Kind::Delta { .. })
     }
 
+    /// Whether a stored checkpoint that gives this channel a version but no value is rebuilt
+    /// from the thread's history: a delta channel, and an ordinary reducer channel too
+    /// (runtime-spec §5.5, [1.2.22]: a thread written through a delta channel and read by a
+    /// graph that declares the field as an ordinary reducer; an empty value would lose it).
+    pub(crate) fn rebuilds_from_history(&self) -> bool {
+        matches!(self.kind, Kind::Delta { .. } | Kind::Reducer { .. })
+    }
+
     /// Rewrites a write before it is persisted (delta messages: assign missing ids).
     pub(crate) fn prepare_write(&self, w: &Write) -> Option<Write> {
         let Kind::Delta {
@@ -608,6 +616,13 @@ impl ErasedSpec {
                 d.encoded = Arc::default();
             }
             d.apply_tracked(&rest)?;
+        } else {
+            // An ordinary reducer channel takes the writes one per update, as the reference
+            // replays a `BinaryOperatorAggregate`: no call sees two writes as one step's
+            // (a second Overwrite in one call would be refused).
+            for w in &batch {
+                ch.update(&[w])?;
+            }
         }
         Ok(ch)
     }

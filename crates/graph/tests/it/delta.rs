@@ -2960,3 +2960,67 @@ async fn an_emptied_history_page_is_read_again_while_older_checkpoints_remain() 
             .is_empty()
     );
 }
+
+/// `chat`, with `messages` declared as an ordinary reducer channel (full mode).
+fn chat_full() -> StateGraph {
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages())
+        .expect("declared once");
+    g.add_node("reply", |s: State, _c| async move {
+        let n = s.get(&MESSAGES).map_or(0, Vec::len);
+        let id = format!("ai-{n}");
+        Ok(Update::new().set(&MESSAGES, vec![ai(Some(&id), &format!("reply {n}"))]))
+    });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    g
+}
+
+/// Runtime-spec §5.5 ([1.2.22]) and §5.6: a graph that declares `messages` as an ordinary reducer
+/// channel rebuilds a thread written through a delta channel from its history (a version without
+/// a stored value), never as an empty list; going on in either mode keeps every message.
+#[tokio::test]
+async fn a_full_graph_rebuilds_a_delta_thread_from_its_history() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, SaverCheckpointer};
+
+    let stores: Vec<Arc<dyn Checkpointer>> = vec![
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(SaverCheckpointer::new(Arc::new(cp::MemorySaver::new(
+            cp::StoreConfig::delta(cp::SnapshotFrequency::new(10).unwrap()),
+        )))),
+    ];
+    for store in stores {
+        let delta = chat(10, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let full = chat_full()
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let cfg = RunConfig::new("t");
+        for i in 0..2 {
+            delta.invoke(human(i), &cfg).await.unwrap();
+        }
+        let messages = |s: antler_graph::StateSnapshot| s.values.get(&MESSAGES).cloned();
+        let live = messages(delta.get_state(&cfg).await.unwrap().unwrap()).unwrap();
+        assert_eq!(live.len(), 4);
+        assert_eq!(
+            messages(full.get_state(&cfg).await.unwrap().unwrap()).as_ref(),
+            Some(&live),
+            "the full graph's read of the delta head"
+        );
+        let out = full.invoke(human(2), &cfg).await.unwrap();
+        assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(6));
+        // The full graph stored a plain value: the delta graph seeds from it.
+        let out = delta.invoke(human(3), &cfg).await.unwrap();
+        assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(8));
+        assert_eq!(
+            messages(full.get_state(&cfg).await.unwrap().unwrap()).map(|m| m.len()),
+            Some(8)
+        );
+    }
+}
