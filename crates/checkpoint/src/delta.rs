@@ -569,7 +569,12 @@ pub async fn materialize(
             seed_checkpoint: Some(cp),
         });
     }
-    if !tuple.checkpoint.channel_versions.contains_key(channel) {
+    // A full record without a version of the channel has none on this path: empty. A relative
+    // record (`RELATIVE_RECORD_V`) lists only what its step changed, so there a missing version
+    // is the parent's, unknown here: the walk finds it (kernel-spec R43, never "empty").
+    if !tuple.checkpoint.channel_versions.contains_key(channel)
+        && tuple.checkpoint.v != crate::model::RELATIVE_RECORD_V
+    {
         return Ok(Materialized {
             channel: DeltaMessages::new(frequency).with_counters(counters),
             replayed_writes: 0,

@@ -344,3 +344,87 @@ fn a_refused_update_leaves_the_channel_unchanged() {
     assert!(ch.update(vec![removal.into()]).is_err());
     assert_eq!(ch.value(), &[msg("a")]);
 }
+
+/// R43: a relative record (`RELATIVE_RECORD_V`) that does not list `messages` carries its
+/// parent's version of it: materialising it walks history (the value is unknown there, not
+/// empty), and gives the value the parent had after its writes were not applied on this path.
+#[test]
+fn a_relative_record_without_the_channel_materialises_from_history() {
+    antler_checkpoint::testing::block_on(async {
+        let freq = f(10);
+        let saver = MemorySaver::new(StoreConfig::delta(freq));
+        // Root: a snapshot of [a].
+        let mut root = Checkpoint::empty();
+        root.channel_versions.insert("messages".into(), 1.into());
+        let mut ch = DeltaMessages::new(freq);
+        ch.update(vec![vec![msg("a")].into()]).unwrap();
+        root.channel_values
+            .insert("messages".into(), ch.snapshot_blob().unwrap());
+        let mut nv = ChannelVersions::new();
+        nv.insert("messages".into(), 1.into());
+        let root = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                root,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+        // Its step appends [b]: the child lists the new version, stores no value.
+        let w: DeltaWrite = vec![msg("b")].into();
+        saver
+            .put_writes(
+                &root,
+                vec![("messages".into(), w.to_blob().unwrap())],
+                &TaskId::new("t1"),
+                &TaskPath::new("~a"),
+            )
+            .await
+            .unwrap();
+        let mut child = Checkpoint::empty();
+        child.channel_versions.insert("messages".into(), 2.into());
+        let child = saver
+            .put(
+                &root,
+                child,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        // A relative record below it that changed something else: `messages` is not listed.
+        let mut grandchild = Checkpoint::empty();
+        grandchild.v = antler_checkpoint::RELATIVE_RECORD_V;
+        grandchild.channel_versions.insert("other".into(), 3.into());
+        let grandchild = saver
+            .put(
+                &child,
+                grandchild,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        let tuple = saver.get_tuple(&grandchild).await.unwrap().unwrap();
+        assert!(!tuple.checkpoint.channel_versions.contains_key("messages"));
+        let m = materialize(&saver, &tuple, "messages", freq).await.unwrap();
+        assert_eq!(m.channel.value(), &[msg("a"), msg("b")]);
+        // A full record without the channel still has none: empty, no walk.
+        let mut full = Checkpoint::empty();
+        full.channel_versions.insert("other".into(), 4.into());
+        let full = saver
+            .put(
+                &grandchild,
+                full,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        let tuple = saver.get_tuple(&full).await.unwrap().unwrap();
+        let m = materialize(&saver, &tuple, "messages", freq).await.unwrap();
+        assert!(m.channel.value().is_empty());
+        assert_eq!(m.seed_checkpoint, None);
+    });
+}

@@ -243,7 +243,10 @@ async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
     // stopped on its interrupt again.
     assert_eq!(out.interrupts.len(), 1, "{out:?}");
     let after = graph.get_state(&cfg).await.unwrap().unwrap();
-    assert_eq!(after.checkpoint_id, fork.id, "the replayed step is still pending");
+    assert_eq!(
+        after.checkpoint_id, fork.id,
+        "the replayed step is still pending"
+    );
     assert_eq!(after.interrupts().len(), 1);
     assert_eq!(
         after.values.get(&MESSAGES).map(Vec::len),
