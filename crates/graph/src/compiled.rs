@@ -624,7 +624,7 @@ pub struct HistoryQuery {
 }
 
 impl HistoryQuery {
-    /// The newest `limit` checkpoints.
+    /// The newest `limit` checkpoints (none for 0, without reading the store).
     pub fn limit(limit: usize) -> Self {
         Self {
             before: None,

@@ -2066,6 +2066,11 @@ pub(crate) async fn history(
     query: &HistoryQuery,
 ) -> Result<Vec<StateSnapshot>> {
     let scope = cfg.scope();
+    if query.limit == Some(0) {
+        // Kernel-spec R36: a limit of zero is an explicit empty page, read from nowhere (an
+        // empty page read from the store would look emptied by a concurrent delete).
+        return Ok(Vec::new());
+    }
     // Newest first, as returned.
     let tuples: Vec<CheckpointTuple> = match query.limit {
         // The whole history: one bulk read beats a read per checkpoint.

@@ -3027,3 +3027,20 @@ async fn a_full_graph_rebuilds_a_delta_thread_from_its_history() {
         );
     }
 }
+
+/// Kernel-spec R36: a history page of zero is empty, without reading the store (before, the
+/// empty page looked emptied by a concurrent delete, and after 16 reads the page failed).
+#[tokio::test]
+async fn a_history_page_of_zero_is_empty() {
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    let page = graph
+        .get_state_history_with(&cfg, &antler_graph::HistoryQuery::limit(0))
+        .await
+        .unwrap();
+    assert!(page.is_empty());
+}
