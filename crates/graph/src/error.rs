@@ -69,6 +69,13 @@ pub enum BuildError {
         /// The node.
         node: String,
     },
+    /// A delta channel was declared with snapshot frequency 0 (kernel-spec R29: it must be
+    /// positive; snapshotting every update is frequency 1).
+    #[error("channel '{channel}': snapshot frequency must be positive")]
+    InvalidSnapshotFrequency {
+        /// The channel.
+        channel: String,
+    },
     /// A join needs at least one source.
     #[error("join into '{node}' has no sources")]
     EmptyJoin {

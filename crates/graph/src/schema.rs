@@ -174,7 +174,7 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
                     id,
                     init,
                     reduce,
-                    frequency: snapshot_frequency.max(1),
+                    frequency: snapshot_frequency,
                     prepare: None,
                 },
                 _t: std::marker::PhantomData,
@@ -189,7 +189,8 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
     /// A delta channel (runtime-spec §5): like [`ChannelSpec::reducer`], but checkpoints store only
     /// the step's writes, plus a snapshot of the value every `snapshot_frequency` updates (and when
     /// forced: an Overwrite, pending writes that will not be replayed, exit durability).
-    /// The reducer must be batching-invariant. `snapshot_frequency` 0 is treated as 1.
+    /// The reducer must be batching-invariant. `snapshot_frequency` must be positive: declaring a
+    /// channel with 0 fails with [`BuildError::InvalidSnapshotFrequency`].
     pub fn delta<I, R>(id: &str, init: I, reduce: R, snapshot_frequency: u32) -> Self
     where
         I: Fn() -> V + Send + Sync + 'static,
@@ -201,7 +202,8 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
 
 impl ChannelSpec<Vec<antler_state_reducers::Message>, Vec<antler_state_reducers::Message>> {
     /// The `messages` channel in delta mode: `add_messages` semantics, checkpoints store the step's
-    /// writes and a snapshot every `snapshot_frequency` updates. Messages without an id get one
+    /// writes and a snapshot every `snapshot_frequency` updates (positive; 0 fails at declaration with
+    /// [`BuildError::InvalidSnapshotFrequency`]). Messages without an id get one
     /// before the write is persisted, so replay rebuilds the same list.
     pub fn messages_delta(snapshot_frequency: u32) -> Self {
         use antler_state_reducers::Message;
@@ -637,6 +639,11 @@ impl Schema {
         let name = spec.name();
         if name.starts_with("__") || name.contains(':') || name.contains('|') || name.is_empty() {
             return Err(BuildError::ReservedChannel {
+                channel: name.to_owned(),
+            });
+        }
+        if matches!(spec.kind, Kind::Delta { frequency: 0, .. }) {
+            return Err(BuildError::InvalidSnapshotFrequency {
                 channel: name.to_owned(),
             });
         }

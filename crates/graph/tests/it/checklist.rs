@@ -1188,6 +1188,46 @@ fn messages_declared_twice_with_different_kinds_is_a_build_error() {
     ));
 }
 
+/// Kernel-spec R29: a delta channel's snapshot frequency must be positive; 0 is refused when the
+/// channel is declared (before, it was taken as 1 without a word).
+#[test]
+fn a_delta_channel_with_snapshot_frequency_zero_is_a_build_error() {
+    use antler_state_reducers::Message;
+    const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+    let mut g = antler_graph::StateGraph::new();
+    let err = g.channel(&MESSAGES, ChannelSpec::messages_delta(0)).err();
+    assert_eq!(
+        err,
+        Some(antler_graph::BuildError::InvalidSnapshotFrequency {
+            channel: "messages".into()
+        })
+    );
+    assert_eq!(
+        err.map(|e| e.to_string()).as_deref(),
+        Some("channel 'messages': snapshot frequency must be positive")
+    );
+    let counts: Key<Vec<i64>> = Key::new("counts");
+    let err = g
+        .channel(
+            &counts,
+            ChannelSpec::delta(
+                "sum",
+                Vec::new,
+                |a: &Vec<i64>, w: &[Vec<i64>]| {
+                    Ok(a.iter().chain(w.iter().flatten()).copied().collect())
+                },
+                0,
+            ),
+        )
+        .err();
+    assert!(matches!(
+        err,
+        Some(antler_graph::BuildError::InvalidSnapshotFrequency { .. })
+    ));
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(1))
+        .unwrap();
+}
+
 /// Public futures are `Send` (they can run on a multi-threaded runtime).
 #[test]
 fn public_futures_are_send() {
