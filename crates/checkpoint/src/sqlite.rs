@@ -1274,6 +1274,7 @@ impl Default for SqliteOptions {
 impl SqliteSaver {
     /// Opens (creating if needed) the database file at `path` in WAL mode with the default
     /// [`SqliteOptions`], applies migrations, and records or checks the store configuration.
+    /// The path `:memory:` opens a private in-memory database, as [`Self::open_in_memory`].
     ///
     /// # Errors
     /// [`Error::StoreConfigMismatch`] when the store was created with another mode or
@@ -1300,6 +1301,10 @@ impl SqliteSaver {
                 "sqlite: the database path is empty (use open_in_memory for a store that lives in memory)"
                     .into(),
             ));
+        }
+        // SQLite's own name for a private in-memory database, which has no WAL journal.
+        if path.as_os_str() == ":memory:" {
+            return Self::open_in_memory(config).await;
         }
         let p = path.clone();
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {

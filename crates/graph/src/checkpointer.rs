@@ -69,6 +69,10 @@ pub struct CheckpointRecord {
     /// instead of in `values` (the `SaverCheckpointer` does for stored message lists): a channel
     /// has a stored value when it is in either map.
     pub encoded_lists: BTreeMap<String, Vec<std::sync::Arc<[u8]>>>,
+    /// The run that created it ([`RunConfig::run_id`](crate::RunConfig::run_id)).
+    pub run_id: Option<String>,
+    /// Free metadata of the run that created it ([`RunConfig::metadata`](crate::RunConfig::metadata)).
+    pub metadata: serde_json::Map<String, Json>,
 }
 
 /// What the history walk found for one delta channel (runtime-spec §5.5).

@@ -494,6 +494,15 @@ pub struct RunConfig {
     pub recursion_limit: usize,
     /// Durability mode (default [`Durability::Async`]).
     pub durability: Durability,
+    /// The run these calls belong to (default none): stored in the metadata of every checkpoint
+    /// they create, where `Saver::delete_for_runs` finds it. A run on a checkpoint that the same
+    /// run id created resumes it, whatever the input (runtime-spec §2.2: a retried run does not
+    /// apply its input twice).
+    pub run_id: Option<String>,
+    /// Free metadata copied into every checkpoint these calls create (runtime-spec §4.1), for
+    /// `list` filters. Keys the runtime writes itself, and keys starting with `__` or
+    /// `langgraph_`, are refused ([`Error::ReservedMetadataKey`]).
+    pub metadata: serde_json::Map<String, Json>,
 }
 
 impl RunConfig {
@@ -505,6 +514,8 @@ impl RunConfig {
             checkpoint_ns: String::new(),
             recursion_limit: 10007,
             durability: Durability::Async,
+            run_id: None,
+            metadata: serde_json::Map::new(),
         }
     }
     /// Where this config's checkpoints live.
@@ -529,7 +540,36 @@ impl RunConfig {
         self.durability = d;
         self
     }
+    /// Sets the run id stored with the checkpoints.
+    pub fn with_run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+    /// Adds a free metadata entry stored with the checkpoints.
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<Json>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+    /// The first metadata key the runtime does not let a caller set, if any.
+    pub(crate) fn reserved_metadata_key(&self) -> Option<&str> {
+        self.metadata.keys().map(String::as_str).find(|k| {
+            RESERVED_METADATA_KEYS.contains(k) || k.starts_with("__") || k.starts_with("langgraph_")
+        })
+    }
 }
+
+/// Metadata keys the runtime and the savers write themselves (runtime-spec §4.1, kernel-spec R32).
+const RESERVED_METADATA_KEYS: &[&str] = &[
+    "source",
+    "step",
+    "parents",
+    "run_id",
+    "thread_id",
+    "checkpoint_id",
+    "checkpoint_ns",
+    "counters_since_delta_snapshot",
+    "deerflow_checkpoint_channel_mode",
+];
 
 /// Input of a run.
 #[derive(Clone, Debug)]

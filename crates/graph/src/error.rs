@@ -208,6 +208,13 @@ pub enum Error {
     /// stops and the enclosing subgraph node returns the command as its own result.
     #[error("a node returned a command for the parent graph")]
     ParentCommand(Box<crate::types::Command>),
+    /// [`RunConfig::metadata`](crate::RunConfig::metadata) sets a key the runtime writes itself
+    /// (or one starting with `__` or `langgraph_`).
+    #[error("metadata key '{key}' is reserved for the runtime")]
+    ReservedMetadataKey {
+        /// The key.
+        key: String,
+    },
     /// The addressed checkpoint does not exist.
     #[error("checkpoint '{checkpoint}' not found in thread '{thread}'")]
     CheckpointNotFound {
@@ -264,7 +271,8 @@ impl Error {
             | Self::NoParentGraph
             | Self::ParentCommand(_)
             | Self::NoCheckpointer
-            | Self::AmbiguousAsNode { .. } => ErrorKind::Input,
+            | Self::AmbiguousAsNode { .. }
+            | Self::ReservedMetadataKey { .. } => ErrorKind::Input,
             Self::CheckpointNotFound { .. } => ErrorKind::NotFound,
             Self::Serialization { .. } => ErrorKind::Serialization,
             Self::Storage { .. } => ErrorKind::Storage,

@@ -369,6 +369,8 @@ impl Live {
             new_versions,
             counters,
             encoded_lists,
+            run_id: None,
+            metadata: serde_json::Map::new(),
         })
     }
 
@@ -733,6 +735,9 @@ struct Persist<'a> {
     /// The runtime the run started on, for a flush spawned when the run is dropped (which
     /// may happen outside any runtime).
     rt: Option<tokio::runtime::Handle>,
+    /// The run id and free metadata every checkpoint of the run carries.
+    run_id: Option<String>,
+    metadata: serde_json::Map<String, Json>,
 }
 
 /// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
@@ -1107,6 +1112,8 @@ pub(crate) async fn run(
         exit_writes: Vec::new(),
         inflight: None,
         rt: tokio::runtime::Handle::try_current().ok(),
+        run_id: cfg.run_id.clone(),
+        metadata: cfg.metadata.clone(),
     };
     let em = Emitter { tx, modes };
     let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
@@ -1151,10 +1158,28 @@ async fn run_inner(
     {
         return Err(Error::EmptyCommand);
     }
+    if let Some(key) = cfg.reserved_metadata_key() {
+        return Err(Error::ReservedMetadataKey {
+            key: key.to_owned(),
+        });
+    }
     // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
         Some(cp) => cp.head(scope, cfg.checkpoint_id.as_ref()).await?,
         None => None,
+    };
+    // Runtime-spec §2.2: a run on a checkpoint that its own run id created resumes it, whatever
+    // the input: a retried run (after a crash or an error) does not apply its input twice.
+    // Subgraph runs take resuming from their parent instead.
+    let input = match (&input, &saved, &cfg.run_id) {
+        (Input::Values(_), Some(t), Some(run))
+            if cfg.checkpoint_ns.is_empty()
+                && !t.checkpoint.versions.is_empty()
+                && t.checkpoint.run_id.as_ref() == Some(run) =>
+        {
+            Input::Continue
+        }
+        _ => input,
     };
     if let (Some(id), None) = (&cfg.checkpoint_id, &saved) {
         return Err(Error::CheckpointNotFound {
@@ -1625,7 +1650,7 @@ async fn save_checkpoint(
     source: Source,
 ) -> Result<CheckpointId> {
     let id = new_checkpoint_id();
-    let rec = live.checkpoint_record(
+    let mut rec = live.checkpoint_record(
         g,
         id.clone(),
         parent.clone(),
@@ -1634,6 +1659,8 @@ async fn save_checkpoint(
         persist.durability == Durability::Exit,
         persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
     )?;
+    rec.run_id.clone_from(&persist.run_id);
+    rec.metadata.clone_from(&persist.metadata);
     // Exit durability stores only the run's last checkpoint, under the head the run found
     // (`Persist::put`): the event names the parent the store will record, not a buffered
     // checkpoint that is never stored.
@@ -2170,6 +2197,11 @@ pub(crate) async fn update_state(
     values: Update,
     as_node: Option<NodeId>,
 ) -> Result<CheckpointId> {
+    if let Some(key) = cfg.reserved_metadata_key() {
+        return Err(Error::ReservedMetadataKey {
+            key: key.to_owned(),
+        });
+    }
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;
@@ -2272,6 +2304,8 @@ pub(crate) async fn update_state(
     // (a set of only the update's channels would hide a node still pending from before, such
     // as the target of a complete join).
     rec.updated_channels = None;
+    rec.run_id.clone_from(&cfg.run_id);
+    rec.metadata.clone_from(&cfg.metadata);
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }

@@ -367,6 +367,15 @@ fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<Check
                 .iter()
                 .map(|(c, n)| (load_name(c.as_str()), (n.updates, n.supersteps)))
                 .collect(),
+            run_id: t.metadata.run_id.as_ref().map(|r| r.as_str().to_owned()),
+            // The free keys, without the mode marker's older spelling (the saver's own key).
+            metadata: t
+                .metadata
+                .extra
+                .iter()
+                .filter(|(k, _)| k.as_str() != cp::model::CHANNEL_MODE_METADATA_KEY)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         },
         pending_writes,
     })
@@ -829,6 +838,12 @@ impl Checkpointer for SaverCheckpointer {
         let mut metadata = cp::CheckpointMetadata {
             source: Some(to_cp_source(rec.source)),
             step: rec.step,
+            run_id: rec.run_id.as_deref().map(cp::RunId::new),
+            extra: rec
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             ..Default::default()
         };
         for (ch, (updates, supersteps)) in &rec.counters {

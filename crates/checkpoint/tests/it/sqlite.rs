@@ -250,3 +250,37 @@ fn an_empty_path_is_refused() {
         assert!(err.to_string().contains("open_in_memory"), "{err}");
     });
 }
+
+/// `open(":memory:")` opens a private in-memory store, as `open_in_memory` does (before, it
+/// failed: an in-memory database has no WAL journal). Two such stores share nothing.
+#[test]
+fn opening_memory_by_name_gives_a_private_in_memory_store() {
+    use antler_checkpoint::{
+        ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, Saver, SqliteSaver,
+        StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let a = SqliteSaver::open(":memory:", StoreConfig::full())
+            .await
+            .unwrap();
+        let b = SqliteSaver::open(":memory:", StoreConfig::full())
+            .await
+            .unwrap();
+        let put = a
+            .put(
+                &CheckpointConfig::latest("t"),
+                Checkpoint::empty(),
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        assert!(a.get_tuple(&put).await.unwrap().is_some());
+        assert!(
+            b.get_tuple(&CheckpointConfig::latest("t"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    });
+}

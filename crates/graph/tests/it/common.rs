@@ -49,7 +49,7 @@ pub(crate) fn log(items: &[&str]) -> Vec<String> {
 /// One store operation as the loop issued it.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
-    Put(CheckpointRecord),
+    Put(Box<CheckpointRecord>),
     Writes { checkpoint: CheckpointId },
 }
 
@@ -67,7 +67,7 @@ impl Recording {
     pub(crate) fn puts(&self) -> Vec<CheckpointRecord> {
         self.ops()
             .into_iter()
-            .filter_map(|o| if let Op::Put(r) = o { Some(r) } else { None })
+            .filter_map(|o| if let Op::Put(r) = o { Some(*r) } else { None })
             .collect()
     }
 }
@@ -96,7 +96,7 @@ impl Checkpointer for Recording {
         self.ops
             .lock()
             .expect("not poisoned")
-            .push(Op::Put(checkpoint.clone()));
+            .push(Op::Put(Box::new(checkpoint.clone())));
         self.inner.put(thread, checkpoint).await
     }
     async fn put_writes(

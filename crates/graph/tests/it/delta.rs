@@ -394,6 +394,8 @@ fn rec(
         new_versions: ["ch".to_owned()].into(),
         counters: Default::default(),
         encoded_lists: Default::default(),
+        run_id: None,
+        metadata: Default::default(),
     }
 }
 
@@ -2135,6 +2137,8 @@ async fn the_in_process_checkpointer_refuses_a_version_clash() {
         new_versions: ["a".to_owned()].into_iter().collect(),
         counters: Default::default(),
         encoded_lists: Default::default(),
+        run_id: None,
+        metadata: Default::default(),
     };
     store
         .put(&scope, record("1", json!("first")))

@@ -7,6 +7,7 @@ mod crash;
 mod delta;
 mod laws;
 mod reference_traces;
+mod runs;
 mod streaming;
 mod subgraph;
 mod traces;

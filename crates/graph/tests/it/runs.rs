@@ -1,0 +1,176 @@
+//! Run ids and free metadata in checkpoint metadata (runtime-spec §2.2, §2.5, §4.1).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use antler_checkpoint as cp;
+use antler_graph::{
+    CompiledGraph, Context, Error, ErrorKind, NodeError, RunConfig, SaverCheckpointer, State,
+    Update,
+};
+use serde_json::json;
+
+use crate::common::{LOG, graph, log, memory};
+
+/// START → a → END over `saver`; `a` logs "a".
+fn over(saver: Arc<dyn cp::Saver>) -> CompiledGraph {
+    let mut g = graph();
+    g.add_node("a", |_s: State, _c: Context| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    g.compile()
+        .expect("valid graph")
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+}
+
+fn input(item: &str) -> Update {
+    Update::new().set(&LOG, log(&[item]))
+}
+
+/// Every checkpoint a run creates carries its run id and free metadata, where `list` filters and
+/// `delete_for_runs` find them; deleting the newest run leaves the thread at the previous one.
+#[tokio::test]
+async fn checkpoints_carry_the_run_id_and_metadata_that_delete_for_runs_finds() {
+    let saver: Arc<dyn cp::Saver> = Arc::new(
+        cp::SqliteSaver::open(":memory:", cp::StoreConfig::full())
+            .await
+            .unwrap(),
+    );
+    let graph = over(saver.clone());
+    let first = RunConfig::new("t")
+        .with_run_id("r1")
+        .with_metadata("user", "ann");
+    graph.invoke(input("in1"), &first).await.unwrap();
+    graph
+        .invoke(input("in2"), &RunConfig::new("t").with_run_id("r2"))
+        .await
+        .unwrap();
+
+    let all = saver.list(&cp::ListQuery::thread("t")).await.unwrap();
+    let runs: Vec<Option<&str>> = all
+        .iter()
+        .map(|t| t.metadata.run_id.as_ref().map(cp::RunId::as_str))
+        .collect();
+    // Newest first: input, `__start__` and `a` of each run.
+    assert_eq!(
+        runs,
+        [Some("r2"); 3]
+            .into_iter()
+            .chain([Some("r1"); 3])
+            .collect::<Vec<_>>()
+    );
+    let filtered = saver
+        .list(&cp::ListQuery {
+            filter: [("user".to_owned(), json!("ann"))].into_iter().collect(),
+            ..cp::ListQuery::thread("t")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        filtered.len(),
+        3,
+        "the metadata is stored with every checkpoint of r1"
+    );
+    assert!(
+        filtered
+            .iter()
+            .all(|t| t.metadata.run_id == Some(cp::RunId::new("r1")))
+    );
+
+    saver
+        .delete_for_runs(&[cp::RunId::new("r2")])
+        .await
+        .unwrap();
+    let left = saver.list(&cp::ListQuery::thread("t")).await.unwrap();
+    assert_eq!(left.len(), 3);
+    let fresh = over(saver.clone());
+    let head = fresh
+        .get_state(&RunConfig::new("t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.values.get(&LOG), Some(&log(&["in1", "a"])));
+
+    // `update_state` stamps its checkpoint the same way.
+    fresh
+        .update_state(&first, input("edit"), None)
+        .await
+        .unwrap();
+    let newest = saver
+        .list(&cp::ListQuery {
+            limit: Some(1),
+            ..cp::ListQuery::thread("t")
+        })
+        .await
+        .unwrap();
+    assert_eq!(newest[0].metadata.run_id, Some(cp::RunId::new("r1")));
+    assert_eq!(newest[0].metadata.extra.get("user"), Some(&json!("ann")));
+}
+
+/// Runtime-spec §2.2: a run on a checkpoint that its own run id created resumes it, whatever the
+/// input, so a retried run applies its input once; another run id applies it again (new input
+/// abandons the failed step).
+#[tokio::test]
+async fn a_retried_run_resumes_instead_of_applying_its_input_again() {
+    for (retry, want) in [("r1", log(&["in", "a"])), ("r2", log(&["in", "in", "a"]))] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut g = graph();
+        let seen = calls.clone();
+        g.add_node("a", move |_s: State, _c: Context| {
+            let first = seen.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    return Err(NodeError::failed("transient"));
+                }
+                Ok(Update::new().set(&LOG, log(&["a"])))
+            }
+        });
+        g.add_edge("__start__", "a").add_edge("a", "__end__");
+        let graph = memory(g);
+        let err = graph
+            .invoke(input("in"), &RunConfig::new("t").with_run_id("r1"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Node);
+        let out = graph
+            .invoke(input("in"), &RunConfig::new("t").with_run_id(retry))
+            .await
+            .unwrap();
+        assert_eq!(out.values.get(&LOG), Some(&want), "retried as {retry}");
+    }
+}
+
+/// Metadata keys the runtime writes itself are refused, by runs and by `update_state`, before
+/// anything is read or stored.
+#[tokio::test]
+async fn reserved_metadata_keys_are_refused() {
+    let mut g = graph();
+    g.add_node("a", |_s: State, _c: Context| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    for key in ["step", "run_id", "__pregel_x", "langgraph_step"] {
+        let cfg = RunConfig::new("t").with_metadata(key, 1);
+        let err = graph.invoke(input("in"), &cfg).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::ReservedMetadataKey { key: k } if k == key),
+            "{err}"
+        );
+        assert_eq!(err.kind(), ErrorKind::Input);
+        let err = graph
+            .update_state(&cfg, input("x"), Some("a".into()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::ReservedMetadataKey { .. }), "{err}");
+    }
+    assert!(
+        graph
+            .get_state(&RunConfig::new("t"))
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing was stored"
+    );
+}
