@@ -157,6 +157,50 @@ async fn rule_05_overwrite_forces_snapshot_and_cold_reads_equal_live_state() {
     assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(3));
 }
 
+/// Rule 5 from a node: an Overwrite written by a task (beside a sibling's append in the same
+/// step) forces a snapshot at the step's checkpoint, so the walk never replays that step's writes
+/// (where the Overwrite would become the base and the sibling's write, which the live channel
+/// dropped, would come back).
+#[tokio::test]
+async fn rule_05_a_nodes_overwrite_beside_a_siblings_append_forces_a_snapshot() {
+    let store = Arc::new(Recording::default());
+    let build = || {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(100))
+            .unwrap();
+        g.add_node("a", |_s: State, _c| async {
+            Ok(Update::new().overwrite(&MESSAGES, vec![ai(Some("x"), "only")]))
+        });
+        g.add_node("b", |_s: State, _c| async {
+            Ok(Update::new().set(&MESSAGES, vec![ai(Some("y"), "dropped")]))
+        });
+        g.add_edge("__start__", "a")
+            .add_edge("__start__", "b")
+            .add_edge("a", "__end__")
+            .add_edge("b", "__end__");
+        g.compile().unwrap()
+    };
+    let graph = build().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let out = graph.invoke(human(0), &cfg).await.unwrap();
+    let live = out.values.get(&MESSAGES).cloned().unwrap();
+    assert_eq!(
+        live,
+        vec![ai(Some("x"), "only")],
+        "the step's other write is dropped"
+    );
+    let last = store.puts().pop().unwrap();
+    assert!(
+        last.values.contains_key("messages") || last.encoded_lists.contains_key("messages"),
+        "the overwrite step's checkpoint snapshots"
+    );
+    let cold = build()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let state = cold.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(state.values.get(&MESSAGES), Some(&live), "cold == live");
+}
+
 /// Rule 6 at a fork: the fork checkpoint is saved before any step ran, so it counts a superstep
 /// but no update, although the checkpoint it replays was saved by a step that moved `messages`.
 #[tokio::test]
