@@ -452,13 +452,14 @@ async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_wr
     use serde_json::json;
     let store = MemoryCheckpointer::new();
     let scope = Scope::root("t");
-    // a (seed value) ← b ← c ← d (target); a sibling branch b ← x carries writes that must not appear.
+    // a (value) ← b (value) ← c ← d (target); a sibling branch b ← cc, whose id sorts between
+    // c and d, stores a value and carries writes: a walk by id order would stop there.
     store
-        .put(&scope, rec("a", None, 1, Some(json!(["seed"]))))
+        .put(&scope, rec("a", None, 1, Some(json!(["seed-a"]))))
         .await
         .unwrap();
     store
-        .put(&scope, rec("b", Some("a"), 2, None))
+        .put(&scope, rec("b", Some("a"), 2, Some(json!(["seed-b"]))))
         .await
         .unwrap();
     store
@@ -466,18 +467,18 @@ async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_wr
         .await
         .unwrap();
     store
-        .put(&scope, rec("x", Some("b"), 3, None))
+        .put(&scope, rec("cc", Some("b"), 4, Some(json!(["sibling"]))))
         .await
         .unwrap();
     store
-        .put(&scope, rec("d", Some("c"), 4, None))
+        .put(&scope, rec("d", Some("c"), 5, None))
         .await
         .unwrap();
     for (cp, v) in [
         ("a", "w-a"),
         ("b", "w-b"),
         ("c", "w-c"),
-        ("x", "w-x"),
+        ("cc", "w-cc"),
         ("d", "w-d"),
     ] {
         store
@@ -496,8 +497,10 @@ async fn rule_08_history_walk_follows_parents_and_includes_the_seed_ancestors_wr
         .await
         .unwrap();
     let h = &h["ch"];
-    assert_eq!(h.seed, Some(json!(["seed"])));
-    assert_eq!(h.writes, vec![json!("w-a"), json!("w-b"), json!("w-c")]);
+    // The nearest stored value on the path is the seed; its own writes and those below it
+    // follow, oldest first; the target's own writes are not part of its history.
+    assert_eq!(h.seed, Some(json!(["seed-b"])));
+    assert_eq!(h.writes, vec![json!("w-b"), json!("w-c")]);
 }
 
 /// The in-process store's walk fails closed: a walk from a checkpoint it does not hold, through
