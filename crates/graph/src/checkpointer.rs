@@ -307,13 +307,14 @@ impl MemoryCheckpointer {
     }
 }
 
+/// The fixed index of a control write (upserted), as the savers give it (runtime-spec §4.2);
+/// every other write is insert-if-absent at its position.
 fn control_idx(channel: &str) -> Option<i64> {
     match channel {
         ERROR => Some(-1),
         "__scheduled__" => Some(-2),
         INTERRUPT => Some(-3),
         RESUME => Some(-4),
-        "__error_source_node__" => Some(-5),
         _ => None,
     }
 }

@@ -250,6 +250,74 @@ async fn last_value_concurrent_writes_are_invalid_update() {
     assert!(snap.tasks.iter().all(|t| t.status == TaskStatus::Done));
 }
 
+/// Rule 9, the in-process store: a task's regular writes are insert-if-absent by position (a
+/// second put of the same task keeps the first values), control writes are upserts at their
+/// fixed negative index (the last error wins).
+#[tokio::test]
+async fn rule_09_the_in_process_store_keeps_first_writes_and_upserts_control_writes() {
+    use antler_graph::{Checkpointer, MemoryCheckpointer, Scope, TaskId};
+    let store = Arc::new(MemoryCheckpointer::new());
+    let scope = Scope::root("t");
+    // A checkpoint to attach writes to: the head of a short run.
+    let mut g = graph();
+    g.add_node("a", add("a")).add_edge("__start__", "a");
+    let g = g
+        .compile()
+        .expect("valid graph")
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    g.invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let head = store.get_tuple(&scope, None).await.unwrap().unwrap();
+    let id = head.checkpoint.id.clone();
+    let task = TaskId::new("task-1");
+    store
+        .put_writes(
+            &scope,
+            &id,
+            &task,
+            "~p",
+            vec![
+                ("log".to_owned(), json!(["first"])),
+                ("__error__".to_owned(), json!({"message": "one"})),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .put_writes(
+            &scope,
+            &id,
+            &task,
+            "~p",
+            vec![
+                ("log".to_owned(), json!(["second"])),
+                ("__error__".to_owned(), json!({"message": "two"})),
+            ],
+        )
+        .await
+        .unwrap();
+    let pending = store
+        .get_tuple(&scope, Some(&id))
+        .await
+        .unwrap()
+        .unwrap()
+        .pending_writes;
+    let mine: Vec<(&str, &serde_json::Value)> = pending
+        .iter()
+        .filter(|w| w.task_id == task)
+        .map(|w| (w.channel.as_str(), &w.value))
+        .collect();
+    assert_eq!(
+        mine,
+        vec![
+            ("__error__", &json!({"message": "two"})),
+            ("log", &json!(["first"])),
+        ]
+    );
+}
+
 /// Rule 9: deterministic task ids + insert-if-absent writes: resuming after a failure re-runs only
 /// the failed task, and the reducer still sees the writes in task-path order.
 #[tokio::test]
