@@ -173,6 +173,52 @@ async fn rule_04_finish_only_when_nothing_triggers_releases_deferred_node() {
     );
 }
 
+/// Rule 4, NULL-task batches: a command's update applied to a paused head neither updates the
+/// unwritten channels nor finishes them, so a deferred node waiting for the longer branch is not
+/// released early (it would run beside that branch and then again after it).
+#[tokio::test]
+async fn rule_04_a_commands_update_does_not_release_a_deferred_node() {
+    let mut g = graph();
+    g.add_node("a", add("a"))
+        .add_node("b1", add("b1"))
+        .add_node("b2", add("b2"));
+    g.add_node_with(
+        "d",
+        Arc::new(Fn2(|_s: State| {
+            Ok(Update::new().set(&LOG, log(&["d"])).into())
+        })),
+        antler_graph::NodeOptions {
+            defer: true,
+            ..Default::default()
+        },
+    );
+    g.add_edge("__start__", "a")
+        .add_edge("__start__", "b1")
+        .add_edge("b1", "b2");
+    g.add_edge("a", "d")
+        .add_edge("b2", "d")
+        .add_edge("d", "__end__");
+    g.interrupt_before(["b2"]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert!(out.paused, "stopped before b2, with d waiting");
+    let out = graph
+        .invoke(
+            Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "a", "b1", "cmd", "b2", "d"])
+    );
+}
+
 struct Fn2<F>(F);
 #[async_trait::async_trait]
 impl<F: Fn(State) -> Result<Command, NodeError> + Send + Sync + 'static> antler_graph::Node
