@@ -166,6 +166,13 @@ pub trait Checkpointer: Send + Sync {
     fn accepts_encoded_lists(&self) -> bool {
         false
     }
+    /// Whether the store keeps a delta `messages` channel (default yes). A store configured for
+    /// full mode does not (kernel-spec R26–R35): a run or `update_state` of a graph that declares
+    /// `messages` as a delta channel fails with
+    /// [`Error::StoreModeMismatch`](crate::Error::StoreModeMismatch) before it writes anything.
+    fn stores_delta_messages(&self) -> bool {
+        true
+    }
     /// All checkpoints of the thread, newest first.
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
     /// The ids of the thread's checkpoints older than `before` (all when `None`), newest first,

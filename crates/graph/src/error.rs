@@ -208,6 +208,15 @@ pub enum Error {
     /// stops and the enclosing subgraph node returns the command as its own result.
     #[error("a node returned a command for the parent graph")]
     ParentCommand(Box<crate::types::Command>),
+    /// The graph declares `messages` as a delta channel, but the checkpointer's store is in full
+    /// mode (kernel-spec R26–R35: a full-mode store refuses delta checkpoints).
+    #[error(
+        "channel '{channel}' is a delta channel, but the store is in full mode: open the store in delta mode or declare the channel in full mode"
+    )]
+    StoreModeMismatch {
+        /// The first delta channel of the graph.
+        channel: String,
+    },
     /// [`RunConfig::metadata`](crate::RunConfig::metadata) sets a key the runtime writes itself
     /// (or one starting with `__` or `langgraph_`).
     #[error("metadata key '{key}' is reserved for the runtime")]
@@ -276,7 +285,7 @@ impl Error {
             Self::CheckpointNotFound { .. } => ErrorKind::NotFound,
             Self::Serialization { .. } => ErrorKind::Serialization,
             Self::Storage { .. } => ErrorKind::Storage,
-            Self::Build(_) => ErrorKind::Build,
+            Self::Build(_) | Self::StoreModeMismatch { .. } => ErrorKind::Build,
         }
     }
 }

@@ -1163,6 +1163,9 @@ async fn run_inner(
             key: key.to_owned(),
         });
     }
+    if let Some(cp) = cp {
+        check_store_mode(g, cp)?;
+    }
     // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
         Some(cp) => cp.head(scope, cfg.checkpoint_id.as_ref()).await?,
@@ -2202,6 +2205,7 @@ pub(crate) async fn update_state(
             key: key.to_owned(),
         });
     }
+    check_store_mode(g, cp)?;
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;
@@ -2308,6 +2312,22 @@ pub(crate) async fn update_state(
     rec.metadata.clone_from(&cfg.metadata);
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
+}
+
+/// A graph whose `messages` channel is a delta channel does not write to a full-mode store: the
+/// store would refuse its first delta checkpoint with a per-thread mode error that names the
+/// thread, not the cause. The store's mode is about `messages` (kernel-spec R26, R33): other
+/// delta channels are stored in either mode.
+fn check_store_mode(g: &Graph, cp: &dyn Checkpointer) -> Result<()> {
+    if cp.stores_delta_messages() {
+        return Ok(());
+    }
+    match g.schema.specs().find(|s| s.is_delta() && s.name() == "messages") {
+        Some(s) => Err(Error::StoreModeMismatch {
+            channel: s.name().to_owned(),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {

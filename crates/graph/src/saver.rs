@@ -623,6 +623,10 @@ impl Checkpointer for SaverCheckpointer {
         true
     }
 
+    fn stores_delta_messages(&self) -> bool {
+        self.saver.store_config().mode == cp::ChannelMode::Delta
+    }
+
     async fn list_ids(
         &self,
         scope: &Scope,

@@ -547,6 +547,10 @@ impl ErasedSpec {
     }
 
     /// Whether this is a delta channel.
+    pub(crate) fn is_delta(&self) -> bool {
+        matches!(self.kind, Kind::Delta { .. })
+    }
+
     /// Whether a stored checkpoint that gives this channel a version but no value is rebuilt
     /// from the thread's history: a delta channel, and an ordinary reducer channel too
     /// (runtime-spec §5.5, [1.2.22]: a thread written through a delta channel and read by a

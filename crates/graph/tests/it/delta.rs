@@ -3095,3 +3095,44 @@ async fn a_history_page_of_zero_is_empty() {
         .unwrap();
     assert!(page.is_empty());
 }
+
+/// A graph with a delta channel over a full-mode store fails before it writes, naming the channel
+/// and the cause (before, the store refused the first checkpoint of a brand-new thread with
+/// "requires delta mode", as if the thread had been written in delta mode).
+#[tokio::test]
+async fn a_delta_graph_over_a_full_mode_store_is_refused_before_any_write() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Error, ErrorKind, SaverCheckpointer};
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::full()));
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+    let cfg = RunConfig::new("t");
+    let err = graph.invoke(human(0), &cfg).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::StoreModeMismatch { channel } if channel == "messages"),
+        "{err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::Build);
+    let err = graph
+        .update_state(&cfg, human(0), Some("reply".into()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StoreModeMismatch { .. }), "{err}");
+    assert!(
+        saver
+            .list(&cp::ListQuery::thread("t"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The same graph in full mode runs on it.
+    chat_full()
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+        .invoke(human(0), &cfg)
+        .await
+        .unwrap();
+}
