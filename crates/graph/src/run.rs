@@ -2322,7 +2322,11 @@ fn check_store_mode(g: &Graph, cp: &dyn Checkpointer) -> Result<()> {
     if cp.stores_delta_messages() {
         return Ok(());
     }
-    match g.schema.specs().find(|s| s.is_delta() && s.name() == "messages") {
+    match g
+        .schema
+        .specs()
+        .find(|s| s.is_delta() && s.name() == "messages")
+    {
         Some(s) => Err(Error::StoreModeMismatch {
             channel: s.name().to_owned(),
         }),
