@@ -497,7 +497,8 @@ pub struct RunConfig {
     /// The run these calls belong to (default none): stored in the metadata of every checkpoint
     /// they create, where `Saver::delete_for_runs` finds it. A run on a checkpoint that the same
     /// run id created resumes it, whatever the input (runtime-spec §2.2: a retried run does not
-    /// apply its input twice).
+    /// apply its input twice), so give every new run (every turn) its own id: an input sent
+    /// again under the id of the run that created the head is not applied.
     pub run_id: Option<String>,
     /// Free metadata copied into every checkpoint these calls create (runtime-spec §4.1), for
     /// `list` filters. Keys the runtime writes itself, and keys starting with `__` or
