@@ -43,6 +43,11 @@ pub(crate) struct Live {
     pub(crate) floor: u64,
     pub(crate) seen: BTreeMap<String, BTreeMap<usize, u64>>,
     pub(crate) updated: Option<BTreeSet<usize>>,
+    /// Ordinary reducer channels rebuilt from history (a version without a stored value, on a
+    /// thread written through a delta channel): the next checkpoint stores their value under a
+    /// new version, so no later read walks again, and none replays writes pending on the loaded
+    /// checkpoint that this branch never applied (a fork, an abandoned step).
+    pub(crate) rebuilt: BTreeSet<usize>,
 }
 
 impl Clone for Live {
@@ -54,6 +59,7 @@ impl Clone for Live {
             floor: self.floor,
             seen: self.seen.clone(),
             updated: self.updated.clone(),
+            rebuilt: self.rebuilt.clone(),
         }
     }
 }
@@ -70,6 +76,7 @@ impl Live {
             chans,
             seen: BTreeMap::new(),
             updated: None,
+            rebuilt: BTreeSet::new(),
         })
     }
 
@@ -163,10 +170,20 @@ impl Live {
     ) -> Result<Self> {
         let mut chans = Vec::with_capacity(g.chans.len());
         let mut versions = vec![0; g.chans.len()];
+        let mut rebuilt = BTreeSet::new();
         for (i, def) in g.chans.iter().enumerate() {
             versions[i] = rec.versions.get(&*def.name).copied().unwrap_or(0);
             let stored = rec.values.get(&*def.name).cloned();
             let items = rec.encoded_lists.get(&*def.name).cloned();
+            if versions[i] > 0
+                && stored.is_none()
+                && items.is_none()
+                && g.schema
+                    .get(&def.name)
+                    .is_some_and(|s| s.rebuilds_from_history() && !s.is_delta())
+            {
+                rebuilt.insert(i);
+            }
             let ready = continued
                 .remove(&*def.name)
                 .filter(|_| stored.is_none() && items.is_none());
@@ -225,7 +242,27 @@ impl Live {
             versions,
             seen,
             updated,
+            rebuilt,
         })
+    }
+
+    /// Gives channel `i` a new version so that the next checkpoint stores its value, without
+    /// re-triggering anything: every node (and `__interrupt__`) that had seen the old version
+    /// has seen the new one, and the bump is recorded under `__snapshot_bumps__` (runtime-spec
+    /// §5.4).
+    fn bump_without_trigger(&mut self, i: usize) {
+        let old = self.versions[i];
+        let new = self.next_version();
+        self.versions[i] = new;
+        for m in self.seen.values_mut() {
+            if m.get(&i) == Some(&old) {
+                m.insert(i, new);
+            }
+        }
+        self.seen
+            .entry("__snapshot_bumps__".to_owned())
+            .or_default()
+            .insert(i, new);
     }
 
     #[expect(
@@ -267,24 +304,19 @@ impl Live {
             if d.on_checkpoint(updated, snapshot_all, versioned) {
                 snapshots.insert(i);
                 if self.versions[i] == self.stored[i] {
-                    let old = self.versions[i];
-                    let new = self.next_version();
-                    self.versions[i] = new;
-                    for m in self.seen.values_mut() {
-                        if m.get(&i) == Some(&old) {
-                            m.insert(i, new);
-                        }
-                    }
-                    self.seen
-                        .entry("__snapshot_bumps__".to_owned())
-                        .or_default()
-                        .insert(i, new);
+                    self.bump_without_trigger(i);
                 }
             }
             if let Some(d) = self.chans[i].delta()
                 && (d.updates, d.supersteps) != (0, 0)
             {
                 counters.insert(def.name.to_string(), (d.updates, d.supersteps));
+            }
+        }
+        // A rebuilt ordinary reducer channel stores its value now (see `Live::rebuilt`).
+        for i in std::mem::take(&mut self.rebuilt) {
+            if self.versions[i] > 0 && self.versions[i] == self.stored[i] {
+                self.bump_without_trigger(i);
             }
         }
         let mut values = BTreeMap::new();

@@ -3136,3 +3136,67 @@ async fn a_delta_graph_over_a_full_mode_store_is_refused_before_any_write() {
         .await
         .unwrap();
 }
+
+/// A full-mode graph that rebuilt `messages` from a delta thread's history stores the value at
+/// its first checkpoint: a fork of a checkpoint whose step wrote `messages` reads, cold, the
+/// state it forked (before, the fork kept the version without a value, and its walk replayed
+/// the forked checkpoint's pending write, which the fork never applied).
+#[tokio::test]
+async fn a_full_graph_stores_a_rebuilt_channel_at_its_first_checkpoint() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, SaverCheckpointer, Source};
+    let stores: Vec<Arc<dyn Checkpointer>> = vec![
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(SaverCheckpointer::new(Arc::new(cp::MemorySaver::new(
+            cp::StoreConfig::delta(cp::SnapshotFrequency::new(10).unwrap()),
+        )))),
+    ];
+    for store in stores {
+        let delta = chat(10, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        delta.invoke(human(0), &cfg).await.unwrap();
+        delta.invoke(human(1), &cfg).await.unwrap();
+        // C: the checkpoint `reply` ran from in the second turn (its write is pending there).
+        let history = delta.get_state_history(&cfg).await.unwrap();
+        let c = history
+            .iter()
+            .find(|s| {
+                s.next == vec![antler_graph::NodeId::from("reply")]
+                    && s.values.get(&MESSAGES).map(Vec::len) == Some(3)
+            })
+            .expect("the checkpoint before the second reply")
+            .clone();
+        let full = chat_full()
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        full.invoke(
+            Input::Continue,
+            &cfg.clone().with_checkpoint(c.checkpoint_id.clone()),
+        )
+        .await
+        .unwrap();
+        let fork = full
+            .get_state_history(&cfg)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|s| s.source == Source::Fork)
+            .expect("the replay saved a fork");
+        // A fresh adapter: no record maps cached from the writes.
+        let cold = chat_full()
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false)
+            .get_state(&cfg.clone().with_checkpoint(fork.checkpoint_id.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(cold.values.get(&MESSAGES), c.values.get(&MESSAGES));
+    }
+}
