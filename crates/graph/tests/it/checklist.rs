@@ -298,7 +298,8 @@ async fn last_value_concurrent_writes_are_invalid_update() {
 
 /// Rule 9, the in-process store: a task's regular writes are insert-if-absent by position (a
 /// second put of the same task keeps the first values), control writes are upserts at their
-/// fixed negative index (the last error wins).
+/// fixed negative index (the last error wins); only the four of runtime-spec §4.2 are control
+/// writes there, as in the savers (`__error_source_node__` is kept first-wins).
 #[tokio::test]
 async fn rule_09_the_in_process_store_keeps_first_writes_and_upserts_control_writes() {
     use antler_graph::{Checkpointer, MemoryCheckpointer, Scope, TaskId};
@@ -327,6 +328,7 @@ async fn rule_09_the_in_process_store_keeps_first_writes_and_upserts_control_wri
             vec![
                 ("log".to_owned(), json!(["first"])),
                 ("__error__".to_owned(), json!({"message": "one"})),
+                ("__error_source_node__".to_owned(), json!("first-node")),
             ],
         )
         .await
@@ -340,6 +342,7 @@ async fn rule_09_the_in_process_store_keeps_first_writes_and_upserts_control_wri
             vec![
                 ("log".to_owned(), json!(["second"])),
                 ("__error__".to_owned(), json!({"message": "two"})),
+                ("__error_source_node__".to_owned(), json!("second-node")),
             ],
         )
         .await
@@ -360,6 +363,7 @@ async fn rule_09_the_in_process_store_keeps_first_writes_and_upserts_control_wri
         vec![
             ("__error__", &json!({"message": "two"})),
             ("log", &json!(["first"])),
+            ("__error_source_node__", &json!("first-node")),
         ]
     );
 }
