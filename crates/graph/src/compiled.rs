@@ -698,6 +698,10 @@ pub struct StateSnapshot {
     pub step: i64,
     /// Metadata source.
     pub source: Source,
+    /// The run that created the checkpoint ([`RunConfig::run_id`]).
+    pub run_id: Option<String>,
+    /// The free metadata of the run that created it ([`RunConfig::metadata`]).
+    pub metadata: serde_json::Map<String, Json>,
 }
 
 impl StateSnapshot {

@@ -2095,6 +2095,8 @@ fn snapshot_from(
         parent_id: t.checkpoint.parent.clone(),
         step: t.checkpoint.step,
         source: t.checkpoint.source,
+        run_id: t.checkpoint.run_id.clone(),
+        metadata: t.checkpoint.metadata.clone(),
     })
 }
 

@@ -91,6 +91,16 @@ async fn checkpoints_carry_the_run_id_and_metadata_that_delete_for_runs_finds() 
         .unwrap()
         .unwrap();
     assert_eq!(head.values.get(&LOG), Some(&log(&["in1", "a"])));
+    // The snapshots show them too, in the history as in `get_state`.
+    assert_eq!(head.run_id.as_deref(), Some("r1"));
+    assert_eq!(head.metadata.get("user"), Some(&json!("ann")));
+    let history = fresh.get_state_history(&RunConfig::new("t")).await.unwrap();
+    assert!(history.iter().all(|s| s.run_id.as_deref() == Some("r1")));
+    assert!(
+        history
+            .iter()
+            .all(|s| s.metadata.get("user") == Some(&json!("ann")))
+    );
 
     // `update_state` stamps its checkpoint the same way.
     fresh
