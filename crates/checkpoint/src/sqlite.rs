@@ -1274,7 +1274,8 @@ impl Default for SqliteOptions {
 impl SqliteSaver {
     /// Opens (creating if needed) the database file at `path` in WAL mode with the default
     /// [`SqliteOptions`], applies migrations, and records or checks the store configuration.
-    /// The path `:memory:` opens a private in-memory database, as [`Self::open_in_memory`].
+    /// The path `:memory:` opens a private in-memory database, as [`Self::open_in_memory`] (the
+    /// options of [`Self::open_with`] concern the file and do not apply).
     ///
     /// # Errors
     /// [`Error::StoreConfigMismatch`] when the store was created with another mode or
