@@ -73,6 +73,9 @@ pub struct CheckpointRecord {
     pub run_id: Option<String>,
     /// Free metadata of the run that created it ([`RunConfig::metadata`](crate::RunConfig::metadata)).
     pub metadata: serde_json::Map<String, Json>,
+    /// For a subgraph's checkpoint: namespace → checkpoint id of the enclosing graphs' steps it
+    /// ran in (runtime-spec §2.5); empty at the top level.
+    pub parents: BTreeMap<String, CheckpointId>,
 }
 
 /// What the history walk found for one delta channel (runtime-spec §5.5).

@@ -504,6 +504,9 @@ pub struct RunConfig {
     /// `list` filters. Keys the runtime writes itself, and keys starting with `__` or
     /// `langgraph_`, are refused ([`Error::ReservedMetadataKey`]).
     pub metadata: serde_json::Map<String, Json>,
+    /// Namespace → checkpoint id of the enclosing graphs' steps (set for a subgraph's run by
+    /// its parent; empty at the top level), stored as the checkpoints' `parents` metadata.
+    pub(crate) parents: std::collections::BTreeMap<String, CheckpointId>,
 }
 
 impl RunConfig {
@@ -517,6 +520,7 @@ impl RunConfig {
             durability: Durability::Async,
             run_id: None,
             metadata: serde_json::Map::new(),
+            parents: std::collections::BTreeMap::new(),
         }
     }
     /// Where this config's checkpoints live.
@@ -702,6 +706,9 @@ pub struct StateSnapshot {
     pub run_id: Option<String>,
     /// The free metadata of the run that created it ([`RunConfig::metadata`]).
     pub metadata: serde_json::Map<String, Json>,
+    /// For a subgraph's checkpoint: namespace → checkpoint id of the enclosing graphs' steps
+    /// it ran in (runtime-spec §2.5); empty at the top level.
+    pub parents: std::collections::BTreeMap<String, CheckpointId>,
 }
 
 impl StateSnapshot {

@@ -403,6 +403,7 @@ impl Live {
             encoded_lists,
             run_id: None,
             metadata: serde_json::Map::new(),
+            parents: BTreeMap::new(),
         })
     }
 
@@ -767,9 +768,10 @@ struct Persist<'a> {
     /// The runtime the run started on, for a flush spawned when the run is dropped (which
     /// may happen outside any runtime).
     rt: Option<tokio::runtime::Handle>,
-    /// The run id and free metadata every checkpoint of the run carries.
+    /// The run id, free metadata and enclosing graphs' checkpoints every checkpoint of the run carries.
     run_id: Option<String>,
     metadata: serde_json::Map<String, Json>,
+    parents: BTreeMap<String, CheckpointId>,
 }
 
 /// Writes of one task held back in exit durability: (checkpoint, task, task path, writes).
@@ -1146,6 +1148,7 @@ pub(crate) async fn run(
         rt: tokio::runtime::Handle::try_current().ok(),
         run_id: cfg.run_id.clone(),
         metadata: cfg.metadata.clone(),
+        parents: cfg.parents.clone(),
     };
     let em = Emitter { tx, modes };
     let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
@@ -1696,6 +1699,7 @@ async fn save_checkpoint(
     )?;
     rec.run_id.clone_from(&persist.run_id);
     rec.metadata.clone_from(&persist.metadata);
+    rec.parents.clone_from(&persist.parents);
     // Exit durability stores only the run's last checkpoint, under the head the run found
     // (`Persist::put`): the event names the parent the store will record, not a buffered
     // checkpoint that is never stored.
@@ -1809,6 +1813,7 @@ async fn execute(
                     node: spec.id.clone(),
                     task_id: t.id.clone(),
                     step,
+                    checkpoint: ck.clone(),
                     ns: task_ns(&info.cfg.checkpoint_ns, spec.id.as_str(), &t.id),
                     run: info.clone(),
                     parent_schema: g.schema.clone(),
@@ -2097,6 +2102,7 @@ fn snapshot_from(
         source: t.checkpoint.source,
         run_id: t.checkpoint.run_id.clone(),
         metadata: t.checkpoint.metadata.clone(),
+        parents: t.checkpoint.parents.clone(),
     })
 }
 
@@ -2344,6 +2350,7 @@ pub(crate) async fn update_state(
     rec.updated_channels = None;
     rec.run_id.clone_from(&cfg.run_id);
     rec.metadata.clone_from(&cfg.metadata);
+    rec.parents.clone_from(&cfg.parents);
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }

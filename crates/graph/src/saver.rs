@@ -368,6 +368,12 @@ fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<Check
                 .map(|(c, n)| (load_name(c.as_str()), (n.updates, n.supersteps)))
                 .collect(),
             run_id: t.metadata.run_id.as_ref().map(|r| r.as_str().to_owned()),
+            parents: t
+                .metadata
+                .parents
+                .iter()
+                .map(|(ns, id)| (ns.to_string(), CheckpointId::new(id.to_string())))
+                .collect(),
             // The free keys, without the mode marker's older spelling (the saver's own key).
             metadata: t
                 .metadata
@@ -839,9 +845,15 @@ impl Checkpointer for SaverCheckpointer {
                     .map(|v| (chan(ch), cp::ChannelVersion::new(*v)))
             })
             .collect();
+        let parents = rec
+            .parents
+            .iter()
+            .map(|(ns, id)| Ok((cp::CheckpointNs::new(ns.as_str()), parse_id(id)?)))
+            .collect::<Result<_>>()?;
         let mut metadata = cp::CheckpointMetadata {
             source: Some(to_cp_source(rec.source)),
             step: rec.step,
+            parents,
             run_id: rec.run_id.as_deref().map(cp::RunId::new),
             extra: rec
                 .metadata

@@ -44,6 +44,10 @@ impl Node for SubgraphNode {
     async fn run(&self, input: State, ctx: Context) -> Result<Command, NodeError> {
         let info = &ctx.inner.run;
         let mut cfg = info.cfg.clone();
+        // The subgraph's checkpoints name the enclosing graphs' steps they ran in (runtime-spec
+        // §2.5: the parent's map plus the parent's own namespace and checkpoint).
+        cfg.parents
+            .insert(info.cfg.checkpoint_ns.clone(), ctx.inner.checkpoint.clone());
         cfg.checkpoint_ns = ctx.inner.ns.clone();
         cfg.checkpoint_id = None;
         let mut sub = self.graph.clone();

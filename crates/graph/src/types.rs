@@ -256,6 +256,8 @@ pub(crate) struct TaskCtx {
     pub(crate) node: NodeId,
     pub(crate) task_id: TaskId,
     pub(crate) step: i64,
+    /// The checkpoint the task's step started from.
+    pub(crate) checkpoint: crate::ids::CheckpointId,
     pub(crate) ns: String,
     pub(crate) resume: Mutex<ResumeState>,
     pub(crate) shared: Arc<SharedResume>,

@@ -440,6 +440,7 @@ fn rec(
         encoded_lists: Default::default(),
         run_id: None,
         metadata: Default::default(),
+        parents: Default::default(),
     }
 }
 
@@ -2186,6 +2187,7 @@ async fn the_in_process_checkpointer_refuses_a_version_clash() {
         encoded_lists: Default::default(),
         run_id: None,
         metadata: Default::default(),
+        parents: Default::default(),
     };
     store
         .put(&scope, record("1", json!("first")))

@@ -477,3 +477,71 @@ async fn every_interrupt_of_a_subgraph_surfaces_and_a_map_answers_them_all() {
         log(&["in", "in", "left=\"left-answer\"", "right=\"right-answer\""])
     );
 }
+
+/// Runtime-spec §2.5: a subgraph's checkpoints carry `parents`, the namespace and checkpoint of
+/// the enclosing graph's step they ran in; the top level's carry none.
+#[tokio::test]
+async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
+    use antler_checkpoint as cp;
+    let mut inner = graph();
+    inner.add_node("x", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["inner.x"])))
+    });
+    inner.add_edge("__start__", "x").add_edge("x", "__end__");
+    let inner = inner.compile().expect("valid inner graph");
+    let mut outer = graph();
+    outer.add_node("before", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["before"])))
+    });
+    outer.add_subgraph("sub", inner);
+    outer
+        .add_edge("__start__", "before")
+        .add_edge("before", "sub")
+        .add_edge("sub", "__end__");
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::full()));
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(antler_graph::SaverCheckpointer::new(
+            saver.clone(),
+        )));
+    let cfg = RunConfig::new("t");
+    graph.invoke(Update::new(), &cfg).await.unwrap();
+    let ran_in = graph
+        .get_state_history(&cfg)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.next == vec![antler_graph::NodeId::from("sub")])
+        .expect("the parent checkpoint `sub` ran from");
+    assert!(ran_in.parents.is_empty(), "the top level has no parents");
+    let all = saver
+        .list(&cp::ListQuery {
+            checkpoint_ns: None,
+            ..cp::ListQuery::thread("t")
+        })
+        .await
+        .unwrap();
+    let inner_ones: Vec<_> = all
+        .iter()
+        .filter(|t| !t.config.checkpoint_ns.is_root())
+        .collect();
+    assert!(!inner_ones.is_empty());
+    for t in inner_ones {
+        let parents: Vec<(String, String)> = t
+            .metadata
+            .parents
+            .iter()
+            .map(|(ns, id)| (ns.to_string(), id.to_string()))
+            .collect();
+        assert_eq!(
+            parents,
+            vec![(String::new(), ran_in.checkpoint_id.to_string())]
+        );
+    }
+    assert!(
+        all.iter()
+            .filter(|t| t.config.checkpoint_ns.is_root())
+            .all(|t| t.metadata.parents.is_empty())
+    );
+}
