@@ -76,6 +76,12 @@ pub enum BuildError {
         /// The channel.
         channel: String,
     },
+    /// A delta channel was declared with a bound of 0 super-steps between snapshots.
+    #[error("channel '{channel}': the bound on super-steps between snapshots must be positive")]
+    InvalidSuperstepBound {
+        /// The channel.
+        channel: String,
+    },
     /// A join needs at least one source.
     #[error("join into '{node}' has no sources")]
     EmptyJoin {

@@ -38,6 +38,8 @@ enum Kind {
         init: Arc<dyn Fn() -> Val + Send + Sync>,
         reduce: ReduceFn,
         frequency: u32,
+        /// The bound on super-steps between snapshots (runtime-spec §5.4).
+        max_supersteps: u32,
         prepare: Option<PrepareFn>,
     },
 }
@@ -166,6 +168,19 @@ impl<V: Clone + Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, 
 }
 
 impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
+    /// Sets a delta channel's bound on super-steps between snapshots (default
+    /// [`DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`], runtime-spec §5.4): a channel that stopped
+    /// receiving writes still snapshots after this many checkpoints, which bounds its walk.
+    /// Must be positive (0 fails at declaration with [`BuildError::InvalidSuperstepBound`]);
+    /// no effect on other kinds.
+    #[must_use]
+    pub fn with_max_supersteps_since_snapshot(mut self, bound: u32) -> Self {
+        if let Kind::Delta { max_supersteps, .. } = &mut self.kind {
+            *max_supersteps = bound;
+        }
+        self
+    }
+
     /// Turns a reducer declaration into a delta channel with snapshot frequency `F` (runtime-spec §5).
     fn into_delta(self, snapshot_frequency: u32) -> Self {
         match self.kind {
@@ -175,6 +190,7 @@ impl<V: Send + Sync + 'static, W: Send + Sync + 'static> ChannelSpec<V, W> {
                     init,
                     reduce,
                     frequency: snapshot_frequency,
+                    max_supersteps: DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
                     prepare: None,
                 },
                 _t: std::marker::PhantomData,
@@ -302,7 +318,14 @@ fn kind_desc(k: &Kind) -> String {
         Kind::Ephemeral => "ephemeral".into(),
         Kind::Untracked => "untracked".into(),
         Kind::PacketOnly => "packet_only".into(),
-        Kind::Delta { id, frequency, .. } => format!("delta({id}, snapshot_frequency={frequency})"),
+        Kind::Delta {
+            id,
+            frequency,
+            max_supersteps,
+            ..
+        } => format!(
+            "delta({id}, snapshot_frequency={frequency}, max_supersteps_since_snapshot={max_supersteps})"
+        ),
     }
 }
 
@@ -375,14 +398,16 @@ impl ErasedSpec {
                 Kind::Delta {
                     id: a,
                     frequency: fa,
+                    max_supersteps: ma,
                     ..
                 },
                 Kind::Delta {
                     id: b,
                     frequency: fb,
+                    max_supersteps: mb,
                     ..
                 },
-            ) => a == b && fa == fb,
+            ) => a == b && fa == fb && ma == mb,
             (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
         };
         kinds && self.value_type == other.value_type && self.write_type == other.write_type
@@ -528,6 +553,7 @@ impl ErasedSpec {
                 init,
                 reduce,
                 frequency,
+                max_supersteps,
                 ..
             } => Box::new(Delta {
                 inner: Reducer {
@@ -539,7 +565,7 @@ impl ErasedSpec {
                 updates: 0,
                 supersteps: 0,
                 frequency: *frequency,
-                max_supersteps: DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT,
+                max_supersteps: *max_supersteps,
                 forced: false,
                 encoded: Arc::default(),
             }),
@@ -648,6 +674,17 @@ impl Schema {
         }
         if matches!(spec.kind, Kind::Delta { frequency: 0, .. }) {
             return Err(BuildError::InvalidSnapshotFrequency {
+                channel: name.to_owned(),
+            });
+        }
+        if matches!(
+            spec.kind,
+            Kind::Delta {
+                max_supersteps: 0,
+                ..
+            }
+        ) {
+            return Err(BuildError::InvalidSuperstepBound {
                 channel: name.to_owned(),
             });
         }

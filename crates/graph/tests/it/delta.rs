@@ -3202,3 +3202,85 @@ async fn a_full_graph_stores_a_rebuilt_channel_at_its_first_checkpoint() {
         assert_eq!(cold.values.get(&MESSAGES), c.values.get(&MESSAGES));
     }
 }
+
+/// Runtime-spec §5.4: the super-step bound is a delta channel's setting; a channel that stopped
+/// receiving writes snapshots once that many checkpoints passed since its last snapshot, and a
+/// bound of 0 is a build error.
+#[tokio::test]
+async fn the_superstep_bound_snapshots_a_channel_that_stopped_receiving_writes() {
+    const OTHER: Key<i64> = Key::from_static("other");
+    let store = Arc::new(Recording::default());
+    let mut g = StateGraph::new();
+    g.channel(
+        &MESSAGES,
+        ChannelSpec::messages_delta(100).with_max_supersteps_since_snapshot(4),
+    )
+    .unwrap();
+    g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
+    g.add_node("reply", |_s: State, _c| async { Ok(Update::new()) });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    let graph = g
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    for i in 0..3 {
+        graph
+            .invoke(Update::new().set(&OTHER, i), &cfg)
+            .await
+            .unwrap();
+    }
+    let got: Vec<String> = store
+        .puts()
+        .iter()
+        .map(|r| {
+            let c = r
+                .counters
+                .get("messages")
+                .map_or("-".to_owned(), |(u, s)| format!("({u},{s})"));
+            let snap =
+                if r.values.contains_key("messages") || r.encoded_lists.contains_key("messages") {
+                    " snapshot"
+                } else {
+                    ""
+                };
+            format!("{c}{snap}")
+        })
+        .collect();
+    // Three checkpoints per invoke (input, `__start__`, `reply`); the human message arrives
+    // with `__start__`'s step, and from then on nothing writes `messages`: every fourth
+    // checkpoint snapshots it (with the default bound of 5000, none would).
+    assert_eq!(
+        got,
+        vec![
+            "(0,1)",
+            "(1,2)",
+            "(1,3)",
+            "- snapshot",
+            "(0,1)",
+            "(0,2)",
+            "(0,3)",
+            "- snapshot",
+            "(0,1)",
+            "(0,2)",
+            "(0,3)",
+            "- snapshot"
+        ]
+    );
+    let mut g = StateGraph::new();
+    let err = g
+        .channel(
+            &MESSAGES,
+            ChannelSpec::messages_delta(10).with_max_supersteps_since_snapshot(0),
+        )
+        .err();
+    assert_eq!(
+        err,
+        Some(antler_graph::BuildError::InvalidSuperstepBound {
+            channel: "messages".into()
+        })
+    );
+}
