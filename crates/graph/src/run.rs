@@ -2350,7 +2350,12 @@ pub(crate) async fn update_state(
     rec.updated_channels = None;
     rec.run_id.clone_from(&cfg.run_id);
     rec.metadata.clone_from(&cfg.metadata);
-    rec.parents.clone_from(&cfg.parents);
+    // An update in a subgraph's namespace belongs to the enclosing step its checkpoints name
+    // (the reference copies the loaded checkpoint's `parents`).
+    rec.parents = match &saved {
+        Some(t) => t.checkpoint.parents.clone(),
+        None => cfg.parents.clone(),
+    };
     cp.put(&cfg.scope(), rec).await?;
     Ok(id)
 }

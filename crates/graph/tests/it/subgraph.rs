@@ -493,7 +493,7 @@ async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
     outer.add_node("before", |_s: State, _c| async {
         Ok(Update::new().set(&LOG, log(&["before"])))
     });
-    outer.add_subgraph("sub", inner);
+    outer.add_subgraph("sub", inner.clone());
     outer
         .add_edge("__start__", "before")
         .add_edge("before", "sub")
@@ -543,5 +543,31 @@ async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
         all.iter()
             .filter(|t| t.config.checkpoint_ns.is_root())
             .all(|t| t.metadata.parents.is_empty())
+    );
+    // An update in the subgraph's namespace keeps the step its checkpoints belong to.
+    let ns = all
+        .iter()
+        .find(|t| !t.config.checkpoint_ns.is_root())
+        .map(|t| t.config.checkpoint_ns.to_string())
+        .expect("a subgraph namespace");
+    let mut sub_cfg = RunConfig::new("t");
+    sub_cfg.checkpoint_ns = ns.clone();
+    let inner = inner.with_checkpointer(Arc::new(antler_graph::SaverCheckpointer::new(
+        saver.clone(),
+    )));
+    inner
+        .update_state(
+            &sub_cfg,
+            Update::new().set(&LOG, log(&["edit"])),
+            Some("x".into()),
+        )
+        .await
+        .unwrap();
+    let updated = inner.get_state(&sub_cfg).await.unwrap().unwrap();
+    assert_eq!(updated.source, antler_graph::Source::Update);
+    assert_eq!(
+        updated.parents.get(""),
+        Some(&ran_in.checkpoint_id),
+        "in namespace {ns}"
     );
 }
