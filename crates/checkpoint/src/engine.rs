@@ -698,14 +698,25 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// A namespace without a mark gets `mark` only if it holds no other checkpoint, an unknown
     /// mark otherwise; an unknown mark stays unknown.
     /// Fails with [`Error::Conflict`] if `guard` does not hold (see [`IndexGuard`]).
+    /// A backend that indexes runs ([`Self::run_threads`]) records `(run, thread)` in the same
+    /// transaction when `run` is given.
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        run: Option<RunId>,
         mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
     ) -> Result<()>;
+    /// The threads that hold (or held) checkpoints of `runs`, from the backend's run index;
+    /// `None` for a backend without one (the engine then scans every checkpoint). A superset
+    /// is fine: a pair stays until its thread is deleted (dropping it when the run's
+    /// checkpoints go could race a put of the same run); a missing thread is not.
+    async fn run_threads(&self, runs: &[RunId]) -> Result<Option<Vec<ThreadId>>> {
+        let _ = runs;
+        Ok(None)
+    }
     /// The version mark of a thread's namespace: the greatest channel version any record put
     /// there had since the thread was last deleted, or `None` when it is not known: no mark
     /// (nothing put since), or an unknown one (a record the migration that added marks could
@@ -1442,8 +1453,14 @@ impl<B: Backend> Engine<B> {
                     data,
                 })
                 .collect();
-            self.backend
-                .put_checkpoint(row.clone(), mark, blobs, messages, guard)
+            self.backend.put_checkpoint(
+                row.clone(),
+                metadata.run_id.clone(),
+                mark,
+                blobs,
+                messages,
+                guard,
+            )
         })
         .await?;
         Ok(CheckpointConfig {
@@ -2425,9 +2442,35 @@ impl<B: Backend> Engine<B> {
             return Ok(());
         }
         let runs: HashSet<&RunId> = run_ids.iter().collect();
-        let mut threads: BTreeSet<ThreadId> = BTreeSet::new();
-        // Run ids live in the metadata payload, so finding the runs' threads scans the store;
-        // in pages (memory stays bounded) in primary-key order (each page is an index range).
+        // The database savers index the threads of each run; without an index, run ids live
+        // in the metadata payload only, so finding the runs' threads scans the store, in pages
+        // (memory stays bounded) in primary-key order (each page is an index range).
+        let threads: BTreeSet<ThreadId> = match self.backend.run_threads(run_ids).await? {
+            Some(found) => found.into_iter().collect(),
+            None => self.scan_run_threads(&runs).await?,
+        };
+        // Every thread is checked before any is deleted: a run whose deletion would break a
+        // remaining checkpoint's history in one thread deletes nothing in the others.
+        let mut checked = Vec::with_capacity(threads.len());
+        for thread in threads {
+            let all = self.decoded_thread(&thread).await?;
+            let doomed: HashSet<(CheckpointNs, CheckpointId)> = all
+                .iter()
+                .filter(|d| d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)))
+                .map(|d| (d.row.ns.clone(), d.row.id))
+                .collect();
+            self.check_deletable(&thread, &all, &doomed).await?;
+            checked.push((thread, all, doomed));
+        }
+        for (thread, all, doomed) in checked {
+            self.delete_unchanged(&thread, all, &doomed).await?;
+        }
+        Ok(())
+    }
+
+    /// The threads with a checkpoint of one of `runs`, by a scan of every checkpoint.
+    async fn scan_run_threads(&self, runs: &HashSet<&RunId>) -> Result<BTreeSet<ThreadId>> {
+        let mut threads = BTreeSet::new();
         let mut last: Option<(CheckpointId, ThreadId, CheckpointNs)> = None;
         loop {
             let scan = RowScan {
@@ -2447,26 +2490,9 @@ impl<B: Backend> Engine<B> {
                 }
             }
             if fetched < LIST_PAGE {
-                break;
+                return Ok(threads);
             }
         }
-        // Every thread is checked before any is deleted: a run whose deletion would break a
-        // remaining checkpoint's history in one thread deletes nothing in the others.
-        let mut checked = Vec::with_capacity(threads.len());
-        for thread in threads {
-            let all = self.decoded_thread(&thread).await?;
-            let doomed: HashSet<(CheckpointNs, CheckpointId)> = all
-                .iter()
-                .filter(|d| d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)))
-                .map(|d| (d.row.ns.clone(), d.row.id))
-                .collect();
-            self.check_deletable(&thread, &all, &doomed).await?;
-            checked.push((thread, all, doomed));
-        }
-        for (thread, all, doomed) in checked {
-            self.delete_unchanged(&thread, all, &doomed).await?;
-        }
-        Ok(())
     }
 
     pub(crate) async fn prune(

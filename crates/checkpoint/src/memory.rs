@@ -384,6 +384,8 @@ impl Backend for MemoryBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        // No run index: `delete_for_runs` scans the (in-process) checkpoints.
+        _run: Option<crate::ids::RunId>,
         mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,

@@ -50,10 +50,18 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS {s}.version_marks (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version BIGINT,
         PRIMARY KEY (thread_id, checkpoint_ns));",
+    // 4: the run index (`delete_for_runs` finds a run's threads without scanning the store),
+    // filled from the existing records in the same transaction.
+    "CREATE TABLE IF NOT EXISTS {s}.run_threads (run_id TEXT NOT NULL, thread_id TEXT NOT NULL,
+        PRIMARY KEY (run_id, thread_id));
+     CREATE INDEX IF NOT EXISTS run_threads_by_thread ON {s}.run_threads (thread_id);",
 ];
 
 /// The migration that adds version marks.
 const MARKS_MIGRATION: i64 = 3;
+
+/// The migration that adds the run index.
+const RUNS_MIGRATION: i64 = 4;
 
 /// The `fresh` CTE of the write statements: 1, or a run-time division by zero when the epoch
 /// the writer's index was loaded at (the parameter `$E`, NULL for a write without a message
@@ -208,7 +216,12 @@ impl HotSql {
                      WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
                     SET version = CASE WHEN {{s}}.version_marks.version IS NULL THEN NULL
-                                       ELSE GREATEST({{s}}.version_marks.version, $13::bigint) END)
+                                       ELSE GREATEST({{s}}.version_marks.version, $13::bigint) END),
+                 -- The run index: the pair stays until the thread is deleted.
+                 rt AS (
+                    INSERT INTO {{s}}.run_threads (run_id, thread_id)
+                    SELECT $14::text, $1 WHERE $14::text IS NOT NULL AND (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                    ON CONFLICT DO NOTHING)
                  INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
                  SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
@@ -934,6 +947,7 @@ impl Backend for PgBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        run: Option<crate::ids::RunId>,
         mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
@@ -963,6 +977,7 @@ impl Backend for PgBackend {
         let parent = row.parent.map(|p| p.to_bytes().to_vec());
         let epoch = guard.epoch.map(|e| i64_of(e, "thread epoch")).transpose()?;
         let mark = i64_of(mark, "channel version")?;
+        let run = run.as_ref().map(crate::ids::RunId::as_str);
         let result = c
             .execute(
                 &st,
@@ -980,6 +995,7 @@ impl Backend for PgBackend {
                     &data,
                     &epoch,
                     &mark,
+                    &run,
                 ],
             )
             .await;
@@ -1097,8 +1113,12 @@ impl Backend for PgBackend {
         // A put that stores no message list takes no epoch lock and may commit between these
         // statements. Values before checkpoints: its checkpoint is then deleted with the rest
         // (its values left as unreferenced garbage) or kept with all its values, never kept
-        // without them; a checkpoint kept without its mark reads as an unknown mark.
+        // without them; a checkpoint kept without its mark reads as an unknown mark. The run
+        // index first: such a put's pair is then deleted only with its checkpoint, or kept (a
+        // pair without a checkpoint is harmless; a checkpoint without its pair would hide it
+        // from `delete_for_runs`).
         for table in [
+            "run_threads",
             "writes",
             "blobs",
             "messages",
@@ -1113,6 +1133,26 @@ impl Backend for PgBackend {
             .map_err(deadlock_or(thread, ctx.clone()))?;
         }
         tx.commit().await.map_err(deadlock_or(thread, ctx))
+    }
+
+    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Option<Vec<ThreadId>>> {
+        let ctx = "postgres: reading the run index";
+        let c = self.client(ctx).await?;
+        let runs: Vec<&str> = runs.iter().map(crate::ids::RunId::as_str).collect();
+        let rows = c
+            .query(
+                &self.sql(
+                    "SELECT DISTINCT thread_id FROM {s}.run_threads WHERE run_id = ANY($1::text[])",
+                ),
+                &[&runs],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        Ok(Some(
+            rows.iter()
+                .map(|r| ThreadId::new(r.get::<_, String>(0)))
+                .collect(),
+        ))
     }
 
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
@@ -1285,6 +1325,9 @@ impl Backend for PgBackend {
                  msgs AS (
                    INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
                    ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body),
+                 runs AS (
+                   INSERT INTO {s}.run_threads SELECT run_id, $2 FROM {s}.run_threads WHERE thread_id = $1
+                   ON CONFLICT DO NOTHING),
                  marks AS (
                    INSERT INTO {s}.version_marks AS m
                    SELECT $2, v.checkpoint_ns,
@@ -1744,6 +1787,46 @@ impl PgBackend {
     /// the records as a stream. The table is locked against writes first: only a build from
     /// before the marks can write it now (this one waits on the migration lock), and a record
     /// it committed during the scan would otherwise be missed.
+    /// Fills the run index from every record's metadata (migration 4); a record whose metadata
+    /// does not decode is skipped (reading it fails anyway).
+    async fn backfill_runs(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
+        let ctx = "postgres: migration 4: run index";
+        // Puts that started before the migration's lock wait for it (they insert into the new
+        // table); the scan must also see every record committed before it.
+        tx.batch_execute(&self.sql("LOCK TABLE {s}.checkpoints IN SHARE MODE"))
+            .await
+            .map_err(pg_err(ctx))?;
+        let rows = tx
+            .query_raw(
+                &self.sql("SELECT thread_id, metadata FROM {s}.checkpoints"),
+                std::iter::empty::<&str>(),
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        let mut rows = std::pin::pin!(rows);
+        let mut pairs = std::collections::BTreeSet::new();
+        while let Some(r) = futures::TryStreamExt::try_next(&mut rows)
+            .await
+            .map_err(pg_err(ctx))?
+        {
+            if let Ok(m) = crate::codec::decode_metadata(r.get(1))
+                && let Some(run) = m.run_id
+            {
+                pairs.insert((run.as_str().to_owned(), r.get::<_, String>(0)));
+            }
+        }
+        let (runs, threads): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
+        tx.execute(
+            &self.sql(
+                "INSERT INTO {s}.run_threads (run_id, thread_id) SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING",
+            ),
+            &[&runs, &threads],
+        )
+        .await
+        .map_err(pg_err(ctx))?;
+        Ok(())
+    }
+
     async fn backfill_marks(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
         let ctx = "postgres: migration 3: version marks";
         tx.batch_execute(&self.sql("LOCK TABLE {s}.checkpoints IN SHARE MODE"))
@@ -1856,6 +1939,9 @@ impl PgBackend {
                 .map_err(pg_err(format!("postgres: migration {v}")))?;
             if v == MARKS_MIGRATION {
                 self.backfill_marks(&tx).await?;
+            }
+            if v == RUNS_MIGRATION {
+                self.backfill_runs(&tx).await?;
             }
             tx.execute(
                 &self.sql("INSERT INTO {s}.antler_migrations (v) VALUES ($1)"),
@@ -2426,7 +2512,7 @@ mod tests {
         .await
         .expect("record");
         c.batch_execute(
-            &b.sql("DROP TABLE {s}.version_marks; DELETE FROM {s}.antler_migrations WHERE v >= 3;"),
+            &b.sql("DROP TABLE {s}.version_marks; DROP TABLE {s}.run_threads; DELETE FROM {s}.antler_migrations WHERE v >= 3;"),
         )
         .await
         .expect("back to version 2");

@@ -48,10 +48,18 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE version_marks (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version INTEGER,
         PRIMARY KEY (thread_id, checkpoint_ns)) WITHOUT ROWID;",
+    // 4: the run index (`delete_for_runs` finds a run's threads without scanning the store),
+    // filled from the existing records by `backfill_runs` in the same transaction.
+    "CREATE TABLE run_threads (run_id TEXT NOT NULL, thread_id TEXT NOT NULL,
+        PRIMARY KEY (run_id, thread_id)) WITHOUT ROWID;
+     CREATE INDEX run_threads_by_thread ON run_threads (thread_id);",
 ];
 
 /// The migration that adds version marks.
 const MARKS_MIGRATION: usize = 3;
+
+/// The migration that adds the run index.
+const RUNS_MIGRATION: usize = 4;
 
 /// The schema version this build writes.
 pub const SQLITE_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -198,6 +206,9 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         if i + 1 == MARKS_MIGRATION {
             backfill_marks(&tx)?;
         }
+        if i + 1 == RUNS_MIGRATION {
+            backfill_runs(&tx)?;
+        }
         tx.pragma_update(None, "user_version", i as i64 + 1)
             .map_err(sql_err("sqlite: migration"))?;
     }
@@ -284,6 +295,40 @@ fn insert_messages(
 
 /// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading the
 /// records one at a time.
+/// Fills the run index from every record's metadata; a record whose metadata does not decode
+/// is skipped (reading it fails anyway, and `delete_for_runs` fails on its thread when the
+/// thread is visited for another run).
+fn backfill_runs(tx: &rusqlite::Transaction<'_>) -> Result<()> {
+    let ctx = "sqlite: migration 4: run index";
+    let mut pairs = std::collections::BTreeSet::new();
+    {
+        let mut stmt = tx
+            .prepare("SELECT thread_id, metadata FROM checkpoints")
+            .map_err(sql_err(ctx))?;
+        let mut rows = stmt.query([]).map_err(sql_err(ctx))?;
+        while let Some(r) = rows.next().map_err(sql_err(ctx))? {
+            let metadata = r
+                .get_ref(1)
+                .ok()
+                .and_then(|v| v.as_blob().ok())
+                .unwrap_or_default();
+            if let Ok(m) = crate::codec::decode_metadata(metadata)
+                && let Some(run) = m.run_id
+            {
+                let thread: String = r.get(0).map_err(sql_err(ctx))?;
+                pairs.insert((run.as_str().to_owned(), thread));
+            }
+        }
+    }
+    let mut insert = tx
+        .prepare("INSERT OR IGNORE INTO run_threads (run_id, thread_id) VALUES (?1, ?2)")
+        .map_err(sql_err(ctx))?;
+    for (run, thread) in pairs {
+        insert.execute([run, thread]).map_err(sql_err(ctx))?;
+    }
+    Ok(())
+}
+
 fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
     let ctx = "sqlite: migration 3: version marks";
     let mut fold = crate::engine::MarkFold::default();
@@ -843,6 +888,7 @@ impl Backend for SqliteBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
+        run: Option<crate::ids::RunId>,
         mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
@@ -878,7 +924,32 @@ impl Backend for SqliteBackend {
                     .map_err(sql_err(ctx.clone()))?;
             }
             raise_mark(&tx, row.thread_id.as_str(), row.ns.as_str(), row.id, mark)?;
+            if let Some(run) = &run {
+                tx.prepare_cached("INSERT OR IGNORE INTO run_threads (run_id, thread_id) VALUES (?1, ?2)")
+                    .and_then(|mut s| s.execute([run.as_str(), row.thread_id.as_str()]))
+                    .map_err(sql_err(ctx.clone()))?;
+            }
             tx.commit().map_err(sql_err(ctx))
+        })
+        .await
+    }
+
+    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Option<Vec<ThreadId>>> {
+        let runs: Vec<String> = runs.iter().map(|r| r.as_str().to_owned()).collect();
+        self.run(move |c| {
+            let ctx = "sqlite: reading the run index";
+            let mut stmt = c
+                .prepare_cached("SELECT DISTINCT thread_id FROM run_threads WHERE run_id = ?1")
+                .map_err(sql_err(ctx))?;
+            let mut threads = std::collections::BTreeSet::new();
+            for run in &runs {
+                let found = stmt
+                    .query_map([run], |r| r.get::<_, String>(0))
+                    .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                    .map_err(sql_err(ctx))?;
+                threads.extend(found.into_iter().map(ThreadId::new));
+            }
+            Ok(Some(threads.into_iter().collect()))
         })
         .await
     }
@@ -955,6 +1026,7 @@ impl Backend for SqliteBackend {
                 "writes",
                 "messages",
                 "version_marks",
+                "run_threads",
             ] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE thread_id = ?1"),
@@ -1042,6 +1114,7 @@ impl Backend for SqliteBackend {
                 "INSERT OR REPLACE INTO blobs SELECT ?2, checkpoint_ns, channel, version, data FROM blobs WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO writes SELECT ?2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM writes WHERE thread_id = ?1",
                 "INSERT OR REPLACE INTO messages SELECT ?2, seq, body FROM messages WHERE thread_id = ?1",
+                "INSERT OR IGNORE INTO run_threads SELECT run_id, ?2 FROM run_threads WHERE thread_id = ?1",
             ] {
                 tx.execute(sql, params![source, target]).map_err(sql_err(ctx.clone()))?;
             }
@@ -1448,8 +1521,10 @@ mod tests {
             [crate::codec::encode_record(&cp)],
         )
         .unwrap();
-        conn.execute_batch("DROP TABLE version_marks; PRAGMA user_version = 2;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE version_marks; DROP TABLE run_threads; PRAGMA user_version = 2;",
+        )
+        .unwrap();
         drop(conn);
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await;
         let _ = std::fs::remove_dir_all(&dir);

@@ -190,7 +190,7 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         let s = options.schema.clone();
         client
             .batch_execute(&format!(
-                "DROP TABLE \"{s}\".version_marks; DELETE FROM \"{s}\".antler_migrations WHERE v = 3;
+                "DROP TABLE \"{s}\".version_marks; DROP TABLE \"{s}\".run_threads; DELETE FROM \"{s}\".antler_migrations WHERE v >= 3;
                  UPDATE \"{s}\".checkpoints SET record = '\\x00' WHERE thread_id = 'bad';
                  UPDATE \"{s}\".blobs SET version = -5 WHERE thread_id = 'neg';"
             ))
@@ -602,5 +602,63 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
         let _ = task.await;
         let used = used.expect("the limited role opens the store");
         assert!(used.expect("the limited role reads and writes"));
+    });
+}
+
+/// A store written by schema version 3 (no run index) gets its index from the records'
+/// metadata when it is migrated: `delete_for_runs` finds every thread of a run written before
+/// the migration, and a later put and `copy_thread` keep the index up to date.
+#[test]
+fn a_version_3_store_gets_its_run_index_from_its_records() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointSource, ListQuery, RunId, Saver,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        async fn put(saver: &PostgresSaver, t: &str, run: &str, v: u64) {
+            let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
+            let nv: ChannelVersions = cp.channel_versions.clone();
+            let at = CheckpointConfig::latest(t);
+            let at = CheckpointConfig {
+                checkpoint_id: saver.get_tuple(&at).await.unwrap().map(|c| c.checkpoint.id),
+                ..at
+            };
+            saver
+                .put(&at, cp, metadata(CheckpointSource::Loop, 0, Some(run)), &nv)
+                .await
+                .unwrap();
+        }
+        async fn count(saver: &PostgresSaver, t: &str) -> usize {
+            saver.list(&ListQuery::thread(t)).await.unwrap().len()
+        }
+        put(&saver, "t1", "r1", 1).await;
+        put(&saver, "t1", "r2", 2).await;
+        put(&saver, "t2", "r1", 1).await;
+        drop(saver);
+        let url = database_url().unwrap();
+        let (client, task) = connect(&url).await;
+        let s = options.schema.clone();
+        client
+            .batch_execute(&format!(
+                "DROP TABLE \"{s}\".run_threads; DELETE FROM \"{s}\".antler_migrations WHERE v >= 4;"
+            ))
+            .await
+            .unwrap();
+        drop(client);
+        let _ = task.await;
+        let saver = PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .unwrap();
+        put(&saver, "t3", "r1", 1).await;
+        saver.copy_thread(&"t2".into(), &"t4".into()).await.unwrap();
+        saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+        assert_eq!(count(&saver, "t1").await, 1, "r2's checkpoint stays");
+        for t in ["t2", "t3", "t4"] {
+            assert_eq!(count(&saver, t).await, 0, "{t} held only r1");
+        }
+        saver.drop_schema().await.unwrap();
     });
 }

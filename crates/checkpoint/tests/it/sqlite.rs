@@ -97,7 +97,7 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE version_marks; PRAGMA user_version = 2;
+            "DROP TABLE version_marks; DROP TABLE run_threads; PRAGMA user_version = 2;
              UPDATE checkpoints SET record = X'00' WHERE thread_id = 'bad';
              UPDATE blobs SET version = -5 WHERE thread_id = 'neg';",
         )
@@ -186,7 +186,7 @@ fn a_version_1_store_is_migrated_and_a_newer_one_refused() {
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE thread_epochs; DROP TABLE version_marks; PRAGMA user_version = 1;",
+            "DROP TABLE thread_epochs; DROP TABLE version_marks; DROP TABLE run_threads; PRAGMA user_version = 1;",
         )
         .unwrap();
         drop(conn);
@@ -282,5 +282,54 @@ fn opening_memory_by_name_gives_a_private_in_memory_store() {
                 .unwrap()
                 .is_none()
         );
+    });
+}
+
+/// A store written by schema version 3 (no run index) gets its index from the records'
+/// metadata when it is migrated: `delete_for_runs`, which looks runs up there, finds every
+/// thread of a run written before the migration, and a later put and `copy_thread` keep the
+/// index up to date.
+#[test]
+fn a_version_3_store_gets_its_run_index_from_its_records() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        ChannelVersions, CheckpointConfig, CheckpointSource, ListQuery, RunId, Saver, SqliteSaver,
+        StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("antler-runs", "store.db");
+        async fn put(saver: &SqliteSaver, t: &str, run: &str, v: u64) {
+            let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
+            let nv: ChannelVersions = cp.channel_versions.clone();
+            let at = CheckpointConfig::latest(t);
+            let at = CheckpointConfig {
+                checkpoint_id: saver.get_tuple(&at).await.unwrap().map(|c| c.checkpoint.id),
+                ..at
+            };
+            saver
+                .put(&at, cp, metadata(CheckpointSource::Loop, 0, Some(run)), &nv)
+                .await
+                .unwrap();
+        }
+        async fn count(saver: &SqliteSaver, t: &str) -> usize {
+            saver.list(&ListQuery::thread(t)).await.unwrap().len()
+        }
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        put(&saver, "t1", "r1", 1).await;
+        put(&saver, "t1", "r2", 2).await;
+        put(&saver, "t2", "r1", 1).await;
+        drop(saver);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE run_threads; PRAGMA user_version = 3;")
+            .unwrap();
+        drop(conn);
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        put(&saver, "t3", "r1", 1).await;
+        saver.copy_thread(&"t2".into(), &"t4".into()).await.unwrap();
+        saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+        assert_eq!(count(&saver, "t1").await, 1, "r2's checkpoint stays");
+        for t in ["t2", "t3", "t4"] {
+            assert_eq!(count(&saver, t).await, 0, "{t} held only r1");
+        }
     });
 }
