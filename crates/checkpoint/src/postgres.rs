@@ -217,11 +217,14 @@ impl HotSql {
                     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
                     SET version = CASE WHEN {{s}}.version_marks.version IS NULL THEN NULL
                                        ELSE GREATEST({{s}}.version_marks.version, $13::bigint) END),
-                 -- The run index: the pair stays until the thread is deleted.
+                 -- The run index: the pair stays until the thread is deleted. An existing pair is
+                 -- updated to itself, which locks it: a `delete_thread` deleting the pair waits
+                 -- for this put and then, in its next statement, sees the checkpoint too (DO
+                 -- NOTHING takes no lock, and the pair could go while the checkpoint stays).
                  rt AS (
                     INSERT INTO {{s}}.run_threads (run_id, thread_id)
                     SELECT $14::text, $1 WHERE $14::text IS NOT NULL AND (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
-                    ON CONFLICT DO NOTHING)
+                    ON CONFLICT (run_id, thread_id) DO UPDATE SET run_id = EXCLUDED.run_id)
                  INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
                  SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
@@ -1114,9 +1117,10 @@ impl Backend for PgBackend {
         // statements. Values before checkpoints: its checkpoint is then deleted with the rest
         // (its values left as unreferenced garbage) or kept with all its values, never kept
         // without them; a checkpoint kept without its mark reads as an unknown mark. The run
-        // index first: such a put's pair is then deleted only with its checkpoint, or kept (a
-        // pair without a checkpoint is harmless; a checkpoint without its pair would hide it
-        // from `delete_for_runs`).
+        // index first: such a put inserts or locks its pair, so its pair is deleted only after
+        // it committed, and then its checkpoint is too; or the pair is kept (a pair without a
+        // checkpoint is harmless; a checkpoint without its pair would hide it from
+        // `delete_for_runs`; `a_put_racing_delete_thread_keeps_no_checkpoint_without_its_run_pair`).
         for table in [
             "run_threads",
             "writes",
@@ -1783,16 +1787,14 @@ impl PgBackend {
 }
 
 impl PgBackend {
-    /// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading
-    /// the records as a stream. The table is locked against writes first: only a build from
-    /// before the marks can write it now (this one waits on the migration lock), and a record
-    /// it committed during the scan would otherwise be missed.
     /// Fills the run index from every record's metadata (migration 4); a record whose metadata
-    /// does not decode is skipped (reading it fails anyway).
+    /// does not decode adds no pair (reading it fails anyway). The table is locked against
+    /// writes first, as for the marks: only a build from before the index can write it now
+    /// (this one waits on the migration lock), and a record it committed during the scan would
+    /// otherwise be missed. Such a process adds no pairs after the migration either: stop older
+    /// processes before upgrading.
     async fn backfill_runs(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
         let ctx = "postgres: migration 4: run index";
-        // Puts that started before the migration's lock wait for it (they insert into the new
-        // table); the scan must also see every record committed before it.
         tx.batch_execute(&self.sql("LOCK TABLE {s}.checkpoints IN SHARE MODE"))
             .await
             .map_err(pg_err(ctx))?;
@@ -1827,6 +1829,10 @@ impl PgBackend {
         Ok(())
     }
 
+    /// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading
+    /// the records as a stream. The table is locked against writes first: only a build from
+    /// before the marks can write it now (this one waits on the migration lock), and a record
+    /// it committed during the scan would otherwise be missed.
     async fn backfill_marks(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
         let ctx = "postgres: migration 3: version marks";
         tx.batch_execute(&self.sql("LOCK TABLE {s}.checkpoints IN SHARE MODE"))
@@ -2414,6 +2420,92 @@ mod tests {
             "c1 reads with its value"
         );
         drop((setup, writer));
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// A put of a run's next checkpoint racing `delete_thread` leaves no checkpoint of the run
+    /// without its run-index pair: the put locks the existing pair, so the delete's removal of
+    /// the pair waits for the put, and its later delete of the checkpoints sees the new one (the
+    /// pair's `DO NOTHING` took no lock: the pair went and the checkpoint stayed).
+    #[tokio::test]
+    async fn a_put_racing_delete_thread_keeps_no_checkpoint_without_its_run_pair() {
+        use crate::ids::RunId;
+        use crate::model::{ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let run = RunId::new("r");
+        let meta = CheckpointMetadata {
+            run_id: Some(run.clone()),
+            ..CheckpointMetadata::default()
+        };
+        let c1 = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                Checkpoint::empty(),
+                meta.clone(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .expect("put");
+        let b = &saver.engine.backend;
+        // The writer: the run's second checkpoint, through the saver's own statement, left
+        // uncommitted (no message list, so it takes no epoch lock).
+        let writer = b.client("test").await.expect("client");
+        writer.batch_execute("BEGIN").await.expect("begin");
+        let mut c2 = Checkpoint::empty();
+        c2.id = CheckpointId::generate();
+        let parent = c1.checkpoint_id.map(|p| p.to_bytes().to_vec());
+        let empty_i: Vec<i64> = Vec::new();
+        let empty_b: Vec<&[u8]> = Vec::new();
+        let empty_s: Vec<&str> = Vec::new();
+        let epoch: Option<i64> = None;
+        let run_str = Some(run.as_str());
+        writer
+            .execute(
+                &b.hot.put,
+                &[
+                    &"t",
+                    &"",
+                    &c2.id.to_bytes().as_slice(),
+                    &parent,
+                    &crate::codec::encode_record(&c2),
+                    &crate::codec::encode_metadata(&meta),
+                    &empty_i,
+                    &empty_b,
+                    &empty_s,
+                    &empty_i,
+                    &empty_b,
+                    &epoch,
+                    &0i64,
+                    &run_str,
+                ],
+            )
+            .await
+            .expect("the put, uncommitted");
+        let interfere = async {
+            until_a_statement_waits(b, &format!("%DELETE FROM {}.run_threads%", b.s)).await;
+            writer.batch_execute("COMMIT").await.expect("commit");
+        };
+        let t = ThreadId::new("t");
+        let (deleted, ()) = tokio::join!(saver.delete_thread(&t), interfere);
+        deleted.expect("deleted");
+        let left = saver
+            .list(&crate::model::ListQuery::thread("t"))
+            .await
+            .expect("list");
+        let paired = b
+            .run_threads(std::slice::from_ref(&run))
+            .await
+            .expect("index")
+            .unwrap_or_default();
+        assert!(
+            left.is_empty() || paired.contains(&ThreadId::new("t")),
+            "{} checkpoints of the run left without their pair",
+            left.len()
+        );
+        drop(writer);
         saver.drop_schema().await.expect("drop");
     }
 

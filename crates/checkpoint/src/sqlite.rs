@@ -293,11 +293,10 @@ fn insert_messages(
     Ok(())
 }
 
-/// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading the
-/// records one at a time.
 /// Fills the run index from every record's metadata; a record whose metadata does not decode
-/// is skipped (reading it fails anyway, and `delete_for_runs` fails on its thread when the
-/// thread is visited for another run).
+/// adds no pair (reading it fails anyway, and `delete_for_runs` fails on its thread when the
+/// thread is visited for another run). A process of an older build that keeps writing after
+/// the migration adds no pairs either: stop older processes before upgrading.
 fn backfill_runs(tx: &rusqlite::Transaction<'_>) -> Result<()> {
     let ctx = "sqlite: migration 4: run index";
     let mut pairs = std::collections::BTreeSet::new();
@@ -329,6 +328,8 @@ fn backfill_runs(tx: &rusqlite::Transaction<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading the
+/// records one at a time.
 fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
     let ctx = "sqlite: migration 3: version marks";
     let mut fold = crate::engine::MarkFold::default();

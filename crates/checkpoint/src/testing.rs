@@ -2546,8 +2546,9 @@ pub async fn antler_list_pages_agree_with_the_whole_list(saver: &dyn Saver) {
 }
 
 /// `delete_for_runs` finds a run's checkpoints however many other checkpoints the store
-/// holds (the savers scan it in pages of 1,024 rows): the run's thread is the oldest and sorts
-/// last, so it is on the second page in list order and in key order.
+/// holds (the memory saver scans it in pages of 1,024 rows; the database savers look the run
+/// up in their index): the run's thread is the oldest and sorts last, so it is on the second
+/// page in list order and in key order.
 pub async fn antler_delete_for_runs_pages_through_a_large_store(saver: &dyn Saver) {
     let doomed = chain(saver, "zz", "", 2, Some("doomed")).await;
     chain(saver, "zz", "sub", 3, Some("other")).await;

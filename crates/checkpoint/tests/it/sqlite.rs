@@ -318,10 +318,15 @@ fn a_version_3_store_gets_its_run_index_from_its_records() {
         put(&saver, "t1", "r1", 1).await;
         put(&saver, "t1", "r2", 2).await;
         put(&saver, "t2", "r1", 1).await;
+        put(&saver, "t5", "r1", 1).await;
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("DROP TABLE run_threads; PRAGMA user_version = 3;")
-            .unwrap();
+        // t5's metadata is damaged: the migration gives it no pair (and still opens).
+        conn.execute_batch(
+            "DROP TABLE run_threads; PRAGMA user_version = 3;
+             UPDATE checkpoints SET metadata = X'00' WHERE thread_id = 't5';",
+        )
+        .unwrap();
         drop(conn);
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
         put(&saver, "t3", "r1", 1).await;
@@ -331,5 +336,14 @@ fn a_version_3_store_gets_its_run_index_from_its_records() {
         for t in ["t2", "t3", "t4"] {
             assert_eq!(count(&saver, t).await, 0, "{t} held only r1");
         }
+        let damaged = saver
+            .get_tuple(&CheckpointConfig::latest("t5"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            damaged.kind(),
+            antler_checkpoint::ErrorKind::Corrupt,
+            "{damaged}"
+        );
     });
 }
