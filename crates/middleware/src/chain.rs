@@ -106,6 +106,9 @@ pub struct ChainBuilder {
     entries: Vec<Entry>,
     constraints: Vec<OrderingConstraint>,
     diagnostics: Vec<PlacementDiagnostic>,
+    /// The entries [`place`](Self::place) inserted: later placements resolve against the
+    /// others (the stack before contributions), as the reference resolves every contribution.
+    placed: Vec<MiddlewareId>,
 }
 
 impl ChainBuilder {
@@ -116,6 +119,7 @@ impl ChainBuilder {
 
     fn remove_id(&mut self, id: &MiddlewareId) {
         self.entries.retain(|e| e.id() != *id);
+        self.placed.retain(|p| p != id);
     }
 
     /// Appends `m` as the innermost entry so far.
@@ -156,18 +160,36 @@ impl ChainBuilder {
     /// Places a contribution by semantic placement (R125): the first rule of
     /// `rules` that matches decides; nothing matching puts it at the end. A
     /// fallback is recorded as a degraded [`PlacementDiagnostic`].
+    ///
+    /// Rules resolve against the chain without the earlier contributions (as
+    /// the reference resolves every contribution against the stack before
+    /// them), and contributions that land on the same spot keep their order:
+    /// the first placed is the outermost.
     pub fn place(&mut self, m: Entry, rules: &[PlacementRule]) -> PlacementDiagnostic {
         self.remove_id(&m.id());
+        let base: Vec<Entry> = self
+            .entries
+            .iter()
+            .filter(|e| !self.placed.contains(&e.id()))
+            .cloned()
+            .collect();
         let found = rules
             .iter()
             .enumerate()
-            .find_map(|(n, r)| r.resolve(&self.entries).map(|i| (n, r.clone(), i)));
+            .find_map(|(n, r)| r.resolve(&base).map(|i| (n, r.clone(), i)));
+        // The spot in the base stack, as a position in the chain: right before the
+        // base entry there (after contributions placed there earlier), or the end.
+        let at = |k: usize| {
+            base.get(k)
+                .and_then(|next| self.entries.iter().position(|e| e.id() == next.id()))
+                .unwrap_or(self.entries.len())
+        };
         let diagnostic = match found {
-            Some((n, rule, index)) => PlacementDiagnostic {
+            Some((n, rule, k)) => PlacementDiagnostic {
                 middleware: m.id(),
                 rule: Some(rule),
                 degraded: n > 0,
-                index,
+                index: at(k),
             },
             None => PlacementDiagnostic {
                 middleware: m.id(),
@@ -176,6 +198,7 @@ impl ChainBuilder {
                 index: self.entries.len(),
             },
         };
+        self.placed.push(m.id());
         self.entries.insert(diagnostic.index, m);
         self.diagnostics.push(diagnostic.clone());
         diagnostic

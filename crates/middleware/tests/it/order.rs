@@ -400,6 +400,53 @@ fn r125_semantic_placement_with_fallbacks_and_diagnostics() {
     assert_eq!((d.rule, d.degraded, d.index), (None, true, 1));
 }
 
+/// R125, several contributions on one spot: each resolves against the stack without the
+/// earlier contributions, and they keep their order there (the first placed is the
+/// outermost), as the reference resolves every contribution against the original stack.
+#[test]
+fn r125_contributions_on_one_spot_keep_their_order() {
+    let physical = |b: &mut ChainBuilder, name| {
+        b.place(
+            mw(name),
+            &[PlacementRule::InnerOfLastAfter {
+                target: kinds::SAFETY_FINISH_REASON,
+                after: kinds::TERMINAL_RESPONSE,
+            }],
+        )
+    };
+    let mut b = lead_tail();
+    b.place(mw("V1"), &[PlacementRule::Start]);
+    b.place(mw("V2"), &[PlacementRule::Start]);
+    physical(&mut b, "P1");
+    physical(&mut b, "P2");
+    b.place(mw("E1"), &[PlacementRule::End]);
+    b.place(mw("E2"), &[PlacementRule::End]);
+    let d = b.place(
+        mw("L"),
+        &[PlacementRule::OuterOf(kinds::LLM_ERROR_HANDLING)],
+    );
+    assert_eq!(d.index, 3, "the index it was inserted at");
+    let chain = b.build().unwrap();
+    expect![[r#"
+        Chain [
+           0 V1
+           1 V2
+           2 InputSanitizationMiddleware
+           3 L
+           4 LLMErrorHandlingMiddleware
+           5 SystemMessageCoalescingMiddleware
+           6 TerminalResponseMiddleware
+           7 ModelLengthFinishReasonMiddleware
+           8 SafetyFinishReasonMiddleware
+           9 P1
+          10 P2
+          11 ClarificationMiddleware
+          12 E1
+          13 E2
+        ]"#]]
+    .assert_eq(&format!("{chain:?}"));
+}
+
 #[test]
 fn r125_last_match_rules() {
     let mut b = ChainBuilder::new();
