@@ -337,11 +337,21 @@ impl ChainBuilder {
     /// Resolves the order: checks every declared [`OrderingConstraint`] and
     /// freezes the chain.
     pub fn build(self) -> Result<Chain> {
-        for c in &self.constraints {
+        // The declared constraints, then the core one every chain keeps (R124): tool progress
+        // is reported outside the error handling, so it sees the errors it turns into results.
+        let core = OrderingConstraint {
+            outer: kinds::TOOL_PROGRESS,
+            inner: kinds::TOOL_ERROR_HANDLING,
+            reason: "tool progress must observe the errors tool error handling turns into results"
+                .to_owned(),
+            contributor: None,
+        };
+        for c in self.constraints.iter().chain(std::iter::once(&core)) {
             let last_outer = self.entries.iter().rposition(|e| matches(e, &c.outer));
             let first_inner = self.entries.iter().position(|e| matches(e, &c.inner));
+            // Strictly lower: one entry on both sides (through its families) violates it too.
             if let (Some(o), Some(i)) = (last_outer, first_inner)
-                && o > i
+                && o >= i
             {
                 return Err(Error::OrderingViolation {
                     outer: c.outer.to_string(),
@@ -355,6 +365,17 @@ impl ChainBuilder {
                         .unwrap_or_else(|| "core middleware order".to_owned()),
                 });
             }
+        }
+        // R119 (R51): the clarification middleware is the last, whatever inserted after it.
+        if let Some(at) = self
+            .entries
+            .iter()
+            .position(|e| matches(e, &kinds::CLARIFICATION))
+            && let Some(after) = self.entries.get(at + 1..).and_then(<[Entry]>::first)
+        {
+            return Err(Error::ClarificationNotLast {
+                after: after.id().to_string(),
+            });
         }
         Ok(Chain {
             entries: self.entries.into(),

@@ -82,6 +82,12 @@ pub enum Error {
         /// The missing anchor.
         anchor: String,
     },
+    /// A middleware comes after the clarification middleware, which must be the last (R119).
+    #[error("ClarificationMiddleware must be the last middleware, but {after} comes after it")]
+    ClarificationNotLast {
+        /// The first middleware after it.
+        after: String,
+    },
     /// A declared ordering constraint is violated (R124).
     #[error(
         "{outer} (index {outer_index}) must come before {inner} (index {inner_index}): {reason} (contributed by {contributor})"

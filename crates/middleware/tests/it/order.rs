@@ -419,8 +419,6 @@ fn r125_contributions_on_one_spot_keep_their_order() {
     b.place(mw("V2"), &[PlacementRule::Start]);
     physical(&mut b, "P1");
     physical(&mut b, "P2");
-    b.place(mw("E1"), &[PlacementRule::End]);
-    b.place(mw("E2"), &[PlacementRule::End]);
     let d = b.place(
         mw("L"),
         &[PlacementRule::OuterOf(kinds::LLM_ERROR_HANDLING)],
@@ -441,10 +439,44 @@ fn r125_contributions_on_one_spot_keep_their_order() {
            9 P1
           10 P2
           11 ClarificationMiddleware
-          12 E1
-          13 E2
         ]"#]]
     .assert_eq(&format!("{chain:?}"));
+    // Two at the end of a chain without clarification keep their order too.
+    let mut b = ChainBuilder::new();
+    b.push(mw("X"));
+    b.place(mw("E1"), &[PlacementRule::End]);
+    b.place(mw("E2"), &[PlacementRule::End]);
+    let names: Vec<String> = b
+        .build()
+        .unwrap()
+        .entries()
+        .iter()
+        .map(|e| e.id().to_string())
+        .collect();
+    assert_eq!(names, ["X", "E1", "E2"]);
+}
+
+/// R119 (R51): the chain a builder returns ends with the clarification middleware; anything
+/// put after it (pushed, inserted after it, or placed at the end) fails the build.
+#[test]
+fn r119_nothing_may_follow_clarification() {
+    let mut b = ChainBuilder::new();
+    b.push(mw("ClarificationMiddleware")).push(mw("X"));
+    let err = b.build().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "ClarificationMiddleware must be the last middleware, but X comes after it"
+    );
+    let mut b = lead_tail();
+    b.place(mw("E"), &[PlacementRule::End]);
+    assert!(matches!(
+        b.build(),
+        Err(antler_middleware::Error::ClarificationNotLast { .. })
+    ));
+    let mut b = lead_tail();
+    b.insert_after(&kinds::CLARIFICATION, mw("Y")).unwrap();
+    assert!(b.build().is_err());
+    assert!(lead_tail().build().is_ok());
 }
 
 #[test]
@@ -520,6 +552,29 @@ fn r124_ordering_constraint_violation_names_everything() {
             .unwrap_err()
             .to_string()
             .ends_with("(contributed by ext-a)")
+    );
+    // Every progress entry before every error-handling one: one progress entry after it is
+    // enough to fail, wherever the others are.
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolProgressMiddleware"))
+        .push(mw("ToolErrorHandlingMiddleware"))
+        .push(Arc::new(Mw {
+            kind: k("ToolProgressMiddleware"),
+            anchors: Anchors::NONE,
+            families: vec![],
+            label: Some("second"),
+        }));
+    let err = b.build().unwrap_err();
+    assert!(err.to_string().contains("(index 2)"), "{err}");
+    // The core constraint holds without being declared.
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolErrorHandlingMiddleware"))
+        .push(mw("ToolProgressMiddleware"));
+    assert!(
+        b.build()
+            .unwrap_err()
+            .to_string()
+            .ends_with("(contributed by core middleware order)")
     );
 }
 
