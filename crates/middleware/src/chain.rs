@@ -313,6 +313,13 @@ impl ChainBuilder {
                     .any(|p| still.iter().any(|q| q.entry.kind() == p.anchor));
                 let names = still.iter().map(|p| p.entry.kind().to_string()).collect();
                 if circular {
+                    // Only the extras some pending extra anchors to (R55: the pending anchor
+                    // classes that are pending extras), not one stuck on a missing anchor.
+                    let names = still
+                        .iter()
+                        .filter(|p| still.iter().any(|q| q.anchor == p.entry.kind()))
+                        .map(|p| p.entry.kind().to_string())
+                        .collect();
                     return Err(Error::CircularAnchors { names });
                 }
                 return Err(Error::UnresolvedAnchors {

@@ -265,6 +265,15 @@ fn r55_circular_dependency_is_an_error() {
         vec![next("X", "Y"), next("Y", "X")],
         expect!["error: Circular dependency among extra middlewares: X, Y"],
     );
+    // Only the classes in the cycle: Z waits on a missing anchor, not on X or Y.
+    check(
+        vec![
+            next("X", "Y"),
+            next("Y", "X"),
+            next("Z", "MemoryMiddleware"),
+        ],
+        expect!["error: Circular dependency among extra middlewares: X, Y"],
+    );
 }
 
 #[test]
