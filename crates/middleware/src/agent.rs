@@ -488,14 +488,19 @@ impl ToolsNode {
                     // What the tools step cannot carry out is refused, not dropped: a resume
                     // or a parent address belongs to a graph input or a subgraph's result, and
                     // a `jump_to` write would skip the tools node's declared jumps.
+                    let refused = |detail: String| {
+                        NodeError::failed(crate::Error::RefusedToolCommand { detail })
+                    };
                     if c.has_resume() || c.is_to_parent() {
-                        return Err(NodeError::failed(
-                            "a tool's command may not resume interrupts or address the parent graph",
+                        return Err(refused(
+                            "a tool's command may not resume interrupts or address the parent graph"
+                                .to_owned(),
                         ));
                     }
                     if c.updates().channels().any(|ch| ch == JUMP_TO.name()) {
-                        return Err(NodeError::failed(
-                            "a tool's command wrote `jump_to`; a tool ends the run with a goto to the end",
+                        return Err(refused(
+                            "a tool's command wrote `jump_to`; a tool ends the run with a goto to the end"
+                                .to_owned(),
                         ));
                     }
                     let (u, gotos) = c.into_update_and_gotos();
@@ -507,13 +512,13 @@ impl ToolsNode {
                         match g {
                             Goto::Node(n) if n.as_str() == END => to_end = true,
                             Goto::Node(n) => {
-                                return Err(NodeError::failed(format!(
+                                return Err(refused(format!(
                                     "a tool's command may only go to the end of the run, not to node '{}'",
                                     n.as_str()
                                 )));
                             }
                             other => {
-                                return Err(NodeError::failed(format!(
+                                return Err(refused(format!(
                                     "a tool's command may only go to the end of the run, not {other:?}"
                                 )));
                             }

@@ -82,6 +82,14 @@ pub enum Error {
         /// The missing anchor.
         anchor: String,
     },
+    /// A tool returned a command the tools step cannot carry out (a resume, an address to the
+    /// parent graph, a `jump_to` write, or a goto anywhere but the end of the run, R49); it is
+    /// the source of the tools node's failure.
+    #[error("{detail}")]
+    RefusedToolCommand {
+        /// What was refused.
+        detail: String,
+    },
     /// A middleware comes after the clarification middleware, which must be the last (R119).
     #[error("ClarificationMiddleware must be the last middleware, but {after} comes after it")]
     ClarificationNotLast {
@@ -175,7 +183,8 @@ impl Error {
             | Error::Tool { .. }
             | Error::Hook { .. }
             | Error::UndeclaredJump { .. }
-            | Error::JumpWrittenDirectly { .. } => ErrorKind::Runtime,
+            | Error::JumpWrittenDirectly { .. }
+            | Error::RefusedToolCommand { .. } => ErrorKind::Runtime,
             _ => ErrorKind::Order,
         }
     }

@@ -562,6 +562,20 @@ async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
             .await
             .unwrap_err();
         assert!(err.to_string().contains(expected), "{err}");
+        // Typed: the tools node failed with the middleware's error as its source.
+        let source = match &err {
+            antler_graph::Error::NodeFailed { source, .. } => {
+                source.downcast_ref::<antler_middleware::Error>()
+            }
+            _ => None,
+        };
+        assert!(
+            matches!(
+                source,
+                Some(antler_middleware::Error::RefusedToolCommand { detail }) if detail.contains(expected)
+            ),
+            "{err:?}"
+        );
     }
 }
 
