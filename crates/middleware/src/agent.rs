@@ -148,8 +148,37 @@ impl AgentGraph {
         let after_model = with(NodeHook::AfterModel, true);
         let after_agent = with(NodeHook::AfterAgent, true);
 
+        // Graph-safe, distinct node names per middleware: an id may hold the graph's separators
+        // (`:` of `module:Class`, `|`) or start with its reserved `__`, and two ids may render
+        // alike (a kind `A#x` and the instance `x` of `A`); the first keeps its id's form.
+        let mut safe: std::collections::HashMap<crate::MiddlewareId, String> =
+            std::collections::HashMap::new();
+        let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for m in entries {
+            let id = m.id();
+            if safe.contains_key(&id) {
+                continue;
+            }
+            let mut base: String = id
+                .to_string()
+                .chars()
+                .map(|c| if c == ':' || c == '|' { '_' } else { c })
+                .collect();
+            if base.starts_with("__") {
+                base.insert_str(0, "mw");
+            }
+            let mut unique = base.clone();
+            let mut n = 2;
+            while !used.insert(unique.clone()) {
+                unique = format!("{base}~{n}");
+                n += 1;
+            }
+            safe.insert(id, unique);
+        }
         let name = |m: &Arc<dyn Middleware>, hook: NodeHook| -> NodeId {
-            NodeId::from(format!("{}.{}", m.id(), hook.as_str()).as_str())
+            let id = m.id();
+            let base = safe.get(&id).cloned().unwrap_or_else(|| id.to_string());
+            NodeId::from(format!("{base}.{}", hook.as_str()).as_str())
         };
         let model_entry: NodeId = before_model.first().map_or_else(
             || NodeId::from(MODEL_NODE),

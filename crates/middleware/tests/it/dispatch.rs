@@ -993,3 +993,75 @@ async fn ids_after_one_question(graph: &antler_graph::CompiledGraph) -> Vec<Stri
         .map(|m| m.id.clone().unwrap_or_default())
         .collect()
 }
+
+/// A middleware with a `before_model` hook under any id.
+struct Named {
+    kind: &'static str,
+    label: Option<&'static str>,
+    log: Log,
+}
+
+#[async_trait]
+impl Middleware for Named {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new(self.kind)
+    }
+    fn id(&self) -> antler_middleware::MiddlewareId {
+        match self.label {
+            Some(l) => antler_middleware::MiddlewareId::instance(self.kind(), l),
+            None => antler_middleware::MiddlewareId::of(self.kind()),
+        }
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks {
+            before_model: true,
+            ..NodeHooks::NONE
+        }
+    }
+    async fn before_model(&self, _: &State, _: &Context) -> Result<Option<HookUpdate>, NodeError> {
+        log(&self.log, self.id().to_string());
+        Ok(None)
+    }
+}
+
+/// Hook nodes get graph-safe, distinct names whatever the middleware ids: an extension's
+/// `module:Class` kind, a kind starting with `__`, and two ids that render alike (a kind `A#x`
+/// and the instance `x` of `A`) build, compile and run in chain order (before, compiling
+/// failed on a reserved name or a duplicate node).
+#[tokio::test(flavor = "current_thread")]
+async fn hook_node_names_are_graph_safe_and_distinct() {
+    let log: Log = Arc::default();
+    let mut chain = ChainBuilder::new();
+    for (kind, label) in [
+        ("acme.ext:Audit", None),
+        ("__Hidden", None),
+        ("A#x", None),
+        ("A", Some("x")),
+    ] {
+        chain.push(Arc::new(Named {
+            kind,
+            label,
+            log: log.clone(),
+        }));
+    }
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![Message::ai("done").with_id("ai-1")]),
+        log: Arc::default(),
+    });
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["acme.ext:Audit", "__Hidden", "A#x", "A#x"]
+    );
+}
