@@ -360,7 +360,15 @@ async fn r49_after_model_jump_to_model_reenters_the_model() {
         ]),
         log: model_log.clone(),
     });
+    // A `before_model` hook too: a jump to the model re-enters through it (R49), so it runs
+    // before each model call.
+    let hooks: Log = Arc::default();
     let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Named {
+        kind: "Before",
+        label: None,
+        log: hooks.clone(),
+    }));
     chain.push(Arc::new(Retry {
         jumped: AtomicUsize::new(0),
         declare: true,
@@ -379,6 +387,11 @@ async fn r49_after_model_jump_to_model_reenters_the_model() {
         .unwrap();
     assert_eq!(model_log.lock().unwrap().len(), 2);
     assert_eq!(out.values.get(&MESSAGES).unwrap().len(), 3);
+    assert_eq!(
+        *hooks.lock().unwrap(),
+        ["Before", "Before"],
+        "the jump re-entered through the before_model hook"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
