@@ -1268,7 +1268,8 @@ async fn run_inner(
     persist.stored_head.clone_from(&ckpt_id);
     let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
     let mut step = meta_step + 1;
-    let stop = step + limit + 1;
+    // Saturating: a limit near `i64::MAX` means "no practical limit", not an overflow.
+    let stop = step.saturating_add(limit).saturating_add(1);
     // Time travel that is not a resume saves a fork checkpoint first (runtime-spec §2.2): a
     // replay, and a command without a resume value (its update or goto starts the new branch).
     let replay = explicit
@@ -1799,13 +1800,19 @@ async fn execute(
         match &spec.imp {
             NodeImpl::Start => {
                 let cmd = Command::from(t.start_input.clone().unwrap_or_default());
-                results[i] = Some(finish_ok(
-                    g,
-                    t,
-                    &cmd,
-                    live,
-                    !info.cfg.checkpoint_ns.is_empty(),
-                ));
+                // A router on `__start__` runs here: its panic is the task's, as a user node's
+                // router's is (below), not one that unwinds through the run.
+                results[i] = Some(
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        finish_ok(g, t, &cmd, live, !info.cfg.checkpoint_ns.is_empty())
+                    }))
+                    .unwrap_or_else(|p| {
+                        TaskResult::Failed(Error::NodePanicked {
+                            node: g.nodes[t.node].id.clone(),
+                            message: panic_message(p.as_ref()),
+                        })
+                    }),
+                );
                 persist_result(g, t, results[i].as_ref(), None, pending, ck, persist).await?;
             }
             NodeImpl::User(node) => {

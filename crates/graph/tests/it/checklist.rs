@@ -498,6 +498,33 @@ async fn a_panicking_router_or_reducer_is_caught() {
         "{err}"
     );
 
+    // A router on `__start__` runs in the input task: its panic is caught the same way.
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_router("__start__", None, |_s: &State| -> Vec<antler_graph::Goto> {
+        panic!("deliberate panic in the start router")
+    });
+    g.add_edge("a", "__end__");
+    let err = memory(g)
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("s"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NodePanicked { ref node, ref message } if node.as_str() == "__start__" && message.contains("start router")),
+        "{err}"
+    );
+    // A recursion limit near `i64::MAX` means no practical limit, not an overflow.
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let big = memory(g);
+    let deep = RunConfig::new("d").with_recursion_limit(i64::MAX as usize);
+    for _ in 0..2 {
+        big.invoke(Update::new().set(&LOG, log(&["in"])), &deep)
+            .await
+            .unwrap();
+    }
+
     const BAD: Key<i64> = Key::from_static("bad");
     let mut g = graph();
     g.channel(
