@@ -109,6 +109,9 @@ pub struct ChainBuilder {
     /// The entries [`place`](Self::place) inserted: later placements resolve against the
     /// others (the stack before contributions), as the reference resolves every contribution.
     placed: Vec<MiddlewareId>,
+    /// The extension that placed an entry ([`place_from`](Self::place_from)), named by an
+    /// ordering violation the entry takes part in (R124).
+    sources: Vec<(MiddlewareId, String)>,
 }
 
 impl ChainBuilder {
@@ -120,6 +123,14 @@ impl ChainBuilder {
     fn remove_id(&mut self, id: &MiddlewareId) {
         self.entries.retain(|e| e.id() != *id);
         self.placed.retain(|p| p != id);
+        self.sources.retain(|(p, _)| p != id);
+    }
+
+    fn source_of(&self, id: &MiddlewareId) -> Option<&str> {
+        self.sources
+            .iter()
+            .find(|(p, _)| p == id)
+            .map(|(_, s)| s.as_str())
     }
 
     /// Appends `m` as the innermost entry so far.
@@ -202,6 +213,20 @@ impl ChainBuilder {
         self.entries.insert(diagnostic.index, m);
         self.diagnostics.push(diagnostic.clone());
         diagnostic
+    }
+
+    /// [`place`](Self::place) for a contribution of the extension `contributor`: an ordering
+    /// violation this entry takes part in names that extension (R124).
+    pub fn place_from(
+        &mut self,
+        m: Entry,
+        rules: &[PlacementRule],
+        contributor: impl Into<String>,
+    ) -> PlacementDiagnostic {
+        let id = m.id();
+        let d = self.place(m, rules);
+        self.sources.push((id, contributor.into()));
+        d
     }
 
     /// Declares an ordering constraint checked by [`build`](Self::build).
@@ -360,16 +385,23 @@ impl ChainBuilder {
             if let (Some(o), Some(i)) = (last_outer, first_inner)
                 && o >= i
             {
+                // The extension that placed one of the two entries is the cause; else the
+                // constraint's contributor, or the core order.
+                let placed_by = [o, i]
+                    .iter()
+                    .filter_map(|&at| self.entries.get(at))
+                    .find_map(|e| self.source_of(&e.id()));
                 return Err(Error::OrderingViolation {
                     outer: c.outer.to_string(),
                     outer_index: o,
                     inner: c.inner.to_string(),
                     inner_index: i,
                     reason: c.reason.clone(),
-                    contributor: c
-                        .contributor
-                        .clone()
-                        .unwrap_or_else(|| "core middleware order".to_owned()),
+                    contributor: placed_by.map(str::to_owned).unwrap_or_else(|| {
+                        c.contributor
+                            .clone()
+                            .unwrap_or_else(|| "core middleware order".to_owned())
+                    }),
                 });
             }
         }

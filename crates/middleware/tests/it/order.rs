@@ -585,6 +585,16 @@ fn r124_ordering_constraint_violation_names_everything() {
             .to_string()
             .ends_with("(contributed by core middleware order)")
     );
+    // An extension that placed the offending middleware is named, not the core order.
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolErrorHandlingMiddleware"));
+    b.place_from(mw("ToolProgressMiddleware"), &[PlacementRule::End], "ext-a");
+    assert!(
+        b.build()
+            .unwrap_err()
+            .to_string()
+            .ends_with("(contributed by ext-a)")
+    );
 }
 
 /// Names for generated extras and chain members.
