@@ -138,10 +138,8 @@ async fn rule_03_step_local_visibility_and_task_path_order() {
     );
 }
 
-/// Rule 4: `update([])` runs only on real steps, `finish()` only when nothing will trigger;
-/// a deferred node therefore runs once, after the longer branch finished.
-#[tokio::test]
-async fn rule_04_finish_only_when_nothing_triggers_releases_deferred_node() {
+/// START → a and START → b1 → b2, both into `d`, a deferred node (it waits for the longer branch).
+fn deferred_join() -> antler_graph::StateGraph {
     let mut g = graph();
     g.add_node("a", add("a"))
         .add_node("b1", add("b1"))
@@ -162,6 +160,14 @@ async fn rule_04_finish_only_when_nothing_triggers_releases_deferred_node() {
     g.add_edge("a", "d")
         .add_edge("b2", "d")
         .add_edge("d", "__end__");
+    g
+}
+
+/// Rule 4: `update([])` runs only on real steps, `finish()` only when nothing will trigger;
+/// a deferred node therefore runs once, after the longer branch finished.
+#[tokio::test]
+async fn rule_04_finish_only_when_nothing_triggers_releases_deferred_node() {
+    let g = deferred_join();
     let graph = memory(g);
     let out = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
@@ -178,26 +184,7 @@ async fn rule_04_finish_only_when_nothing_triggers_releases_deferred_node() {
 /// released early (it would run beside that branch and then again after it).
 #[tokio::test]
 async fn rule_04_a_commands_update_does_not_release_a_deferred_node() {
-    let mut g = graph();
-    g.add_node("a", add("a"))
-        .add_node("b1", add("b1"))
-        .add_node("b2", add("b2"));
-    g.add_node_with(
-        "d",
-        Arc::new(Fn2(|_s: State| {
-            Ok(Update::new().set(&LOG, log(&["d"])).into())
-        })),
-        antler_graph::NodeOptions {
-            defer: true,
-            ..Default::default()
-        },
-    );
-    g.add_edge("__start__", "a")
-        .add_edge("__start__", "b1")
-        .add_edge("b1", "b2");
-    g.add_edge("a", "d")
-        .add_edge("b2", "d")
-        .add_edge("d", "__end__");
+    let mut g = deferred_join();
     g.interrupt_before(["b2"]);
     let graph = memory(g);
     let cfg = RunConfig::new("t");

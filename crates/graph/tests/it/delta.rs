@@ -3017,6 +3017,19 @@ async fn an_emptied_history_page_is_read_again_while_older_checkpoints_remain() 
     );
 }
 
+/// The graph crate's in-memory checkpointer and a `SaverCheckpointer` over a delta-mode saver.
+fn both_delta_stores() -> Vec<Arc<dyn antler_graph::Checkpointer>> {
+    use antler_checkpoint as cp;
+    vec![
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(antler_graph::SaverCheckpointer::new(Arc::new(
+            cp::MemorySaver::new(cp::StoreConfig::delta(
+                cp::SnapshotFrequency::new(10).expect("a valid frequency"),
+            )),
+        ))),
+    ]
+}
+
 /// `chat`, with `messages` declared as an ordinary reducer channel (full mode).
 fn chat_full() -> StateGraph {
     let mut g = StateGraph::new();
@@ -3037,16 +3050,7 @@ fn chat_full() -> StateGraph {
 /// a stored value), never as an empty list; going on in either mode keeps every message.
 #[tokio::test]
 async fn a_full_graph_rebuilds_a_delta_thread_from_its_history() {
-    use antler_checkpoint as cp;
-    use antler_graph::{Checkpointer, SaverCheckpointer};
-
-    let stores: Vec<Arc<dyn Checkpointer>> = vec![
-        Arc::new(MemoryCheckpointer::new()),
-        Arc::new(SaverCheckpointer::new(Arc::new(cp::MemorySaver::new(
-            cp::StoreConfig::delta(cp::SnapshotFrequency::new(10).unwrap()),
-        )))),
-    ];
-    for store in stores {
+    for store in both_delta_stores() {
         let delta = chat(10, true)
             .compile()
             .unwrap()
@@ -3145,15 +3149,8 @@ async fn a_delta_graph_over_a_full_mode_store_is_refused_before_any_write() {
 /// the forked checkpoint's pending write, which the fork never applied).
 #[tokio::test]
 async fn a_full_graph_stores_a_rebuilt_channel_at_its_first_checkpoint() {
-    use antler_checkpoint as cp;
-    use antler_graph::{Checkpointer, SaverCheckpointer, Source};
-    let stores: Vec<Arc<dyn Checkpointer>> = vec![
-        Arc::new(MemoryCheckpointer::new()),
-        Arc::new(SaverCheckpointer::new(Arc::new(cp::MemorySaver::new(
-            cp::StoreConfig::delta(cp::SnapshotFrequency::new(10).unwrap()),
-        )))),
-    ];
-    for store in stores {
+    use antler_graph::Source;
+    for store in both_delta_stores() {
         let delta = chat(10, true)
             .compile()
             .unwrap()
