@@ -37,6 +37,17 @@ fn human(i: usize) -> Update {
     Update::new().set(&MESSAGES, vec![m])
 }
 
+/// A put's `messages` counters as `(updates,supersteps)` (`-` when zero), and ` snapshot` when
+/// it stored the value.
+fn counters_of(r: &antler_graph::CheckpointRecord) -> String {
+    let c = r
+        .counters
+        .get("messages")
+        .map_or("-".to_owned(), |(u, s)| format!("({u},{s})"));
+    let stored = r.values.contains_key("messages") || r.encoded_lists.contains_key("messages");
+    format!("{c}{}", if stored { " snapshot" } else { "" })
+}
+
 /// Rule 6: counters advance on every checkpoint (input included), updates only when the channel
 /// moved; they ride in metadata across invokes and reset on a snapshot, which lands every F updates.
 #[tokio::test]
@@ -67,18 +78,7 @@ async fn rule_06_counters_in_metadata_and_snapshot_cadence() {
     let got: Vec<String> = store
         .puts()
         .iter()
-        .map(|r| {
-            let c = r
-                .counters
-                .get("messages")
-                .map_or("-".to_owned(), |(u, s)| format!("({u},{s})"));
-            let snap = if r.values.contains_key("messages") {
-                " snapshot"
-            } else {
-                ""
-            };
-            format!("{} {c}{snap}", r.source.as_str())
-        })
+        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
         .collect();
     assert_eq!(
         got,
@@ -3230,23 +3230,7 @@ async fn the_superstep_bound_snapshots_a_channel_that_stopped_receiving_writes()
             .await
             .unwrap();
     }
-    let got: Vec<String> = store
-        .puts()
-        .iter()
-        .map(|r| {
-            let c = r
-                .counters
-                .get("messages")
-                .map_or("-".to_owned(), |(u, s)| format!("({u},{s})"));
-            let snap =
-                if r.values.contains_key("messages") || r.encoded_lists.contains_key("messages") {
-                    " snapshot"
-                } else {
-                    ""
-                };
-            format!("{c}{snap}")
-        })
-        .collect();
+    let got: Vec<String> = store.puts().iter().map(counters_of).collect();
     // Three checkpoints per invoke (input, `__start__`, `reply`); the human message arrives
     // with `__start__`'s step, and from then on nothing writes `messages`: every fourth
     // checkpoint snapshots it (with the default bound of 5000, none would).
