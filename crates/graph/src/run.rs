@@ -1587,14 +1587,27 @@ async fn run_inner(
             })
             .collect();
         if paused {
-            // The reference applies the finished tasks' writes to build its output, so their conflicts win.
+            // The run's output has the finished tasks' writes applied, as the reference's does
+            // (their conflicts win too); the stored head, and so the hot cache, does not: they
+            // stay pending on the checkpoint for the resume.
             let mut scratch = live.clone();
-            apply_writes(g, &mut scratch, &batch)?;
+            let updated = apply_writes(g, &mut scratch, &batch)?;
+            let values = scratch.state_view(g);
+            // A last `values` event when they changed the state, as the reference emits one.
+            if em.modes.values
+                && updated
+                    .iter()
+                    .any(|c| matches!(g.chans[*c].kind, ChanKind::User))
+            {
+                em.send(StreamEvent::Values(values.clone()));
+            }
             // A subgraph's pause has no interrupt to report, as a static breakpoint here has none.
             if !interrupts.is_empty() {
                 em.send(StreamEvent::Interrupted(interrupts.clone()));
             }
-            return Ok(finish(g, live, ckpt_id, dirty, interrupts, true));
+            let (mut outcome, head) = finish(g, live, ckpt_id, dirty, interrupts, true);
+            outcome.values = values;
+            return Ok((outcome, head));
         }
         let updated = apply_writes(g, &mut live, &batch)?;
         live.updated = Some(updated);

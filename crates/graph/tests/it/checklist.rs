@@ -573,11 +573,16 @@ async fn rule_10_new_input_abandons_interrupted_step_and_resume_continues_it() {
         .await
         .unwrap();
     assert_eq!(out.interrupts.len(), 1, "the node asks again");
+    // The run's output has the finished sibling's write of this step applied (as the
+    // reference's output has); the first run's writes were abandoned, not applied.
     assert_eq!(
         out.values.get(&LOG).unwrap(),
-        &log(&["in", "in2"]),
+        &log(&["in", "in2", "other"]),
         "abandoned writes are not applied"
     );
+    // The stored head does not: `other`'s write waits on the checkpoint for the resume.
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.values.get(&LOG).unwrap(), &log(&["in", "in2"]));
     // Resume: only `ask` re-runs; `other` keeps its saved writes.
     let out = graph
         .invoke(Command::resume(json!("ada")), &cfg)

@@ -290,3 +290,56 @@ async fn exit_durability_checkpoint_events_name_the_stored_parent() {
         assert_eq!(head.parent_id, before);
     }
 }
+
+/// A run that stops on an interrupt streams a last `values` event with the finished sibling's
+/// writes applied, before the interrupt, as the reference does; the stored head keeps them
+/// pending.
+#[tokio::test]
+async fn an_interrupted_step_streams_its_finished_siblings_values() {
+    let mut g = graph();
+    g.add_node("ask", |_s, ctx: Context| async move {
+        ctx.interrupt(json!("ok?"))?;
+        Ok(Update::new())
+    });
+    g.add_node("other", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["other"])))
+    });
+    g.add_edge("__start__", "ask")
+        .add_edge("__start__", "other");
+    let graph = memory(g);
+    let modes = StreamModes {
+        values: true,
+        ..StreamModes::default()
+    };
+    let cfg = RunConfig::new("t");
+    let items: Vec<_> = graph
+        .stream(Update::new().set(&LOG, log(&["in"])), &cfg, modes)
+        .collect()
+        .await;
+    let kinds: Vec<String> = items
+        .iter()
+        .map(|item| match item {
+            Ok(StreamItem::Event(StreamEvent::Values(v))) => {
+                format!("values {:?}", v.get(&LOG).cloned().unwrap_or_default())
+            }
+            Ok(StreamItem::Event(StreamEvent::Interrupted(i))) => {
+                format!("interrupted {}", i.len())
+            }
+            Ok(StreamItem::Done(o)) => {
+                format!("done {:?}", o.values.get(&LOG).cloned().unwrap_or_default())
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "values [\"in\"]",
+            "values [\"in\", \"other\"]",
+            "interrupted 1",
+            "done [\"in\", \"other\"]"
+        ]
+    );
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.values.get(&LOG), Some(&log(&["in"])));
+}

@@ -84,7 +84,7 @@ async fn trace_of_interrupt_and_resume() {
         step 0 Pull __start__: writes [log=["in"]]
         checkpoint loop step 0
         interrupted ["ask:\"continue?\""]
-        done State({"log":["in"],"n":0})
+        done State({"log":["in"],"n":5})
         --
         step 1 Pull ask: writes [ok=true, log=["answer=\"yes\""]]
         step 1 Pull side: writes [n=5]
