@@ -258,14 +258,19 @@ impl ChainBuilder {
             next: bool,
             anchor: MiddlewareKind,
         }
+        // One pass in extras order (R53): each extra's anchor checks first, then whether its
+        // id was given before (the chain is keyed by id), so the first extra at fault, and the
+        // spec's error for it, is what is reported.
         let mut ids = std::collections::HashSet::new();
-        for e in &extras {
-            if !ids.insert(e.id()) {
-                return Err(Error::DuplicateExtra {
+        let duplicate = |ids: &mut std::collections::HashSet<MiddlewareId>, e: &Entry| {
+            if ids.insert(e.id()) {
+                Ok(())
+            } else {
+                Err(Error::DuplicateExtra {
                     id: e.id().to_string(),
-                });
+                })
             }
-        }
+        };
         let mut unanchored = Vec::new();
         let mut anchored: Vec<Anchored> = Vec::new();
         for entry in extras {
@@ -276,6 +281,7 @@ impl ChainBuilder {
                 (Some(k), None) => (true, k),
                 (None, Some(k)) => (false, k),
                 (None, None) => {
+                    duplicate(&mut ids, &entry)?;
                     unanchored.push(entry);
                     continue;
                 }
@@ -302,6 +308,7 @@ impl ChainBuilder {
                     anchor: anchor.to_string(),
                 });
             }
+            duplicate(&mut ids, &entry)?;
             anchored.push(Anchored {
                 entry,
                 next,

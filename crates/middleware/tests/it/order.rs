@@ -698,4 +698,31 @@ fn two_extras_with_one_id_are_refused() {
     assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
     // Nothing was inserted.
     assert!(!order(&b.build().unwrap()).iter().any(|i| i == "X"));
+    // R53 classifies in extras order: the first extra at fault is reported with the spec's
+    // error, before a later extra's repeated id (before, every repeat was found first).
+    let both = Arc::new(Mw {
+        kind: k("Both"),
+        anchors: Anchors {
+            next: Some(k("A")),
+            prev: Some(k("B")),
+        },
+        families: vec![],
+        label: None,
+    });
+    let err = sdk_chain()
+        .insert_extras(vec![both, mw("Y"), mw("Y")])
+        .unwrap_err();
+    assert_eq!(err.to_string(), "Both cannot have both @Next and @Prev");
+    // One id anchored twice on the same anchor: the second claim is R53's conflict.
+    let err = sdk_chain()
+        .insert_extras(vec![
+            next("X", "TitleMiddleware"),
+            next("X", "TitleMiddleware"),
+        ])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Conflict: X and X both @Next(TitleMiddleware)"),
+        "{err}"
+    );
 }
