@@ -572,8 +572,8 @@ const RESERVED_METADATA_KEYS: &[&str] = &[
     "thread_id",
     "checkpoint_id",
     "checkpoint_ns",
-    "counters_since_delta_snapshot",
-    "deerflow_checkpoint_channel_mode",
+    antler_checkpoint::model::COUNTERS_METADATA_KEY,
+    antler_checkpoint::model::CHANNEL_MODE_METADATA_KEY,
 ];
 
 /// Input of a run.

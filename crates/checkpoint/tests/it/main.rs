@@ -21,3 +21,30 @@ pub(crate) fn temp_db(prefix: &str, name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
+
+/// Puts the next checkpoint of thread `t` (on its latest), by run `run`, with channel `a` at
+/// version `v`: the run-index migration tests' writer.
+pub(crate) async fn put_for_run(saver: &dyn antler_checkpoint::Saver, t: &str, run: &str, v: u64) {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{ChannelVersions, CheckpointConfig, CheckpointSource};
+    let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
+    let nv: ChannelVersions = cp.channel_versions.clone();
+    let at = CheckpointConfig::latest(t);
+    let at = CheckpointConfig {
+        checkpoint_id: saver.get_tuple(&at).await.unwrap().map(|c| c.checkpoint.id),
+        ..at
+    };
+    saver
+        .put(&at, cp, metadata(CheckpointSource::Loop, 0, Some(run)), &nv)
+        .await
+        .unwrap();
+}
+
+/// How many checkpoints thread `t` holds.
+pub(crate) async fn checkpoint_count(saver: &dyn antler_checkpoint::Saver, t: &str) -> usize {
+    saver
+        .list(&antler_checkpoint::ListQuery::thread(t))
+        .await
+        .unwrap()
+        .len()
+}

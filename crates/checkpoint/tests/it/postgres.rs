@@ -610,33 +610,14 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
 /// the migration, and a later put and `copy_thread` keep the index up to date.
 #[test]
 fn a_version_3_store_gets_its_run_index_from_its_records() {
-    use antler_checkpoint::testing::{checkpoint, metadata};
-    use antler_checkpoint::{
-        ChannelVersions, CheckpointConfig, CheckpointSource, ListQuery, RunId, Saver,
-    };
+    use antler_checkpoint::{RunId, Saver};
     antler_checkpoint::testing::block_on(async {
         let Some((saver, options)) = fresh(StoreConfig::full()).await else {
             return;
         };
-        async fn put(saver: &PostgresSaver, t: &str, run: &str, v: u64) {
-            let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
-            let nv: ChannelVersions = cp.channel_versions.clone();
-            let at = CheckpointConfig::latest(t);
-            let at = CheckpointConfig {
-                checkpoint_id: saver.get_tuple(&at).await.unwrap().map(|c| c.checkpoint.id),
-                ..at
-            };
-            saver
-                .put(&at, cp, metadata(CheckpointSource::Loop, 0, Some(run)), &nv)
-                .await
-                .unwrap();
-        }
-        async fn count(saver: &PostgresSaver, t: &str) -> usize {
-            saver.list(&ListQuery::thread(t)).await.unwrap().len()
-        }
-        put(&saver, "t1", "r1", 1).await;
-        put(&saver, "t1", "r2", 2).await;
-        put(&saver, "t2", "r1", 1).await;
+        crate::put_for_run(&saver, "t1", "r1", 1).await;
+        crate::put_for_run(&saver, "t1", "r2", 2).await;
+        crate::put_for_run(&saver, "t2", "r1", 1).await;
         drop(saver);
         let url = database_url().unwrap();
         let (client, task) = connect(&url).await;
@@ -652,12 +633,20 @@ fn a_version_3_store_gets_its_run_index_from_its_records() {
         let saver = PostgresSaver::connect(options.clone(), StoreConfig::full())
             .await
             .unwrap();
-        put(&saver, "t3", "r1", 1).await;
+        crate::put_for_run(&saver, "t3", "r1", 1).await;
         saver.copy_thread(&"t2".into(), &"t4".into()).await.unwrap();
         saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
-        assert_eq!(count(&saver, "t1").await, 1, "r2's checkpoint stays");
+        assert_eq!(
+            crate::checkpoint_count(&saver, "t1").await,
+            1,
+            "r2's checkpoint stays"
+        );
         for t in ["t2", "t3", "t4"] {
-            assert_eq!(count(&saver, t).await, 0, "{t} held only r1");
+            assert_eq!(
+                crate::checkpoint_count(&saver, t).await,
+                0,
+                "{t} held only r1"
+            );
         }
         saver.drop_schema().await.unwrap();
     });

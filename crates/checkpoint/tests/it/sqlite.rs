@@ -291,34 +291,14 @@ fn opening_memory_by_name_gives_a_private_in_memory_store() {
 /// index up to date.
 #[test]
 fn a_version_3_store_gets_its_run_index_from_its_records() {
-    use antler_checkpoint::testing::{checkpoint, metadata};
-    use antler_checkpoint::{
-        ChannelVersions, CheckpointConfig, CheckpointSource, ListQuery, RunId, Saver, SqliteSaver,
-        StoreConfig,
-    };
+    use antler_checkpoint::{CheckpointConfig, RunId, Saver, SqliteSaver, StoreConfig};
     antler_checkpoint::testing::block_on(async {
         let path = crate::temp_db("antler-runs", "store.db");
-        async fn put(saver: &SqliteSaver, t: &str, run: &str, v: u64) {
-            let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
-            let nv: ChannelVersions = cp.channel_versions.clone();
-            let at = CheckpointConfig::latest(t);
-            let at = CheckpointConfig {
-                checkpoint_id: saver.get_tuple(&at).await.unwrap().map(|c| c.checkpoint.id),
-                ..at
-            };
-            saver
-                .put(&at, cp, metadata(CheckpointSource::Loop, 0, Some(run)), &nv)
-                .await
-                .unwrap();
-        }
-        async fn count(saver: &SqliteSaver, t: &str) -> usize {
-            saver.list(&ListQuery::thread(t)).await.unwrap().len()
-        }
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
-        put(&saver, "t1", "r1", 1).await;
-        put(&saver, "t1", "r2", 2).await;
-        put(&saver, "t2", "r1", 1).await;
-        put(&saver, "t5", "r1", 1).await;
+        crate::put_for_run(&saver, "t1", "r1", 1).await;
+        crate::put_for_run(&saver, "t1", "r2", 2).await;
+        crate::put_for_run(&saver, "t2", "r1", 1).await;
+        crate::put_for_run(&saver, "t5", "r1", 1).await;
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         // t5's metadata is damaged: the migration gives it no pair (and still opens).
@@ -329,12 +309,20 @@ fn a_version_3_store_gets_its_run_index_from_its_records() {
         .unwrap();
         drop(conn);
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
-        put(&saver, "t3", "r1", 1).await;
+        crate::put_for_run(&saver, "t3", "r1", 1).await;
         saver.copy_thread(&"t2".into(), &"t4".into()).await.unwrap();
         saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
-        assert_eq!(count(&saver, "t1").await, 1, "r2's checkpoint stays");
+        assert_eq!(
+            crate::checkpoint_count(&saver, "t1").await,
+            1,
+            "r2's checkpoint stays"
+        );
         for t in ["t2", "t3", "t4"] {
-            assert_eq!(count(&saver, t).await, 0, "{t} held only r1");
+            assert_eq!(
+                crate::checkpoint_count(&saver, t).await,
+                0,
+                "{t} held only r1"
+            );
         }
         let damaged = saver
             .get_tuple(&CheckpointConfig::latest("t5"))

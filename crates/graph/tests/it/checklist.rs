@@ -306,34 +306,26 @@ async fn rule_09_the_in_process_store_keeps_first_writes_and_upserts_control_wri
     let head = store.get_tuple(&scope, None).await.unwrap().unwrap();
     let id = head.checkpoint.id.clone();
     let task = TaskId::new("task-1");
-    store
-        .put_writes(
-            &scope,
-            &id,
-            &task,
-            "~p",
-            vec![
-                ("log".to_owned(), json!(["first"])),
-                ("__error__".to_owned(), json!({"message": "one"})),
-                ("__error_source_node__".to_owned(), json!("first-node")),
-            ],
-        )
-        .await
-        .unwrap();
-    store
-        .put_writes(
-            &scope,
-            &id,
-            &task,
-            "~p",
-            vec![
-                ("log".to_owned(), json!(["second"])),
-                ("__error__".to_owned(), json!({"message": "two"})),
-                ("__error_source_node__".to_owned(), json!("second-node")),
-            ],
-        )
-        .await
-        .unwrap();
+    // The same task's writes put twice, at the same positions.
+    for (log_item, error, node) in [
+        ("first", "one", "first-node"),
+        ("second", "two", "second-node"),
+    ] {
+        store
+            .put_writes(
+                &scope,
+                &id,
+                &task,
+                "~p",
+                vec![
+                    ("log".to_owned(), json!([log_item])),
+                    ("__error__".to_owned(), json!({"message": error})),
+                    ("__error_source_node__".to_owned(), json!(node)),
+                ],
+            )
+            .await
+            .unwrap();
+    }
     let pending = store
         .get_tuple(&scope, Some(&id))
         .await

@@ -61,6 +61,29 @@ fn next(name: &'static str, anchor: &'static str) -> Arc<dyn Middleware> {
     })
 }
 
+/// The instance `label` of kind `name`.
+fn labelled(name: &'static str, label: &'static str) -> Arc<dyn Middleware> {
+    Arc::new(Mw {
+        kind: k(name),
+        anchors: Anchors::NONE,
+        families: vec![],
+        label: Some(label),
+    })
+}
+
+/// `name` declaring both anchors (`@Next(A)`, `@Prev(B)`): an R53 error.
+fn both_anchors(name: &'static str) -> Arc<dyn Middleware> {
+    Arc::new(Mw {
+        kind: k(name),
+        anchors: Anchors {
+            next: Some(k("A")),
+            prev: Some(k("B")),
+        },
+        families: vec![],
+        label: None,
+    })
+}
+
 fn prev(name: &'static str, anchor: &'static str) -> Arc<dyn Middleware> {
     Arc::new(Mw {
         kind: k(name),
@@ -222,15 +245,7 @@ fn r58_clarification_is_restored_to_last() {
 
 #[test]
 fn r53_both_anchors_is_an_error() {
-    let both = Arc::new(Mw {
-        kind: k("Both"),
-        anchors: Anchors {
-            next: Some(k("A")),
-            prev: Some(k("B")),
-        },
-        families: vec![],
-        label: None,
-    });
+    let both = both_anchors("Both");
     check(
         vec![both],
         expect!["error: Both cannot have both @Next and @Prev"],
@@ -305,14 +320,7 @@ fn errors_have_the_order_kind() {
 fn reinserting_an_entry_moves_it_and_instances_are_distinct() {
     let mut b = ChainBuilder::new();
     b.push(mw("A")).push(mw("B")).push(mw("A"));
-    let guard = |l| {
-        Arc::new(Mw {
-            kind: k("Guardrail"),
-            anchors: Anchors::NONE,
-            families: vec![],
-            label: Some(l),
-        })
-    };
+    let guard = |l| labelled("Guardrail", l);
     b.push(guard("authz")).push(guard("explicit"));
     b.insert_before(&k("B"), mw("C")).unwrap();
     b.insert_after(&k("B"), mw("D")).unwrap();
@@ -491,14 +499,7 @@ fn r119_nothing_may_follow_clarification() {
 #[test]
 fn r125_last_match_rules() {
     let mut b = ChainBuilder::new();
-    let t = |l| {
-        Arc::new(Mw {
-            kind: k("T"),
-            anchors: Anchors::NONE,
-            families: vec![],
-            label: Some(l),
-        })
-    };
+    let t = |l| labelled("T", l);
     b.push(t("1"))
         .push(mw("Y"))
         .push(t("2"))
@@ -567,12 +568,7 @@ fn r124_ordering_constraint_violation_names_everything() {
     let mut b = ChainBuilder::new();
     b.push(mw("ToolProgressMiddleware"))
         .push(mw("ToolErrorHandlingMiddleware"))
-        .push(Arc::new(Mw {
-            kind: k("ToolProgressMiddleware"),
-            anchors: Anchors::NONE,
-            families: vec![],
-            label: Some("second"),
-        }));
+        .push(labelled("ToolProgressMiddleware", "second"));
     let err = b.build().unwrap_err();
     assert!(err.to_string().contains("(index 2)"), "{err}");
     // The core constraint holds without being declared.
@@ -700,15 +696,7 @@ fn two_extras_with_one_id_are_refused() {
     assert!(!order(&b.build().unwrap()).iter().any(|i| i == "X"));
     // R53 classifies in extras order: the first extra at fault is reported with the spec's
     // error, before a later extra's repeated id (before, every repeat was found first).
-    let both = Arc::new(Mw {
-        kind: k("Both"),
-        anchors: Anchors {
-            next: Some(k("A")),
-            prev: Some(k("B")),
-        },
-        families: vec![],
-        label: None,
-    });
+    let both = both_anchors("Both");
     let err = sdk_chain()
         .insert_extras(vec![both, mw("Y"), mw("Y")])
         .unwrap_err();
