@@ -265,18 +265,18 @@ pub struct DecodeError {
 pub fn decode_messages<B: AsRef<[u8]>>(
     items: &[B],
 ) -> std::result::Result<Vec<Message>, DecodeError> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(index, item)| {
-            let bytes = item.as_ref();
-            match crate::canonical::decode(bytes) {
-                Some(m) => Ok(m),
-                None => serde_json::from_slice::<Message>(bytes)
-                    .map_err(|source| DecodeError { index, source }),
-            }
-        })
-        .collect()
+    // Sized up front: collecting through `Result` gives no size hint, and growing a list of
+    // thousands of messages by doubling copies it about twice more.
+    let mut out = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let bytes = item.as_ref();
+        out.push(match crate::canonical::decode(bytes) {
+            Some(m) => m,
+            None => serde_json::from_slice::<Message>(bytes)
+                .map_err(|source| DecodeError { index, source })?,
+        });
+    }
+    Ok(out)
 }
 
 /// The merged list under construction.
