@@ -2,6 +2,10 @@
 //! operation, for every k; reopening the database and resuming must give the same final state
 //! as an uninterrupted run. Over a full-mode and a delta-mode store (a `messages` channel that
 //! snapshots every 2 updates) and every durability mode.
+//!
+//! A second pass kills the child while its k-th store operation runs: the child is let into the
+//! operation and killed after a delay that varies with k (from none to a few milliseconds), so
+//! kills land before, inside and after the operation's transaction.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Command as Proc, Stdio};
@@ -19,6 +23,12 @@ use crate::common::{LOG, N, graph, log};
 const CHILD_ENV: &str = "ANTLER_GRAPH_CRASH_CHILD";
 const CHILD_DURABILITY_ENV: &str = "ANTLER_GRAPH_CRASH_DURABILITY";
 const CHILD_MODE_ENV: &str = "ANTLER_GRAPH_CRASH_MODE";
+/// Set: the child announces each store operation before it starts instead of after it ends.
+const CHILD_BEFORE_ENV: &str = "ANTLER_GRAPH_CRASH_BEFORE";
+
+/// How long after letting the child into its k-th operation the mid-operation pass kills it
+/// (indexed by k modulo the length): a SQLite put here takes about 0.1–1 ms.
+const MID_OP_DELAYS_US: [u64; 6] = [0, 50, 200, 500, 1_000, 3_000];
 
 const MESSAGES: antler_graph::Key<Vec<Message>> = antler_graph::Key::from_static("messages");
 
@@ -69,11 +79,15 @@ async fn sqlite(path: &str, mode: &str) -> Arc<dyn Checkpointer> {
     Arc::new(SaverCheckpointer::new(Arc::new(saver)))
 }
 
-/// Announces every completed store operation on stdout and waits for the parent's go-ahead.
-struct Announcing(Arc<dyn Checkpointer>);
+/// Announces every store operation on stdout (after it completes, or before it starts with
+/// `before`) and waits for the parent's go-ahead.
+struct Announcing(Arc<dyn Checkpointer>, bool);
 
 impl Announcing {
-    fn announce(&self, what: &str) {
+    fn announce(&self, what: &str, before: bool) {
+        if before != self.1 {
+            return;
+        }
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "OP {what}");
         let _ = out.flush();
@@ -134,8 +148,9 @@ impl Checkpointer for Announcing {
         self.0.list(thread).await
     }
     async fn put(&self, thread: &antler_graph::Scope, checkpoint: CheckpointRecord) -> Result<()> {
+        self.announce("put", true);
         self.0.put(thread, checkpoint).await?;
-        self.announce("put");
+        self.announce("put", false);
         Ok(())
     }
     async fn put_writes(
@@ -146,10 +161,11 @@ impl Checkpointer for Announcing {
         task_path: &str,
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
+        self.announce("put_writes", true);
         self.0
             .put_writes(thread, checkpoint, task_id, task_path, writes)
             .await?;
-        self.announce("put_writes");
+        self.announce("put_writes", false);
         Ok(())
     }
 }
@@ -170,7 +186,8 @@ fn crash_child_entry() {
         .expect("runtime");
     rt.block_on(async {
         let mode = std::env::var(CHILD_MODE_ENV).unwrap_or_default();
-        let cp: Arc<dyn Checkpointer> = Arc::new(Announcing(sqlite(&path, &mode).await));
+        let before = std::env::var_os(CHILD_BEFORE_ENV).is_some();
+        let cp: Arc<dyn Checkpointer> = Arc::new(Announcing(sqlite(&path, &mode).await, before));
         let graph = build(cp, &mode);
         let durability = match std::env::var(CHILD_DURABILITY_ENV).as_deref() {
             Ok("async") => Durability::Async,
@@ -183,6 +200,122 @@ fn crash_child_entry() {
     });
 }
 
+/// What a run of the graph ends with: its log, counter and message ids.
+type Final = (Option<Vec<String>>, Option<i64>, Option<Vec<String>>);
+
+fn final_state(out: &antler_graph::RunOutcome) -> Final {
+    (
+        out.values.get(&LOG).cloned(),
+        out.values.get(&N).copied(),
+        out.values
+            .get(&MESSAGES)
+            .map(|m| m.iter().filter_map(|m| m.id.clone()).collect::<Vec<_>>()),
+    )
+}
+
+/// One pass over every kill point of a `mode`/`durability` run: a child is killed after its
+/// k-th store operation (`mid`: while it runs), for k = 1, 2, … until a child finishes; each
+/// killed store is reopened and resumed and must end as `reference`. Returns the number of
+/// kill points.
+fn kill_pass(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    (mode, durability): (&str, &str),
+    mid: bool,
+    reference: &Final,
+) -> usize {
+    let exe = std::env::current_exe().expect("test binary");
+    let pass = if mid { "mid" } else { "after" };
+    let mut kill_points = 0;
+    for k in 1.. {
+        let path = dir.join(format!("kill-{mode}-{durability}-{pass}-{k}.db"));
+        let path_s = path.to_str().expect("utf-8 path").to_owned();
+        let mut cmd = Proc::new(&exe);
+        cmd.args([
+            "--exact",
+            "crash::crash_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &path_s)
+        .env(CHILD_DURABILITY_ENV, durability)
+        .env(CHILD_MODE_ENV, mode)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        if mid {
+            cmd.env(CHILD_BEFORE_ENV, "1");
+        }
+        let mut child = cmd.spawn().expect("child starts");
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut ops = 0;
+        let mut finished = false;
+        for line in stdout.lines() {
+            let line = line.expect("child output");
+            // libtest may print its own prefix on the same line.
+            let Some(pos) = line.find("OP ") else {
+                continue;
+            };
+            if &line[pos + 3..] == "done" {
+                finished = true;
+                break;
+            }
+            ops += 1;
+            if ops == k {
+                if mid {
+                    // Into the operation, then the kill after this k's delay.
+                    writeln!(stdin, "go").expect("child reads");
+                    let delay = MID_OP_DELAYS_US[k % MID_OP_DELAYS_US.len()];
+                    std::thread::sleep(std::time::Duration::from_micros(delay));
+                }
+                break;
+            }
+            writeln!(stdin, "go").expect("child reads");
+        }
+        if finished {
+            let _ = child.wait();
+            // The run that was not killed: every operation it reported was a kill point.
+            assert_eq!(
+                kill_points, ops,
+                "{mode}/{durability}/{pass}: a kill at each of the run's {ops} store operations"
+            );
+            break;
+        }
+        // A child that stopped before its k-th operation died on its own: no kill point.
+        if ops != k {
+            let out = child.wait_with_output().expect("child output");
+            panic!(
+                "{mode}/{durability}/{pass}: the child stopped after {ops} of {k} operations: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // SIGKILL on Unix: the child cannot clean up.
+        child.kill().expect("kill child");
+        let _ = child.wait();
+        kill_points += 1;
+        let resumed = rt.block_on(async {
+            let graph = build(sqlite(&path_s, mode).await, mode);
+            let cfg = RunConfig::new("t");
+            let out = match graph
+                .get_state(&cfg)
+                .await
+                .expect("readable after the crash")
+            {
+                Some(_) => graph.invoke(Input::Continue, &cfg).await,
+                None => graph.invoke(input(), &cfg).await,
+            }
+            .expect("resume finishes");
+            final_state(&out)
+        });
+        assert_eq!(
+            &resumed, reference,
+            "{mode}/{durability}/{pass}: kill at store operation {k}"
+        );
+    }
+    kill_points
+}
+
 #[test]
 fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -191,16 +324,6 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
         .expect("runtime");
     let dir = std::env::temp_dir().join(format!("antler-graph-crash-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = std::env::current_exe().expect("test binary");
-    let state = |out: &antler_graph::RunOutcome| {
-        (
-            out.values.get(&LOG).cloned(),
-            out.values.get(&N).copied(),
-            out.values
-                .get(&MESSAGES)
-                .map(|m| m.iter().filter_map(|m| m.id.clone()).collect::<Vec<_>>()),
-        )
-    };
     for (mode, durability) in [
         ("full", "sync"),
         ("full", "async"),
@@ -218,94 +341,18 @@ fn sigkill_mid_run_on_sqlite_then_resume_gives_the_uninterrupted_final_state() {
                 .invoke(input(), &RunConfig::new("t"))
                 .await
                 .expect("reference run");
-            state(&out)
+            final_state(&out)
         });
         assert_eq!(reference.0, Some(log(&["in", "a", "b", "c", "d", "e"])));
-        let mut kill_points = 0;
-        for k in 1.. {
-            let path = dir.join(format!("kill-{mode}-{durability}-{k}.db"));
-            let path_s = path.to_str().expect("utf-8 path").to_owned();
-            let mut child = Proc::new(&exe)
-                .args([
-                    "--exact",
-                    "crash::crash_child_entry",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD_ENV, &path_s)
-                .env(CHILD_DURABILITY_ENV, durability)
-                .env(CHILD_MODE_ENV, mode)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("child starts");
-            let mut stdin = child.stdin.take().expect("piped stdin");
-            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-            let mut ops = 0;
-            let mut finished = false;
-            for line in stdout.lines() {
-                let line = line.expect("child output");
-                // libtest may print its own prefix on the same line.
-                let Some(pos) = line.find("OP ") else {
-                    continue;
-                };
-                if &line[pos + 3..] == "done" {
-                    finished = true;
-                    break;
-                }
-                ops += 1;
-                if ops == k {
-                    break;
-                }
-                writeln!(stdin, "go").expect("child reads");
-            }
-            if finished {
-                let _ = child.wait();
-                // The run that was not killed: every operation it reported was a kill point.
-                assert_eq!(
-                    kill_points, ops,
-                    "{mode}/{durability}: a kill after each of the run's {ops} store operations"
-                );
-                break;
-            }
-            // A child that stopped before its k-th operation died on its own: no kill point.
-            if ops != k {
-                let out = child.wait_with_output().expect("child output");
-                panic!(
-                    "{mode}/{durability}: the child stopped after {ops} of {k} operations: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            // SIGKILL on Unix: the child cannot clean up.
-            child.kill().expect("kill child");
-            let _ = child.wait();
-            kill_points += 1;
-            let resumed = rt.block_on(async {
-                let graph = build(sqlite(&path_s, mode).await, mode);
-                let cfg = RunConfig::new("t");
-                let out = match graph
-                    .get_state(&cfg)
-                    .await
-                    .expect("readable after the crash")
-                {
-                    Some(_) => graph.invoke(Input::Continue, &cfg).await,
-                    None => graph.invoke(input(), &cfg).await,
-                }
-                .expect("resume finishes");
-                state(&out)
-            });
-            assert_eq!(
-                resumed, reference,
-                "{mode}/{durability}: kill after store operation {k}"
-            );
-        }
         // Exit durability stores the run once at its end (a checkpoint and its writes).
         let least = if durability == "exit" { 1 } else { 8 };
-        assert!(
-            kill_points >= least,
-            "{mode}/{durability}: a run of at least {least} store operations ({kill_points})"
-        );
+        for mid in [false, true] {
+            let kill_points = kill_pass(&rt, &dir, (mode, durability), mid, &reference);
+            assert!(
+                kill_points >= least,
+                "{mode}/{durability} (mid: {mid}): a run of at least {least} store operations ({kill_points})"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
