@@ -930,6 +930,8 @@ impl CompiledGraph {
 
     /// Runs and streams events; the last item is the outcome. Dropping the stream cancels the run at
     /// its next await point; finished tasks keep their saved writes and no partial checkpoint is written.
+    /// Store operations the run already started still finish, and the next run, state read or
+    /// update of the thread waits for them.
     pub fn stream(
         &self,
         input: impl Into<Input>,
@@ -1013,7 +1015,7 @@ impl CompiledGraph {
     ) -> Result<CheckpointId> {
         crate::run::update_state(
             &self.g,
-            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
+            self.cp.as_ref().ok_or(Error::NoCheckpointer)?,
             config,
             values,
             as_node,

@@ -53,6 +53,7 @@ mod checkpointer;
 mod compiled;
 mod error;
 mod ids;
+mod landing;
 mod run;
 mod saver;
 mod schema;

@@ -802,9 +802,44 @@ async fn flush_buffered(
     Ok(())
 }
 
+/// Runs a store operation of `thread` as its own task on `rt`, counted as landing on the thread
+/// until it has finished: a run dropped meanwhile still completes it, and the next call that
+/// reads the thread waits for it (see [`crate::landing`]). The count is taken here, before the
+/// caller can be dropped.
+fn spawn_landing<F>(
+    rt: &tokio::runtime::Handle,
+    thread: &str,
+    op: F,
+) -> tokio::task::JoinHandle<Result<()>>
+where
+    F: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    let guard = crate::landing::hold(thread);
+    rt.spawn(async move {
+        let _guard = guard;
+        op.await
+    })
+}
+
+/// [`spawn_landing`], awaited (inline, still counted, outside a tokio runtime).
+async fn store_landing<F>(rt: Option<&tokio::runtime::Handle>, thread: &str, op: F) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    match rt {
+        Some(rt) => joined(spawn_landing(rt, thread, op).await),
+        None => {
+            let _guard = crate::landing::hold(thread);
+            op.await
+        }
+    }
+}
+
 impl Persist<'_> {
     async fn put(&mut self, mut rec: CheckpointRecord) -> Result<()> {
-        let Some(cp) = self.cp else { return Ok(()) };
+        let Some(cp) = self.cp_arc.clone() else {
+            return Ok(());
+        };
         if self.durability == Durability::Exit {
             rec.parent = self.stored_head.clone();
             self.exit_writes.clear();
@@ -813,16 +848,17 @@ impl Persist<'_> {
         }
         // Checkpoints reach the store in order: the previous put finishes first.
         self.drain().await?;
+        let scope = self.scope.clone();
+        let thread = scope.thread.as_str().to_owned();
+        let op = async move { cp.put(&scope, rec).await };
         if self.durability == Durability::Async
-            && let Some(arc) = &self.cp_arc
+            && let Some(rt) = &self.rt
         {
             // Stored while the next step's tasks run; drained before any write attaches to it.
-            // Its own task: a run dropped meanwhile still stores the step it finished.
-            let (cp, scope) = (arc.clone(), self.scope.clone());
-            self.inflight = Some(tokio::spawn(async move { cp.put(&scope, rec).await }));
+            self.inflight = Some(spawn_landing(rt, &thread, op));
             return Ok(());
         }
-        cp.put(self.scope, rec).await
+        store_landing(self.rt.as_ref(), &thread, op).await
     }
 
     /// Waits for the checkpoint put still in flight (async durability).
@@ -840,7 +876,9 @@ impl Persist<'_> {
         path: &str,
         writes: Vec<(String, Json)>,
     ) -> Result<()> {
-        let Some(cp) = self.cp else { return Ok(()) };
+        let Some(cp) = self.cp_arc.clone() else {
+            return Ok(());
+        };
         // The checkpoint these writes attach to must be stored first.
         self.drain().await?;
         if self.durability == Durability::Exit {
@@ -848,34 +886,29 @@ impl Persist<'_> {
                 .push((ckpt.clone(), task.clone(), path.to_owned(), writes));
             return Ok(());
         }
-        cp.put_writes(self.scope, ckpt, task, path, writes).await
+        let scope = self.scope.clone();
+        let thread = scope.thread.as_str().to_owned();
+        let (ckpt, task, path) = (ckpt.clone(), task.clone(), path.to_owned());
+        let op = async move { cp.put_writes(&scope, &ckpt, &task, &path, writes).await };
+        store_landing(self.rt.as_ref(), &thread, op).await
     }
 
     async fn flush(&mut self) -> Result<()> {
         // An invoke that returned has stored everything, in every durability mode.
         self.drain().await?;
-        let Some(cp) = self.cp else { return Ok(()) };
+        let Some(cp) = self.cp_arc.clone() else {
+            return Ok(());
+        };
         let (rec, writes) = (self.exit_ckpt.take(), std::mem::take(&mut self.exit_writes));
         if rec.is_none() && writes.is_empty() {
             return Ok(());
         }
-        match &self.cp_arc {
-            // Its own task, so that a run dropped while it flushes still stores all of it (a
-            // consumer that stops at the interrupt event must not leave the checkpoint
-            // without its interrupt write).
-            Some(arc) => joined(
-                tokio::spawn(flush_buffered(arc.clone(), self.scope.clone(), rec, writes)).await,
-            ),
-            None => {
-                if let Some(rec) = rec {
-                    cp.put(self.scope, rec).await?;
-                }
-                for (c, t, p, w) in writes {
-                    cp.put_writes(self.scope, &c, &t, &p, w).await?;
-                }
-                Ok(())
-            }
-        }
+        // Its own task, so that a run dropped while it flushes still stores all of it (a
+        // consumer that stops at the interrupt event must not leave the checkpoint without its
+        // interrupt write).
+        let thread = self.scope.thread.as_str().to_owned();
+        let op = flush_buffered(cp, self.scope.clone(), rec, writes);
+        store_landing(self.rt.as_ref(), &thread, op).await
     }
 }
 
@@ -890,8 +923,14 @@ impl Drop for Persist<'_> {
             return;
         };
         let (rec, writes) = (self.exit_ckpt.take(), std::mem::take(&mut self.exit_writes));
-        // Nobody waits for it: an error has no one to reach (the next run reads what landed).
-        rt.spawn(flush_buffered(arc.clone(), self.scope.clone(), rec, writes));
+        // Nobody waits for the task itself (an error has no one to reach), but the next call
+        // that reads the thread waits for it to land.
+        let thread = self.scope.thread.as_str().to_owned();
+        drop(spawn_landing(
+            rt,
+            &thread,
+            flush_buffered(arc.clone(), self.scope.clone(), rec, writes),
+        ));
     }
 }
 
@@ -1200,6 +1239,12 @@ async fn run_inner(
     }
     if let Some(cp) = cp {
         check_store_mode(g, cp)?;
+    }
+    // A run of the root graph reads the thread's head only once what a dropped run of the
+    // thread still stores has landed (a subgraph's run is part of its enclosing run, whose own
+    // puts it must not wait for).
+    if cp.is_some() && cfg.checkpoint_ns.is_empty() {
+        crate::landing::settle(thread.as_str()).await;
     }
     // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
@@ -2133,6 +2178,8 @@ pub(crate) async fn get_state(
     cfg: &RunConfig,
 ) -> Result<Option<StateSnapshot>> {
     let scope = cfg.scope();
+    // What a dropped run of the thread still stores lands before the head is read.
+    crate::landing::settle(cfg.thread_id.as_str()).await;
     if cfg.checkpoint_id.is_none() && cache.holds(&scope) {
         // The head: from the hot-state cache when it holds exactly that checkpoint (a cold
         // cache skips this read: the head is read with its values below anyway).
@@ -2156,6 +2203,7 @@ pub(crate) async fn history(
     query: &HistoryQuery,
 ) -> Result<Vec<StateSnapshot>> {
     let scope = cfg.scope();
+    crate::landing::settle(cfg.thread_id.as_str()).await;
     if query.limit == Some(0) {
         // Kernel-spec R36: a limit of zero is an explicit empty page, read from nowhere (an
         // empty page read from the store would look emptied by a concurrent delete).
@@ -2255,17 +2303,20 @@ pub(crate) async fn history(
 
 pub(crate) async fn update_state(
     g: &Graph,
-    cp: &dyn Checkpointer,
+    cp_arc: &Arc<dyn Checkpointer>,
     cfg: &RunConfig,
     values: Update,
     as_node: Option<NodeId>,
 ) -> Result<CheckpointId> {
+    let cp = cp_arc.as_ref();
     if let Some(key) = cfg.reserved_metadata_key() {
         return Err(Error::ReservedMetadataKey {
             key: key.to_owned(),
         });
     }
     check_store_mode(g, cp)?;
+    // What a dropped run of the thread still stores lands before the head is read.
+    crate::landing::settle(cfg.thread_id.as_str()).await;
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;
@@ -2376,7 +2427,15 @@ pub(crate) async fn update_state(
         Some(t) => t.checkpoint.parents.clone(),
         None => cfg.parents.clone(),
     };
-    cp.put(&cfg.scope(), rec).await?;
+    // A caller dropped while the update is stored still leaves it whole, and counted.
+    let (cp, scope) = (cp_arc.clone(), cfg.scope());
+    let thread = cfg.thread_id.as_str().to_owned();
+    store_landing(
+        tokio::runtime::Handle::try_current().ok().as_ref(),
+        &thread,
+        async move { cp.put(&scope, rec).await },
+    )
+    .await?;
     Ok(id)
 }
 

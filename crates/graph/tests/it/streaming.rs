@@ -116,16 +116,13 @@ async fn dropping_the_stream_stops_without_corrupting_the_thread() {
                 () = started.notified() => {}
             }
         }
-        // Puts that outlive the dropped run run as their own tasks: let them land.
-        let mut snap = None;
-        for _ in 0..100 {
-            snap = graph.get_state(&cfg).await.unwrap();
-            if snap.as_ref().is_some_and(|s| s.step == 0) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        let snap = snap.expect("the thread was stored");
+        // Puts that outlive the dropped run run as their own tasks; the state read waits for
+        // them to land.
+        let snap = graph
+            .get_state(&cfg)
+            .await
+            .unwrap()
+            .expect("the thread was stored");
         assert_eq!(
             snap.step, 0,
             "{durability:?}: no checkpoint for the interrupted step"
@@ -342,4 +339,178 @@ async fn an_interrupted_step_streams_its_finished_siblings_values() {
     );
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(head.values.get(&LOG), Some(&log(&["in"])));
+}
+
+/// A store whose first put of a step-1 checkpoint waits until the gate opens (and says when it
+/// is waiting there); everything else goes straight to an in-process store.
+struct Gated {
+    inner: antler_graph::MemoryCheckpointer,
+    gated: std::sync::atomic::AtomicBool,
+    entered: Notify,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl antler_graph::Checkpointer for Gated {
+    async fn get_tuple(
+        &self,
+        thread: &antler_graph::Scope,
+        id: Option<&antler_graph::CheckpointId>,
+    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
+        self.inner.get_tuple(thread, id).await
+    }
+    async fn delta_history(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &antler_graph::CheckpointId,
+        channels: &[String],
+    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(thread, checkpoint, channels).await
+    }
+    async fn list(
+        &self,
+        thread: &antler_graph::Scope,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        self.inner.list(thread).await
+    }
+    async fn put(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: antler_graph::CheckpointRecord,
+    ) -> antler_graph::Result<()> {
+        if checkpoint.step == 1 && !self.gated.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|o| *o).await;
+        }
+        self.inner.put(thread, checkpoint).await
+    }
+    async fn put_writes(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &antler_graph::CheckpointId,
+        task_id: &antler_graph::TaskId,
+        task_path: &str,
+        writes: Vec<(String, serde_json::Value)>,
+    ) -> antler_graph::Result<()> {
+        self.inner
+            .put_writes(thread, checkpoint, task_id, task_path, writes)
+            .await
+    }
+}
+
+/// Runtime-spec §2.6: what a run stored is stored by the time it ends, also when it ends by its
+/// stream being dropped. The reference finishes its saves when the stream closes; here a
+/// dropped run's store operations finish on their own, and the next run, state read or update
+/// of the thread waits for them. Before, a run started right after the drop read the previous
+/// head: the dropped run's step was lost under the new run's (async and sync durability), or
+/// the new run started the thread afresh beside it (exit durability).
+#[tokio::test]
+async fn a_run_started_right_after_a_dropped_stream_builds_on_what_the_dropped_run_stored() {
+    use antler_graph::Durability;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for (durability, update) in [
+        (Durability::Sync, false),
+        (Durability::Async, false),
+        (Durability::Exit, false),
+        (Durability::Sync, true),
+        (Durability::Exit, true),
+    ] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(Notify::new());
+        let mut g = graph();
+        let c = calls.clone();
+        g.add_node("a", move |_s: State, _c| {
+            let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { Ok(Update::new().set(&LOG, vec![format!("a{n}")])) }
+        });
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, d) = (started.clone(), dropped.clone());
+        g.add_node("b", move |_s: State, _c| {
+            let first_run = !d.load(Ordering::SeqCst);
+            let s = s.clone();
+            async move {
+                if first_run {
+                    // The first run's `b` never finishes: its stream is dropped meanwhile.
+                    s.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                Ok(Update::new().set(&LOG, log(&["b"])))
+            }
+        });
+        g.add_edge("__start__", "a").add_edge("a", "b");
+        let store = Arc::new(Gated {
+            inner: antler_graph::MemoryCheckpointer::new(),
+            gated: false.into(),
+            entered: Notify::new(),
+            open: tokio::sync::watch::Sender::new(false),
+        });
+        let graph = g
+            .compile()
+            .expect("valid graph")
+            .with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t").with_durability(durability);
+        {
+            let mut s = Box::pin(graph.stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &cfg,
+                StreamModes::all(),
+            ));
+            let poll = async { while s.next().await.is_some() {} };
+            // Sync durability waits in `a`'s step checkpoint put (at the gate); async durability
+            // has that put in flight (at the gate) while `b` runs; exit durability stores it only
+            // when the dropped run flushes.
+            let reached = async {
+                if durability == Durability::Exit {
+                    started.notified().await;
+                } else {
+                    store.entered.notified().await;
+                }
+            };
+            tokio::select! {
+                biased;
+                () = poll => panic!("{durability:?}: the run must not finish"),
+                () = reached => {}
+            }
+        }
+        dropped.store(true, Ordering::SeqCst);
+        // The next call: a run with new input, or an update as `a`.
+        let next = tokio::spawn({
+            let graph = graph.clone();
+            async move {
+                let cfg = RunConfig::new("t");
+                if update {
+                    graph
+                        .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), None)
+                        .await?;
+                    Ok(graph.get_state(&cfg).await?.map(|s| s.values))
+                } else {
+                    let input = Update::new().set(&LOG, log(&["in"]));
+                    Ok(Some(graph.invoke(input, &cfg).await?.values))
+                }
+            }
+        });
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !next.is_finished(),
+            "{durability:?}/{update}: the next call waits for the dropped run's checkpoint"
+        );
+        store.open.send_replace(true);
+        let out: antler_graph::Result<Option<State>> = next.await.expect("no panic");
+        let values = out
+            .unwrap_or_else(|e| panic!("{durability:?}/{update}: {e}"))
+            .expect("a stored thread");
+        let want = if update {
+            log(&["in", "a1", "u"])
+        } else {
+            log(&["in", "a1", "in", "a2", "b"])
+        };
+        assert_eq!(
+            values.get(&LOG),
+            Some(&want),
+            "{durability:?}/{update}: the next call builds on the dropped run's step"
+        );
+    }
 }
