@@ -755,7 +755,9 @@ pub struct CheckpointEvent {
 pub enum StreamEvent {
     /// Full state after a step (mode `values`).
     Values(State),
-    /// A task's state writes (mode `updates`), at the end of its step, in task order.
+    /// A task's state writes (mode `updates`), at the end of its step, in task order; a step
+    /// that fails or stops on an interrupt still reports its finished tasks' writes, before the
+    /// error or the interrupt.
     Updates {
         /// Node.
         node: NodeId,

@@ -1508,6 +1508,11 @@ async fn run_inner(
             ckpt_id = Some(id);
             step += 1;
         }
+        // A resumed run starts by streaming the state it resumes from, as the reference's
+        // first tick does.
+        if em.modes.values {
+            em.send(StreamEvent::Values(live.state_view(g)));
+        }
     } else if let Input::Values(u) = &input {
         // Any value input maps to a write of `__start__`, an empty one too (the reference's
         // `map_input` yields `("__start__", {})` for `{}`; only `None` is "no input").
@@ -1619,6 +1624,19 @@ async fn run_inner(
                 None => {}
             }
         }
+        // The finished tasks' updates, in task-path order, also when a sibling failed or stopped
+        // on an interrupt or the step's writes conflict (the reference emits a task's updates
+        // as it finishes, before the barrier). Debug task events are for finished steps only,
+        // below.
+        if em.modes.updates {
+            for (i, writes) in &done {
+                let ev = task_event(g, &tasks[*i], writes, step)?;
+                em.send(StreamEvent::Updates {
+                    node: ev.node,
+                    writes: ev.writes,
+                });
+            }
+        }
         if let Some(e) = first_error {
             return Err(e);
         }
@@ -1667,19 +1685,9 @@ async fn run_inner(
                 }
             }
         }
-        for (i, writes) in &done {
-            let t = &tasks[*i];
-            if em.modes.debug || em.modes.updates {
-                let ev = task_event(g, t, writes, step)?;
-                if em.modes.updates {
-                    em.send(StreamEvent::Updates {
-                        node: ev.node.clone(),
-                        writes: ev.writes.clone(),
-                    });
-                }
-                if em.modes.debug {
-                    em.send(StreamEvent::Task(ev));
-                }
+        if em.modes.debug {
+            for (i, writes) in &done {
+                em.send(StreamEvent::Task(task_event(g, &tasks[*i], writes, step)?));
             }
         }
         let id = save_checkpoint(

@@ -341,6 +341,98 @@ async fn an_interrupted_step_streams_its_finished_siblings_values() {
     assert_eq!(head.values.get(&LOG), Some(&log(&["in"])));
 }
 
+/// The reference emits a task's updates as it finishes: a step that stops on a sibling's
+/// interrupt or error still reports its finished tasks' writes, before the interrupt or the
+/// error (before, only steps that finished streamed updates).
+#[tokio::test]
+async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
+    for fails in [false, true] {
+        let mut g = graph();
+        g.add_node("ask", move |_s, ctx: Context| async move {
+            if fails {
+                return Err(antler_graph::NodeError::failed("broken"));
+            }
+            ctx.interrupt(json!("ok?"))?;
+            Ok(Update::new())
+        });
+        g.add_node("other", |_s, _c| async {
+            Ok(Update::new().set(&LOG, log(&["other"])))
+        });
+        g.add_edge("__start__", "ask")
+            .add_edge("__start__", "other");
+        let graph = memory(g);
+        let modes = StreamModes {
+            updates: true,
+            ..StreamModes::default()
+        };
+        let items: Vec<_> = graph
+            .stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &RunConfig::new("t"),
+                modes,
+            )
+            .collect()
+            .await;
+        let kinds: Vec<String> = items
+            .iter()
+            .map(|item| match item {
+                Ok(StreamItem::Event(StreamEvent::Updates { node, writes })) => {
+                    format!("updates {node} {}", writes.len())
+                }
+                Ok(StreamItem::Event(StreamEvent::Interrupted(i))) => {
+                    format!("interrupted {}", i.len())
+                }
+                Ok(StreamItem::Done(_)) => "done".to_owned(),
+                Err(_) => "error".to_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        let end: &[&str] = if fails {
+            &["error"]
+        } else {
+            &["interrupted 1", "done"]
+        };
+        let want: Vec<&str> = ["updates __start__ 1", "updates other 1"]
+            .into_iter()
+            .chain(end.iter().copied())
+            .collect();
+        assert_eq!(kinds, want, "fails: {fails}");
+    }
+}
+
+/// A resumed run streams the state it resumes from first, as the reference's first tick does
+/// (before, its first `values` event came only after its first step).
+#[tokio::test]
+async fn a_resumed_run_streams_the_state_it_resumes_from_first() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a");
+    g.interrupt_before(["a"]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let modes = StreamModes {
+        values: true,
+        ..StreamModes::default()
+    };
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let items: Vec<_> = graph.stream(Input::Continue, &cfg, modes).collect().await;
+    let values: Vec<Vec<String>> = items
+        .iter()
+        .filter_map(|item| match item {
+            Ok(StreamItem::Event(StreamEvent::Values(v))) => {
+                Some(v.get(&LOG).cloned().unwrap_or_default())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values, [log(&["in"]), log(&["in", "a"])]);
+}
+
 /// A store whose first put of a step-1 checkpoint waits until the gate opens (and says when it
 /// is waiting there); everything else goes straight to an in-process store.
 struct Gated {
