@@ -758,11 +758,16 @@ pub enum StreamEvent {
     /// A task's state writes (mode `updates`), at the end of its step, in task order; a step
     /// that fails or stops on an interrupt still reports its finished tasks' writes, before the
     /// error or the interrupt.
+    #[non_exhaustive]
     Updates {
         /// Node.
         node: NodeId,
         /// Writes as JSON.
         writes: Vec<(String, Json)>,
+        /// The writes were stored by an earlier run: a resumed step reports its tasks that had
+        /// finished before it stopped again, as the reference marks them cached (the stopped
+        /// run streamed them already).
+        cached: bool,
     },
     /// A custom event a node emitted (mode `custom`), delivered when its task finishes.
     Custom {

@@ -1243,8 +1243,8 @@ async fn run_inner(
     // A run of the root graph reads the thread's head only once what a dropped run of the
     // thread still stores has landed (a subgraph's run is part of its enclosing run, whose own
     // puts it must not wait for).
-    if cp.is_some() && cfg.checkpoint_ns.is_empty() {
-        crate::landing::settle(thread.as_str()).await;
+    if cp.is_some() {
+        settle_root(cfg).await;
     }
     // The head without values first: on a hot-cache hit they are not needed.
     let saved = match cp {
@@ -1573,6 +1573,8 @@ async fn run_inner(
             results
                 .push(decode_writes(g, &pending, &t.id)?.map(|writes| TaskResult::Done { writes }));
         }
+        // Tasks whose writes an earlier run stored (their updates are streamed as cached).
+        let cached: Vec<bool> = results.iter().map(Option::is_some).collect();
         let to_run: Vec<&Task> = tasks
             .iter()
             .zip(&results)
@@ -1629,11 +1631,19 @@ async fn run_inner(
         // as it finishes, before the barrier). Debug task events are for finished steps only,
         // below.
         if em.modes.updates {
+            let stopping = first_error.is_some() || paused;
             for (i, writes) in &done {
-                let ev = task_event(g, &tasks[*i], writes, step)?;
+                let ev = match task_event(g, &tasks[*i], writes, step) {
+                    Ok(ev) => ev,
+                    // A step that stops reports its error or interrupt, not a failure to
+                    // render a sibling's update.
+                    Err(_) if stopping => continue,
+                    Err(e) => return Err(e),
+                };
                 em.send(StreamEvent::Updates {
                     node: ev.node,
                     writes: ev.writes,
+                    cached: cached.get(*i).copied().unwrap_or(false),
                 });
             }
         }
@@ -2179,6 +2189,15 @@ fn snapshot_from(
     })
 }
 
+/// Waits until what a dropped run of the thread still stores has landed, for a call on the root
+/// namespace: a subgraph's run and its state read (at each subgraph task's start) are part of
+/// an enclosing run, whose own store operations they must not wait for.
+async fn settle_root(cfg: &RunConfig) {
+    if cfg.checkpoint_ns.is_empty() {
+        crate::landing::settle(cfg.thread_id.as_str()).await;
+    }
+}
+
 pub(crate) async fn get_state(
     g: &Graph,
     cp: &dyn Checkpointer,
@@ -2186,8 +2205,7 @@ pub(crate) async fn get_state(
     cfg: &RunConfig,
 ) -> Result<Option<StateSnapshot>> {
     let scope = cfg.scope();
-    // What a dropped run of the thread still stores lands before the head is read.
-    crate::landing::settle(cfg.thread_id.as_str()).await;
+    settle_root(cfg).await;
     if cfg.checkpoint_id.is_none() && cache.holds(&scope) {
         // The head: from the hot-state cache when it holds exactly that checkpoint (a cold
         // cache skips this read: the head is read with its values below anyway).
@@ -2211,7 +2229,7 @@ pub(crate) async fn history(
     query: &HistoryQuery,
 ) -> Result<Vec<StateSnapshot>> {
     let scope = cfg.scope();
-    crate::landing::settle(cfg.thread_id.as_str()).await;
+    settle_root(cfg).await;
     if query.limit == Some(0) {
         // Kernel-spec R36: a limit of zero is an explicit empty page, read from nowhere (an
         // empty page read from the store would look emptied by a concurrent delete).
@@ -2323,8 +2341,7 @@ pub(crate) async fn update_state(
         });
     }
     check_store_mode(g, cp)?;
-    // What a dropped run of the thread still stores lands before the head is read.
-    crate::landing::settle(cfg.thread_id.as_str()).await;
+    settle_root(cfg).await;
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;

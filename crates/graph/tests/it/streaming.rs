@@ -40,7 +40,7 @@ async fn stream_modes_values_updates_custom() {
             Ok(StreamItem::Event(StreamEvent::Values(v))) => {
                 format!("values {}", v.get(&LOG).map_or(0, Vec::len))
             }
-            Ok(StreamItem::Event(StreamEvent::Updates { node, writes })) => {
+            Ok(StreamItem::Event(StreamEvent::Updates { node, writes, .. })) => {
                 format!("updates {node} {}", writes.len())
             }
             Ok(StreamItem::Event(StreamEvent::Custom { node, value })) => {
@@ -341,9 +341,35 @@ async fn an_interrupted_step_streams_its_finished_siblings_values() {
     assert_eq!(head.values.get(&LOG), Some(&log(&["in"])));
 }
 
+/// Renders a stream's `updates`, interrupt, end and error items.
+fn update_kinds(items: &[antler_graph::Result<StreamItem>]) -> Vec<String> {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Ok(StreamItem::Event(StreamEvent::Updates {
+                node,
+                writes,
+                cached,
+                ..
+            })) => Some(format!(
+                "updates {node} {}{}",
+                writes.len(),
+                if *cached { " cached" } else { "" }
+            )),
+            Ok(StreamItem::Event(StreamEvent::Interrupted(i))) => {
+                Some(format!("interrupted {}", i.len()))
+            }
+            Ok(StreamItem::Done(_)) => Some("done".to_owned()),
+            Err(_) => Some("error".to_owned()),
+            Ok(_) => None,
+        })
+        .collect()
+}
+
 /// The reference emits a task's updates as it finishes: a step that stops on a sibling's
 /// interrupt or error still reports its finished tasks' writes, before the interrupt or the
-/// error (before, only steps that finished streamed updates).
+/// error (before, only steps that finished streamed updates). Resuming the step reports them
+/// again marked cached, as the reference does, so a consumer can tell the copy.
 #[tokio::test]
 async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
     for fails in [false, true] {
@@ -352,8 +378,8 @@ async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
             if fails {
                 return Err(antler_graph::NodeError::failed("broken"));
             }
-            ctx.interrupt(json!("ok?"))?;
-            Ok(Update::new())
+            let answer = ctx.interrupt(json!("ok?"))?;
+            Ok(Update::new().set(&LOG, vec![answer.to_string()]))
         });
         g.add_node("other", |_s, _c| async {
             Ok(Update::new().set(&LOG, log(&["other"])))
@@ -365,28 +391,11 @@ async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
             updates: true,
             ..StreamModes::default()
         };
+        let cfg = RunConfig::new("t");
         let items: Vec<_> = graph
-            .stream(
-                Update::new().set(&LOG, log(&["in"])),
-                &RunConfig::new("t"),
-                modes,
-            )
+            .stream(Update::new().set(&LOG, log(&["in"])), &cfg, modes)
             .collect()
             .await;
-        let kinds: Vec<String> = items
-            .iter()
-            .map(|item| match item {
-                Ok(StreamItem::Event(StreamEvent::Updates { node, writes })) => {
-                    format!("updates {node} {}", writes.len())
-                }
-                Ok(StreamItem::Event(StreamEvent::Interrupted(i))) => {
-                    format!("interrupted {}", i.len())
-                }
-                Ok(StreamItem::Done(_)) => "done".to_owned(),
-                Err(_) => "error".to_owned(),
-                other => format!("{other:?}"),
-            })
-            .collect();
         let end: &[&str] = if fails {
             &["error"]
         } else {
@@ -396,7 +405,17 @@ async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
             .into_iter()
             .chain(end.iter().copied())
             .collect();
-        assert_eq!(kinds, want, "fails: {fails}");
+        assert_eq!(update_kinds(&items), want, "fails: {fails}");
+        if !fails {
+            let items: Vec<_> = graph
+                .stream(antler_graph::Command::resume(json!("yes")), &cfg, modes)
+                .collect()
+                .await;
+            assert_eq!(
+                update_kinds(&items),
+                ["updates ask 1", "updates other 1 cached", "done"]
+            );
+        }
     }
 }
 
@@ -605,4 +624,57 @@ async fn a_run_started_right_after_a_dropped_stream_builds_on_what_the_dropped_r
             "{durability:?}/{update}: the next call builds on the dropped run's step"
         );
     }
+}
+
+/// A subgraph task reads its own state when it starts; it does not wait for its enclosing
+/// run's checkpoint put still in flight (async durability keeps overlapping the next step).
+#[tokio::test]
+async fn a_subgraph_task_does_not_wait_for_its_enclosing_runs_put() {
+    let inner_started = Arc::new(Notify::new());
+    let mut inner = graph();
+    let s = inner_started.clone();
+    inner.add_node("inside", move |_s: State, _c| {
+        let s = s.clone();
+        async move {
+            s.notify_one();
+            Ok(Update::new().set(&LOG, log(&["inside"])))
+        }
+    });
+    inner.add_edge("__start__", "inside");
+    let mut outer = graph();
+    outer.add_node("pre", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["pre"])))
+    });
+    outer.add_subgraph("sub", inner.compile().expect("valid subgraph"));
+    outer.add_edge("__start__", "pre").add_edge("pre", "sub");
+    let store = Arc::new(Gated {
+        inner: antler_graph::MemoryCheckpointer::new(),
+        gated: false.into(),
+        entered: Notify::new(),
+        open: tokio::sync::watch::Sender::new(false),
+    });
+    let graph = outer
+        .compile()
+        .expect("valid graph")
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Async);
+    let run = tokio::spawn({
+        let graph = graph.clone();
+        let cfg = cfg.clone();
+        async move {
+            graph
+                .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+                .await
+        }
+    });
+    // `pre`'s step checkpoint is held at the gate while `sub` runs.
+    tokio::time::timeout(std::time::Duration::from_secs(10), inner_started.notified())
+        .await
+        .expect("the subgraph starts while the enclosing put is in flight");
+    store.open.send_replace(true);
+    let out = run.await.expect("no panic").expect("the run finishes");
+    assert_eq!(
+        out.values.get(&LOG),
+        Some(&log(&["in", "pre", "in", "pre", "inside"]))
+    );
 }
