@@ -755,7 +755,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Copies every row of `source` onto `target` and bumps the target's message-store epoch,
     /// in one transaction. A target body stored under a number the source also uses, with
     /// other bytes, is [`body_collision`] (nothing is copied): overwriting it would change
-    /// what the target's own lists say.
+    /// what the target's own lists say. So are other values under the source's blob keys
+    /// ([`blob_collision`]) and other checkpoint rows or pending writes under its keys
+    /// ([`row_collision`]).
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;
     /// Every blob key of a thread, with its namespace.
     async fn blob_keys(
@@ -2843,6 +2845,18 @@ pub(crate) fn blob_collision(source: &ThreadId, target: &ThreadId) -> Error {
         thread_id: target.clone(),
         detail: format!(
             "copy_thread from '{source}': the target stores other values under channel versions the source uses; copy onto a new or deleted thread"
+        ),
+    }
+}
+
+/// `copy_thread` onto a target whose own checkpoint rows or pending writes differ from the
+/// source's under the same keys (`what`): replacing them would change what the target's own
+/// checkpoints read, as replacing a value or a body would.
+pub(crate) fn row_collision(source: &ThreadId, target: &ThreadId, what: &str) -> Error {
+    Error::Conflict {
+        thread_id: target.clone(),
+        detail: format!(
+            "copy_thread from '{source}': the target stores other {what} under keys the source uses; copy onto a new or deleted thread"
         ),
     }
 }

@@ -578,6 +578,22 @@ impl Backend for MemoryBackend {
         {
             return Err(crate::engine::blob_collision(source, target));
         }
+        if cps
+            .iter()
+            .any(|(k, v)| t.checkpoints.get(k).is_some_and(|old| old != v))
+        {
+            return Err(crate::engine::row_collision(source, target, "checkpoints"));
+        }
+        if writes
+            .iter()
+            .any(|(k, v)| t.writes.get(k).is_some_and(|old| old != v))
+        {
+            return Err(crate::engine::row_collision(
+                source,
+                target,
+                "pending writes",
+            ));
+        }
         *t.epochs.entry(target.clone()).or_insert(0) += 1;
         // The target's marks rise to the source's; an unknown one on either side stays
         // unknown, and so does a source namespace that has checkpoints but no mark.

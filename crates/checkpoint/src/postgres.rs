@@ -1305,6 +1305,30 @@ impl Backend for PgBackend {
         if clashes {
             return Err(crate::engine::blob_collision(source, target));
         }
+        for (what, sql) in [
+            (
+                "checkpoints",
+                "SELECT EXISTS (SELECT 1 FROM {s}.checkpoints s JOIN {s}.checkpoints t ON t.thread_id = $2
+                    AND t.checkpoint_ns = s.checkpoint_ns AND t.checkpoint_id = s.checkpoint_id
+                  WHERE s.thread_id = $1 AND (t.parent_id, t.record, t.metadata) IS DISTINCT FROM (s.parent_id, s.record, s.metadata))",
+            ),
+            (
+                "pending writes",
+                "SELECT EXISTS (SELECT 1 FROM {s}.writes s JOIN {s}.writes t ON t.thread_id = $2
+                    AND t.checkpoint_ns = s.checkpoint_ns AND t.checkpoint_id = s.checkpoint_id
+                    AND t.task_id = s.task_id AND t.idx = s.idx
+                  WHERE s.thread_id = $1 AND (t.channel, t.task_path, t.value) IS DISTINCT FROM (s.channel, s.task_path, s.value))",
+            ),
+        ] {
+            let differs: bool = tx
+                .query_one(&self.sql(sql), &[&source.as_str(), &target.as_str()])
+                .await
+                .map_err(deadlock_or(target, ctx.clone()))?
+                .get(0);
+            if differs {
+                return Err(crate::engine::row_collision(source, target, what));
+            }
+        }
         // Every copy in one statement (PostgreSQL runs each data-modifying `WITH` part to
         // completion whether or not the query reads it): its parts read one snapshot of the source, so a prune
         // or `delete_for_runs` of the source committing meanwhile (they take no epoch lock
@@ -1317,15 +1341,19 @@ impl Backend for PgBackend {
         tx.execute(
             &self.sql(
                 "WITH cps AS (
-                   INSERT INTO {s}.checkpoints SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
-                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata),
+                   INSERT INTO {s}.checkpoints AS x SELECT $2, checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1
+                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
+                   SET record = CASE WHEN (x.parent_id, x.record, x.metadata) IS NOT DISTINCT FROM (EXCLUDED.parent_id, EXCLUDED.record, EXCLUDED.metadata)
+                                     THEN x.record ELSE int4send(1 / (length(EXCLUDED.record) * 0)) END),
                  vals AS (
                    INSERT INTO {s}.blobs AS x SELECT $2, checkpoint_ns, channel, version, data FROM {s}.blobs WHERE thread_id = $1
                    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
                    SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END),
                  wr AS (
-                   INSERT INTO {s}.writes SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
-                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, value = EXCLUDED.value),
+                   INSERT INTO {s}.writes AS w SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes WHERE thread_id = $1
+                   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE
+                   SET value = CASE WHEN (w.channel, w.task_path, w.value) IS NOT DISTINCT FROM (EXCLUDED.channel, EXCLUDED.task_path, EXCLUDED.value)
+                                    THEN w.value ELSE int4send(1 / (length(EXCLUDED.value) * 0)) END),
                  msgs AS (
                    INSERT INTO {s}.messages SELECT $2, seq, body FROM {s}.messages WHERE thread_id = $1
                    ON CONFLICT (thread_id, seq) DO UPDATE SET body = EXCLUDED.body),
@@ -1352,7 +1380,12 @@ impl Backend for PgBackend {
         .await
         .map_err(|e| {
             if e.code() == Some(&SqlState::DIVISION_BY_ZERO) {
-                crate::engine::blob_collision(source, target)
+                // A put or write to the target committed after the checks above.
+                crate::engine::row_collision(
+                    source,
+                    target,
+                    "checkpoints, pending writes or values",
+                )
             } else {
                 deadlock_or(target, ctx.clone())(e)
             }

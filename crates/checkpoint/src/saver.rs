@@ -340,11 +340,12 @@ pub trait Saver: Send + Sync {
 
     /// Copies every checkpoint, write and blob of `source` to `target`. Unknown source → no-op.
     ///
-    /// The message bodies of a delta thread keep their per-thread numbers and values keep their
-    /// channel versions, so a target that stores other bytes under a number or a
-    /// `(namespace, channel, version)` the source uses is refused with
+    /// The message bodies of a delta thread keep their per-thread numbers, values keep their
+    /// channel versions, and checkpoints and pending writes keep their ids and keys, so a
+    /// target that stores other bytes under a number, a `(namespace, channel, version)`, a
+    /// checkpoint id or a `(checkpoint, task, idx)` the source uses is refused with
     /// [`Error::Conflict`](crate::Error::Conflict) and nothing is copied (copy onto a new or
-    /// deleted thread).
+    /// deleted thread). Rows equal to the source's are no collision: copying again is fine.
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;
 
     /// Prunes the given threads with `strategy`.

@@ -1096,6 +1096,32 @@ impl Backend for SqliteBackend {
             if clashes {
                 return Err(crate::engine::blob_collision(&ThreadId::new(source.as_str()), &ThreadId::new(target.as_str())));
             }
+            for (what, sql) in [
+                (
+                    "checkpoints",
+                    "SELECT EXISTS (SELECT 1 FROM checkpoints s JOIN checkpoints t ON t.thread_id = ?2
+                        AND t.checkpoint_ns = s.checkpoint_ns AND t.checkpoint_id = s.checkpoint_id
+                      WHERE s.thread_id = ?1 AND (t.parent_id IS NOT s.parent_id OR t.record <> s.record OR t.metadata <> s.metadata))",
+                ),
+                (
+                    "pending writes",
+                    "SELECT EXISTS (SELECT 1 FROM writes s JOIN writes t ON t.thread_id = ?2
+                        AND t.checkpoint_ns = s.checkpoint_ns AND t.checkpoint_id = s.checkpoint_id
+                        AND t.task_id = s.task_id AND t.idx = s.idx
+                      WHERE s.thread_id = ?1 AND (t.channel <> s.channel OR t.task_path <> s.task_path OR t.value <> s.value))",
+                ),
+            ] {
+                let differs: bool = tx
+                    .query_row(sql, params![source, target], |r| r.get(0))
+                    .map_err(sql_err(ctx.clone()))?;
+                if differs {
+                    return Err(crate::engine::row_collision(
+                        &ThreadId::new(source.as_str()),
+                        &ThreadId::new(target.as_str()),
+                        what,
+                    ));
+                }
+            }
             bump_epoch(&tx, &target)?;
             for sql in [
                 // The target's marks rise to the source's; an unknown mark (NULL) on either side

@@ -117,6 +117,7 @@ macro_rules! conformance_suite {
             antler_channel_values_are_mode_gated,
             antler_channel_values_damaged_value_is_error,
             antler_copy_thread_refuses_other_values_under_the_same_versions,
+            antler_copy_thread_refuses_other_writes_or_checkpoints_under_the_same_keys,
             antler_max_channel_version_covers_every_branch,
             antler_max_channel_version_survives_deletes_and_copies,
             antler_a_refused_write_leaves_no_message_behind,
@@ -148,7 +149,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 130;
+pub const CASE_COUNT: usize = 131;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2020,6 +2021,62 @@ pub async fn antler_copy_thread_refuses_other_values_under_the_same_versions(sav
         json_of(&get(saver, &copied).await.checkpoint.channel_values["title"]),
         json!("theirs")
     );
+}
+
+/// A copy onto a thread whose own pending write or checkpoint row differs from the source's
+/// under the same key is a `Conflict` and copies nothing: replacing it would change what the
+/// target's checkpoints read (a pending write is insert-if-absent everywhere else). The same
+/// rows again copy fine.
+pub async fn antler_copy_thread_refuses_other_writes_or_checkpoints_under_the_same_keys(
+    saver: &dyn Saver,
+) {
+    let src = chain(saver, "src", "", 1, None).await;
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    // Copying the same rows again is no collision.
+    saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap();
+    let at_dst = cfg("dst", "", src[0].checkpoint_id);
+    write(saver, &at_dst, "k", "", &[("m", json!("mine"))]).await;
+    write(saver, &src[0], "k", "", &[("m", json!("theirs"))]).await;
+    let err = saver
+        .copy_thread(&thread("src"), &thread("dst"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+    assert!(err.to_string().contains("pending writes"), "{err}");
+    assert_eq!(
+        write_values(&get(saver, &at_dst).await.pending_writes),
+        vec![("k".into(), "m".into(), json!("mine"))]
+    );
+    // A checkpoint stored on both threads under one id with other metadata.
+    let cp = checkpoint(&[("a", 1, json!(0))]);
+    let shared = put_all(
+        saver,
+        cfg("one", "", None),
+        cp.clone(),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    put_all(
+        saver,
+        cfg("two", "", None),
+        cp,
+        metadata(CheckpointSource::Update, 7, None),
+    )
+    .await;
+    let err = saver
+        .copy_thread(&thread("one"), &thread("two"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+    assert!(err.to_string().contains("checkpoints"), "{err}");
+    let kept = get(saver, &cfg("two", "", shared.checkpoint_id)).await;
+    assert_eq!(kept.metadata.step, 7);
 }
 
 /// Message lists round-trip item by item, including repeated and shared items.
