@@ -2452,7 +2452,11 @@ impl<B: Backend> Engine<B> {
             None => self.scan_run_threads(&runs).await?,
         };
         // Every thread is checked before any is deleted: a run whose deletion would break a
-        // remaining checkpoint's history in one thread deletes nothing in the others.
+        // remaining checkpoint's history in one thread deletes nothing in the others. Each
+        // thread is then deleted in its own transaction, checked again against what it read: a
+        // checkpoint put meanwhile on a thread still to go fails that thread's delete after the
+        // earlier threads went (the error names it; calling again finishes the job).
+        // `Saver::delete_for_runs` documents this.
         let mut checked = Vec::with_capacity(threads.len());
         for thread in threads {
             let all = self.decoded_thread(&thread).await?;

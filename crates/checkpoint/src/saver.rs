@@ -336,6 +336,12 @@ pub trait Saver: Send + Sync {
     async fn delete_thread(&self, thread_id: &ThreadId) -> Result<()>;
 
     /// Deletes the checkpoints (and their writes) written by the given runs.
+    ///
+    /// Every thread the runs wrote is checked first; one whose remaining checkpoints would lose
+    /// history fails the call before anything is deleted. The threads are then deleted one
+    /// transaction each: a checkpoint put meanwhile on a thread not yet deleted can fail that
+    /// thread with [`Error::Conflict`](crate::Error::Conflict) after earlier threads were
+    /// deleted. Calling again with the same runs finishes the job.
     async fn delete_for_runs(&self, run_ids: &[RunId]) -> Result<()>;
 
     /// Copies every checkpoint, write and blob of `source` to `target`. Unknown source → no-op.
