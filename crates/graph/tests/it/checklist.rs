@@ -1480,83 +1480,22 @@ async fn a_hot_cache_never_serves_a_head_another_graph_moved() {
     );
 }
 
-/// A store whose `put` of one step waits until a node of a later step opens the gate.
-struct Gated {
-    inner: antler_graph::MemoryCheckpointer,
-    gate: Arc<Notify>,
-    /// Told once the gated checkpoint is stored.
-    stored: Arc<Notify>,
-    step: i64,
-}
-
-#[async_trait::async_trait]
-impl antler_graph::Checkpointer for Gated {
-    async fn get_tuple(
-        &self,
-        thread: &antler_graph::Scope,
-        id: Option<&antler_graph::CheckpointId>,
-    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
-        self.inner.get_tuple(thread, id).await
-    }
-    async fn list(
-        &self,
-        thread: &antler_graph::Scope,
-    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
-        self.inner.list(thread).await
-    }
-    async fn put(
-        &self,
-        thread: &antler_graph::Scope,
-        rec: antler_graph::CheckpointRecord,
-    ) -> antler_graph::Result<()> {
-        let gated = rec.step == self.step;
-        if gated {
-            self.gate.notified().await;
-        }
-        self.inner.put(thread, rec).await?;
-        if gated {
-            self.stored.notify_one();
-        }
-        Ok(())
-    }
-    async fn put_writes(
-        &self,
-        thread: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        task_id: &antler_graph::TaskId,
-        task_path: &str,
-        writes: Vec<(String, serde_json::Value)>,
-    ) -> antler_graph::Result<()> {
-        self.inner
-            .put_writes(thread, checkpoint, task_id, task_path, writes)
-            .await
-    }
-    async fn delta_history(
-        &self,
-        thread: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        channels: &[String],
-    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
-        self.inner.delta_history(thread, checkpoint, channels).await
-    }
-}
-
 /// Durability async: checkpoint N is stored while step N+1's tasks run (here the put of step 1
 /// can only start once step 2's node runs, and that node finishes only once the put is stored;
 /// in sync mode the put would never start, and before, when the put waited for the next write,
 /// it never finished), and an invoke that returned has stored everything.
 #[tokio::test]
 async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
-    let (gate, stored) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let store = Arc::new(crate::common::GatedStore::new(1));
     let mut g = graph();
     g.add_node("a", add("a"));
-    let (open, done) = (gate.clone(), stored.clone());
+    let s = store.clone();
     g.add_node("b", move |_s: State, _c| {
-        open.notify_one();
-        let done = done.clone();
+        s.open();
+        let s = s.clone();
         async move {
             // A guard against a hang, not a timing assertion.
-            tokio::time::timeout(std::time::Duration::from_secs(30), done.notified())
+            tokio::time::timeout(std::time::Duration::from_secs(30), s.stored.notified())
                 .await
                 .map_err(|_| NodeError::failed("the step-1 checkpoint was not stored meanwhile"))?;
             Ok(Update::new().set(&LOG, log(&["b"])))
@@ -1565,12 +1504,6 @@ async fn durability_async_stores_checkpoints_while_the_next_step_runs() {
     g.add_edge("__start__", "a")
         .add_edge("a", "b")
         .add_edge("b", "__end__");
-    let store = Arc::new(Gated {
-        inner: antler_graph::MemoryCheckpointer::new(),
-        gate,
-        stored,
-        step: 1,
-    });
     let graph = g.compile().expect("valid graph").with_checkpointer(store);
     let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Async);
     let out = graph

@@ -179,3 +179,81 @@ pub(crate) async fn trace(
     }
     out
 }
+
+/// An in-process store whose first put of a checkpoint of one step waits until the gate opens;
+/// it tells when that put starts waiting (`entered`) and when it is stored (`stored`).
+pub(crate) struct GatedStore {
+    inner: MemoryCheckpointer,
+    step: i64,
+    gated: std::sync::atomic::AtomicBool,
+    pub(crate) entered: tokio::sync::Notify,
+    pub(crate) stored: tokio::sync::Notify,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl GatedStore {
+    /// Gates the first put of a step-`step` checkpoint.
+    pub(crate) fn new(step: i64) -> Self {
+        Self {
+            inner: MemoryCheckpointer::new(),
+            step,
+            gated: false.into(),
+            entered: tokio::sync::Notify::new(),
+            stored: tokio::sync::Notify::new(),
+            open: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Opens the gate (for good).
+    pub(crate) fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+#[async_trait::async_trait]
+impl Checkpointer for GatedStore {
+    async fn get_tuple(
+        &self,
+        thread: &antler_graph::Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.inner.get_tuple(thread, id).await
+    }
+    async fn delta_history(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(thread, checkpoint, channels).await
+    }
+    async fn list(&self, thread: &antler_graph::Scope) -> Result<Vec<CheckpointTuple>> {
+        self.inner.list(thread).await
+    }
+    async fn put(&self, thread: &antler_graph::Scope, checkpoint: CheckpointRecord) -> Result<()> {
+        let gated = checkpoint.step == self.step
+            && !self.gated.swap(true, std::sync::atomic::Ordering::SeqCst);
+        if gated {
+            self.entered.notify_one();
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|o| *o).await;
+        }
+        self.inner.put(thread, checkpoint).await?;
+        if gated {
+            self.stored.notify_one();
+        }
+        Ok(())
+    }
+    async fn put_writes(
+        &self,
+        thread: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        self.inner
+            .put_writes(thread, checkpoint, task_id, task_path, writes)
+            .await
+    }
+}

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::{LOG, graph, log, memory};
+use crate::common::{GatedStore, LOG, graph, log, memory};
 
 #[tokio::test]
 async fn stream_modes_values_updates_custom() {
@@ -293,17 +293,7 @@ async fn exit_durability_checkpoint_events_name_the_stored_parent() {
 /// pending.
 #[tokio::test]
 async fn an_interrupted_step_streams_its_finished_siblings_values() {
-    let mut g = graph();
-    g.add_node("ask", |_s, ctx: Context| async move {
-        ctx.interrupt(json!("ok?"))?;
-        Ok(Update::new())
-    });
-    g.add_node("other", |_s, _c| async {
-        Ok(Update::new().set(&LOG, log(&["other"])))
-    });
-    g.add_edge("__start__", "ask")
-        .add_edge("__start__", "other");
-    let graph = memory(g);
+    let graph = ask_beside_other(false);
     let modes = StreamModes {
         values: true,
         ..StreamModes::default()
@@ -341,6 +331,25 @@ async fn an_interrupted_step_streams_its_finished_siblings_values() {
     assert_eq!(head.values.get(&LOG), Some(&log(&["in"])));
 }
 
+/// `ask` (which stops on an interrupt, or fails) beside `other` (which writes the log), both
+/// after `__start__`, over an in-process store.
+fn ask_beside_other(fails: bool) -> antler_graph::CompiledGraph {
+    let mut g = graph();
+    g.add_node("ask", move |_s, ctx: Context| async move {
+        if fails {
+            return Err(antler_graph::NodeError::failed("broken"));
+        }
+        let answer = ctx.interrupt(json!("ok?"))?;
+        Ok(Update::new().set(&LOG, vec![answer.to_string()]))
+    });
+    g.add_node("other", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["other"])))
+    });
+    g.add_edge("__start__", "ask")
+        .add_edge("__start__", "other");
+    memory(g)
+}
+
 /// Renders a stream's `updates`, interrupt, end and error items.
 fn update_kinds(items: &[antler_graph::Result<StreamItem>]) -> Vec<String> {
     items
@@ -373,20 +382,7 @@ fn update_kinds(items: &[antler_graph::Result<StreamItem>]) -> Vec<String> {
 #[tokio::test]
 async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
     for fails in [false, true] {
-        let mut g = graph();
-        g.add_node("ask", move |_s, ctx: Context| async move {
-            if fails {
-                return Err(antler_graph::NodeError::failed("broken"));
-            }
-            let answer = ctx.interrupt(json!("ok?"))?;
-            Ok(Update::new().set(&LOG, vec![answer.to_string()]))
-        });
-        g.add_node("other", |_s, _c| async {
-            Ok(Update::new().set(&LOG, log(&["other"])))
-        });
-        g.add_edge("__start__", "ask")
-            .add_edge("__start__", "other");
-        let graph = memory(g);
+        let graph = ask_beside_other(fails);
         let modes = StreamModes {
             updates: true,
             ..StreamModes::default()
@@ -452,64 +448,6 @@ async fn a_resumed_run_streams_the_state_it_resumes_from_first() {
     assert_eq!(values, [log(&["in"]), log(&["in", "a"])]);
 }
 
-/// A store whose first put of a step-1 checkpoint waits until the gate opens (and says when it
-/// is waiting there); everything else goes straight to an in-process store.
-struct Gated {
-    inner: antler_graph::MemoryCheckpointer,
-    gated: std::sync::atomic::AtomicBool,
-    entered: Notify,
-    open: tokio::sync::watch::Sender<bool>,
-}
-
-#[async_trait::async_trait]
-impl antler_graph::Checkpointer for Gated {
-    async fn get_tuple(
-        &self,
-        thread: &antler_graph::Scope,
-        id: Option<&antler_graph::CheckpointId>,
-    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
-        self.inner.get_tuple(thread, id).await
-    }
-    async fn delta_history(
-        &self,
-        thread: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        channels: &[String],
-    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
-        self.inner.delta_history(thread, checkpoint, channels).await
-    }
-    async fn list(
-        &self,
-        thread: &antler_graph::Scope,
-    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
-        self.inner.list(thread).await
-    }
-    async fn put(
-        &self,
-        thread: &antler_graph::Scope,
-        checkpoint: antler_graph::CheckpointRecord,
-    ) -> antler_graph::Result<()> {
-        if checkpoint.step == 1 && !self.gated.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            self.entered.notify_one();
-            let mut open = self.open.subscribe();
-            let _ = open.wait_for(|o| *o).await;
-        }
-        self.inner.put(thread, checkpoint).await
-    }
-    async fn put_writes(
-        &self,
-        thread: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        task_id: &antler_graph::TaskId,
-        task_path: &str,
-        writes: Vec<(String, serde_json::Value)>,
-    ) -> antler_graph::Result<()> {
-        self.inner
-            .put_writes(thread, checkpoint, task_id, task_path, writes)
-            .await
-    }
-}
-
 /// Runtime-spec §2.6: what a run stored is stored by the time it ends, also when it ends by its
 /// stream being dropped. The reference finishes its saves when the stream closes; here a
 /// dropped run's store operations finish on their own, and the next run, state read or update
@@ -550,12 +488,7 @@ async fn a_run_started_right_after_a_dropped_stream_builds_on_what_the_dropped_r
             }
         });
         g.add_edge("__start__", "a").add_edge("a", "b");
-        let store = Arc::new(Gated {
-            inner: antler_graph::MemoryCheckpointer::new(),
-            gated: false.into(),
-            entered: Notify::new(),
-            open: tokio::sync::watch::Sender::new(false),
-        });
+        let store = Arc::new(GatedStore::new(1));
         let graph = g
             .compile()
             .expect("valid graph")
@@ -608,7 +541,7 @@ async fn a_run_started_right_after_a_dropped_stream_builds_on_what_the_dropped_r
             !next.is_finished(),
             "{durability:?}/{update}: the next call waits for the dropped run's checkpoint"
         );
-        store.open.send_replace(true);
+        store.open();
         let out: antler_graph::Result<Option<State>> = next.await.expect("no panic");
         let values = out
             .unwrap_or_else(|e| panic!("{durability:?}/{update}: {e}"))
@@ -647,12 +580,7 @@ async fn a_subgraph_task_does_not_wait_for_its_enclosing_runs_put() {
     });
     outer.add_subgraph("sub", inner.compile().expect("valid subgraph"));
     outer.add_edge("__start__", "pre").add_edge("pre", "sub");
-    let store = Arc::new(Gated {
-        inner: antler_graph::MemoryCheckpointer::new(),
-        gated: false.into(),
-        entered: Notify::new(),
-        open: tokio::sync::watch::Sender::new(false),
-    });
+    let store = Arc::new(GatedStore::new(1));
     let graph = outer
         .compile()
         .expect("valid graph")
@@ -671,7 +599,7 @@ async fn a_subgraph_task_does_not_wait_for_its_enclosing_runs_put() {
     tokio::time::timeout(std::time::Duration::from_secs(10), inner_started.notified())
         .await
         .expect("the subgraph starts while the enclosing put is in flight");
-    store.open.send_replace(true);
+    store.open();
     let out = run.await.expect("no panic").expect("the run finishes");
     assert_eq!(
         out.values.get(&LOG),
