@@ -366,14 +366,15 @@ pub struct SkillEntry {
     pub name: String,
     /// Path of the skill file; the identity of the entry.
     pub path: String,
-    /// Whitespace-collapsed description, at most 500 characters.
+    /// Description as written or stored; [`merge_skill_context`] collapses its whitespace
+    /// and cuts it to 500 characters (R16).
     pub description: String,
     /// Informational message index (0 when unknown).
     pub loaded_at: i64,
 }
 
 impl SkillEntry {
-    /// A normalised entry (R16).
+    /// An entry; its description is normalised when merged (R16).
     pub fn new(
         name: impl Into<String>,
         path: impl Into<String>,
@@ -383,14 +384,16 @@ impl SkillEntry {
         SkillEntry {
             name: name.into(),
             path: path.into(),
-            description: normalize_description(description),
+            description: description.to_owned(),
             loaded_at,
         }
     }
 
-    /// Normalises a raw stored or incoming entry (R16): keeps only the four
-    /// fields, coerces their types, drops legacy keys such as `content`.
-    /// A missing `path` is [`Error::MissingSkillPath`].
+    /// Reads a raw stored or incoming entry (R16): keeps only the four fields, coerces their
+    /// types, drops legacy keys such as `content`. A missing `path` is
+    /// [`Error::MissingSkillPath`]. The description is kept as given (a non-string one is
+    /// `""`): [`merge_skill_context`] normalises it once per call, as the reference does, and
+    /// normalising twice is not the same (a cut that ends in a space loses it the second time).
     pub fn from_raw(raw: &Map<String, Value>) -> Result<Self> {
         let path = raw.get("path").ok_or(Error::MissingSkillPath)?;
         let name = match raw.get("name") {
@@ -398,7 +401,7 @@ impl SkillEntry {
             _ => String::new(),
         };
         let description = match raw.get("description") {
-            Some(Value::String(s)) => normalize_description(s),
+            Some(Value::String(s)) => s.clone(),
             _ => String::new(),
         };
         // Booleans are JSON's own type here, not integers (a deliberate

@@ -373,6 +373,8 @@ fn r16_skill_entries_are_normalised() {
     .unwrap();
     assert_eq!(e.name, "");
     assert_eq!(e.loaded_at, 0);
+    // The description is normalised by the merge.
+    let e = merge_skill_context(None, Some(vec![e])).remove(0);
     assert_eq!(e.description.chars().count(), SKILL_DESCRIPTION_MAX);
     assert!(e.description.starts_with("a b word word"));
     assert_eq!(
@@ -398,6 +400,20 @@ fn r16_skill_entries_are_normalised() {
         skill(json!({"name": "x"})).unwrap_err(),
         Error::MissingSkillPath
     );
+}
+
+/// R16 normalises an entry once per merge call: collapsing, then cutting to 500 characters,
+/// can end in a space, which a second normalisation (at reading and again at merging) would
+/// drop. The reference keeps it.
+#[test]
+fn r16_a_description_is_normalised_once_per_merge() {
+    let raw = format!("{} b", "a".repeat(499));
+    let written = skill(json!({"path": "p", "description": raw})).unwrap();
+    let out = merge_skill_context(None, Some(vec![written]));
+    assert_eq!(out[0].description, format!("{} ", "a".repeat(499)));
+    // The next merge normalises the stored entry again, as the reference does.
+    let again = merge_skill_context(Some(out), None);
+    assert_eq!(again[0].description, "a".repeat(499));
 }
 
 #[test]
