@@ -70,6 +70,17 @@ pub const THREAD_STATE_REDUCER_FIELDS: [&str; 9] = [
     field::SKILL_CONTEXT,
 ];
 
+/// A stored `null` in a list field reads as the empty list, which is what an
+/// `Overwrite(None)` leaves there (docs/reducers.md): a state the reference
+/// wrote with a null list stays readable instead of failing as a whole.
+fn null_as_empty<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// The persisted state of a DeerFlow thread (R2). `None` means the field was
 /// never written.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -90,6 +101,7 @@ pub struct ThreadState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Output files (`merge_artifacts`).
+    #[serde(deserialize_with = "null_as_empty")]
     pub artifacts: Vec<String>,
     /// Todo list (`merge_todos`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,13 +113,16 @@ pub struct ThreadState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uploaded_files: Option<Vec<Map<String, Value>>>,
     /// Viewed images (`merge_viewed_images`).
+    #[serde(deserialize_with = "null_as_empty")]
     pub viewed_images: ViewedImages,
     /// Deferred-tool promotions (`merge_promoted`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub promoted: Option<PromotedState>,
     /// Delegation ledger (`merge_delegations`).
+    #[serde(deserialize_with = "null_as_empty")]
     pub delegations: Vec<DelegationEntry>,
     /// Skill references (`merge_skill_context`).
+    #[serde(deserialize_with = "null_as_empty")]
     pub skill_context: Vec<SkillEntry>,
     /// Summary of compacted history (last value).
     #[serde(skip_serializing_if = "Option::is_none")]

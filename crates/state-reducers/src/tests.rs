@@ -892,3 +892,17 @@ fn floats_in_unknown_keys_survive_storage_exactly() {
     let again: Message = serde_json::from_slice(&serde_json::to_vec(&m).unwrap()).unwrap();
     assert_eq!(again, m);
 }
+
+/// A state with `null` list fields (the reference's channels hold `None` after an
+/// `Overwrite(None)`, R7, R8, R13, R17) reads, with those fields empty.
+#[test]
+fn null_list_fields_read_as_empty() {
+    let st: ThreadState = serde_json::from_value(json!({
+        "artifacts": null, "viewed_images": null, "delegations": null, "skill_context": null,
+        "title": "t"
+    }))
+    .unwrap();
+    assert!(st.artifacts.is_empty() && st.viewed_images.is_empty());
+    assert!(st.delegations.is_empty() && st.skill_context.is_empty());
+    assert_eq!(st.title.as_deref(), Some("t"));
+}
