@@ -24,14 +24,59 @@ pub(crate) fn repr_str(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
+            c if !is_py_printable(c) => {
+                let n = c as u32;
+                if n <= 0xff {
+                    out.push_str(&format!("\\x{n:02x}"));
+                } else if n <= 0xffff {
+                    out.push_str(&format!("\\u{n:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{n:08x}"));
+                }
             }
             c => out.push(c),
         }
     }
     out.push(quote);
     out
+}
+
+/// Python's `str.isprintable()` for one character, which `repr` escapes when false: not a
+/// control (Cc), format (Cf) or private-use (Co) character, and no separator (Zs, Zl, Zp)
+/// but the ASCII space. Unassigned code points (Cn), which Python escapes too, pass here:
+/// telling them apart needs the Unicode tables, and ids do not carry them.
+pub(crate) fn is_py_printable(c: char) -> bool {
+    let n = c as u32;
+    let control = n < 0x20 || (0x7f..=0x9f).contains(&n);
+    let separator = matches!(
+        n,
+        0xa0 | 0x1680 | 0x2000..=0x200a | 0x2028 | 0x2029 | 0x202f | 0x205f | 0x3000
+    );
+    let format = matches!(
+        n,
+        0xad | 0x600..=0x605
+            | 0x61c
+            | 0x6dd
+            | 0x70f
+            | 0x890..=0x891
+            | 0x8e2
+            | 0x180e
+            | 0x200b..=0x200f
+            | 0x202a..=0x202e
+            | 0x2060..=0x2064
+            | 0x2066..=0x206f
+            | 0xfeff
+            | 0xfff9..=0xfffb
+            | 0x110bd
+            | 0x110cd
+            | 0x13430..=0x1343f
+            | 0x1bca0..=0x1bca3
+            | 0x1d173..=0x1d17a
+            | 0xe0001
+            | 0xe0020..=0xe007f
+    );
+    let private = matches!(n, 0xe000..=0xf8ff | 0xf0000..=0xffffd | 0x100000..=0x10fffd);
+    !(control || separator || format || private)
 }
 
 /// Python's `str.isspace()` for one character: Unicode whitespace plus the
@@ -108,6 +153,17 @@ mod tests {
         assert_eq!(repr_str("it's"), "\"it's\"");
         assert_eq!(repr_str("a'b\"c"), "'a\\'b\"c'");
         assert_eq!(repr_str("a\nb\\"), "'a\\nb\\\\'");
+    }
+
+    /// Python escapes every character `str.isprintable()` rejects, not only ASCII controls
+    /// (the figures are Python's own `repr` of the same strings).
+    #[test]
+    fn repr_escapes_what_python_cannot_print() {
+        assert_eq!(repr_str("sb\u{a0}"), "'sb\\xa0'");
+        assert_eq!(repr_str("a\u{85}b\u{7f}"), "'a\\x85b\\x7f'");
+        assert_eq!(repr_str("x\u{200b}\u{2028}\u{3000}"), "'x\\u200b\\u2028\\u3000'");
+        assert_eq!(repr_str("\u{e0001}\u{f0000}"), "'\\U000e0001\\U000f0000'");
+        assert_eq!(repr_str("é ü 漢 😀"), "'é ü 漢 😀'");
     }
 
     #[test]
