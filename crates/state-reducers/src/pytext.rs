@@ -161,7 +161,10 @@ mod tests {
     fn repr_escapes_what_python_cannot_print() {
         assert_eq!(repr_str("sb\u{a0}"), "'sb\\xa0'");
         assert_eq!(repr_str("a\u{85}b\u{7f}"), "'a\\x85b\\x7f'");
-        assert_eq!(repr_str("x\u{200b}\u{2028}\u{3000}"), "'x\\u200b\\u2028\\u3000'");
+        assert_eq!(
+            repr_str("x\u{200b}\u{2028}\u{3000}"),
+            "'x\\u200b\\u2028\\u3000'"
+        );
         assert_eq!(repr_str("\u{e0001}\u{f0000}"), "'\\U000e0001\\U000f0000'");
         assert_eq!(repr_str("é ü 漢 😀"), "'é ü 漢 😀'");
     }
