@@ -1126,6 +1126,28 @@ fn force_unreplayed(g: &Graph, live: &mut Live, pending: &[PendingWrite]) {
     );
 }
 
+/// Forces a snapshot of every delta channel when `tasks`, the loaded checkpoint's next step,
+/// is not empty: a child made from that checkpoint without finishing its step (new input that
+/// abandons it, a fork, an update) must not walk into the writes a resume addressed to the
+/// loaded checkpoint stores there later, which its branch never applies (runtime-spec §5.4).
+fn force_if_unfinished(live: &mut Live, tasks: &[Task]) {
+    if tasks.is_empty() {
+        return;
+    }
+    for ch in &mut live.chans {
+        if let Some(d) = ch.delta() {
+            d.forced = true;
+        }
+    }
+}
+
+/// The loaded checkpoint's next tasks, for [`force_if_unfinished`].
+fn next_tasks(g: &Graph, live: &Live, ckpt: Option<&CheckpointId>, step: i64) -> Result<Vec<Task>> {
+    let state = live.state_view(g);
+    let ck = ckpt.map_or("", CheckpointId::as_str);
+    prepare_tasks(g, live, ck, step, &state)
+}
+
 /// Forces a snapshot of every delta channel among `channels` (written channel names).
 fn force_snapshots<'a>(g: &Graph, live: &mut Live, channels: impl IntoIterator<Item = &'a str>) {
     for channel in channels {
@@ -1494,6 +1516,8 @@ async fn run_inner(
         mark_interrupt_seen(&mut live);
         dirty = true;
         if fork_saved {
+            let tasks = next_tasks(g, &live, ckpt_id.as_ref(), step)?;
+            force_if_unfinished(&mut live, &tasks);
             let id = save_checkpoint(
                 g,
                 &mut live,
@@ -1519,6 +1543,7 @@ async fn run_inner(
         let state = live.state_view(g);
         let ck = ckpt_id.as_ref().map_or("", CheckpointId::as_str).to_owned();
         let discard = prepare_tasks(g, &live, &ck, step, &state)?;
+        force_if_unfinished(&mut live, &discard);
         let input_writes = vec![(g.start_chan, Write::Value(Arc::new(u.clone())))];
         let mut batch = vec![Applied {
             name: "__input__",
@@ -2374,6 +2399,8 @@ pub(crate) async fn update_state(
         // writes: the reference's traces show it (graph-programs g1-00000 and g1-00043, an
         // update on the head after a fan-out where one task stopped on an interrupt).
         force_unreplayed(g, &mut live, &t.pending_writes);
+        let tasks = next_tasks(g, &live, Some(&t.checkpoint.id), t.checkpoint.step + 1)?;
+        force_if_unfinished(&mut live, &tasks);
     }
     if let Some(t) = &saved {
         let null_ch = null_writes(g, &t.pending_writes)?;

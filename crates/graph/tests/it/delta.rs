@@ -203,14 +203,15 @@ async fn rule_05_a_nodes_overwrite_beside_a_siblings_append_forces_a_snapshot() 
 
 /// Rule 6 at a fork: the fork checkpoint is saved before any step ran, so it counts a superstep
 /// but no update, although the checkpoint it replays was saved by a step that moved `messages`.
+/// The forked checkpoint is a finished run's last: a fork of one whose step is unfinished
+/// snapshots instead (`a_late_resume_of_an_older_checkpoint_does_not_leak_into_its_children`).
 #[tokio::test]
 async fn rule_06_a_fork_counts_a_superstep_but_no_update() {
     let store = Arc::new(Recording::default());
-    let mut g = chat(100, true);
-    g.add_node("after", |_s: State, _c| async { Ok(Update::new()) });
-    g.add_edge("reply", "after");
-    g.interrupt_before(["after"]);
-    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let graph = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
     graph.invoke(human(0), &cfg).await.unwrap();
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
@@ -3264,4 +3265,97 @@ async fn the_superstep_bound_snapshots_a_channel_that_stopped_receiving_writes()
             channel: "messages".into()
         })
     );
+}
+
+/// A child made from an interrupted checkpoint without finishing its step (new input that
+/// abandons the step, or an update) snapshots its delta channels: a resume addressed to the
+/// older checkpoint later stores the re-run task's writes there, and the child's history walk
+/// passes through it (runtime-spec §5.4: writes a branch never applied must not leak into its
+/// walk). Before, a cold read of the child showed the answer given on the other branch. On the
+/// in-process checkpointer and on SQLite through the saver adapter.
+#[tokio::test]
+async fn a_late_resume_of_an_older_checkpoint_does_not_leak_into_its_children() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, Command, SaverCheckpointer};
+    for (sqlite, by_update) in [(false, false), (true, false), (false, true), (true, true)] {
+        let store: Arc<dyn Checkpointer> = if sqlite {
+            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(50).unwrap());
+            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
+            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+        } else {
+            Arc::new(MemoryCheckpointer::new())
+        };
+        let graph = asking().compile().unwrap().with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        let p = graph
+            .invoke(human(0), &cfg)
+            .await
+            .unwrap()
+            .checkpoint_id
+            .unwrap();
+        // The child: new input that abandons the interrupted step, or an update on it.
+        let child = if by_update {
+            graph.update_state(&cfg, human(1), None).await.unwrap()
+        } else {
+            graph
+                .invoke(human(1), &cfg)
+                .await
+                .unwrap()
+                .checkpoint_id
+                .unwrap()
+        };
+        let at = cfg.clone().with_checkpoint(child.clone());
+        let before = graph
+            .get_state(&at)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned();
+        // A late answer on the older checkpoint: `ask` re-runs there and stores its reply.
+        let other = graph
+            .invoke(
+                Command::resume(serde_json::json!("cy")),
+                &cfg.clone().with_checkpoint(p),
+            )
+            .await
+            .unwrap();
+        assert!(
+            other
+                .values
+                .get(&MESSAGES)
+                .unwrap()
+                .iter()
+                .any(|m| m.content.text().contains("cy")),
+            "the late answer's own branch has it"
+        );
+        let cold = asking()
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let got = cold
+            .get_state(&at)
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned();
+        assert_eq!(
+            got, before,
+            "sqlite: {sqlite}, update: {by_update}: a cold read of the child"
+        );
+        let history = cold.get_state_history(&cfg).await.unwrap();
+        let listed = history
+            .iter()
+            .find(|s| s.checkpoint_id == child)
+            .map(|s| s.values.get(&MESSAGES).cloned());
+        assert_eq!(
+            listed,
+            Some(before),
+            "sqlite: {sqlite}, update: {by_update}: the history"
+        );
+    }
 }
