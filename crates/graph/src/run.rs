@@ -2401,8 +2401,23 @@ pub(crate) async fn update_state(
         force_unreplayed(g, &mut live, &t.pending_writes);
         let tasks = next_tasks(g, &live, Some(&t.checkpoint.id), t.checkpoint.step + 1)?;
         force_if_unfinished(&mut live, &tasks);
+        if cfg.checkpoint_id.is_some() {
+            // The input stored on an addressed checkpoint is not applied (below): the delta
+            // channels it writes snapshot, or the update's history walk would replay it.
+            force_snapshots(
+                g,
+                &mut live,
+                t.pending_writes
+                    .iter()
+                    .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
+                    .map(|w| w.channel.as_str()),
+            );
+        }
     }
-    if let Some(t) = &saved {
+    // The input stored on the head (a command's update) is applied first, as a run on the head
+    // would; not on an addressed checkpoint, where it belongs to the branch that already
+    // continued from there (a replay drops it too), as the reference's update does.
+    if let Some(t) = saved.as_ref().filter(|_| cfg.checkpoint_id.is_none()) {
         let null_ch = null_writes(g, &t.pending_writes)?;
         if !null_ch.is_empty() {
             apply_writes(

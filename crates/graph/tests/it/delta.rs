@@ -3359,3 +3359,70 @@ async fn a_late_resume_of_an_older_checkpoint_does_not_leak_into_its_children() 
         );
     }
 }
+
+/// `update_state` on an addressed checkpoint leaves the input stored there out (a command's
+/// update, which the branch that continued from it applied), and its delta channels snapshot,
+/// so the update's history walk, which passes through that checkpoint, does not replay it
+/// either. On the in-process checkpointer and on SQLite through the saver adapter.
+#[tokio::test]
+async fn an_update_on_an_addressed_checkpoint_does_not_replay_its_stored_input() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, Command, SaverCheckpointer};
+    for sqlite in [false, true] {
+        let store: Arc<dyn Checkpointer> = if sqlite {
+            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(50).unwrap());
+            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
+            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+        } else {
+            Arc::new(MemoryCheckpointer::new())
+        };
+        let build = || {
+            let mut g = chat(50, true);
+            g.channel(&crate::common::LAST, ChannelSpec::last_value())
+                .unwrap();
+            g.compile().unwrap()
+        };
+        let graph = build().with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        let head = graph
+            .invoke(human(0), &cfg)
+            .await
+            .unwrap()
+            .checkpoint_id
+            .unwrap();
+        // A command on the finished head runs nothing: its update stays stored there.
+        graph
+            .invoke(Command::new().update(human(9)), &cfg)
+            .await
+            .unwrap();
+        let fork = graph
+            .update_state(
+                &cfg.clone().with_checkpoint(head),
+                // An update that leaves `messages` alone: only the snapshot forced for the
+                // input it does not apply keeps the walk from replaying that input.
+                Update::new().set(&crate::common::LAST, "note".to_owned()),
+                Some("reply".into()),
+            )
+            .await
+            .unwrap();
+        let cold = build()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let got = cold
+            .get_state(&cfg.clone().with_checkpoint(fork))
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned()
+            .unwrap();
+        let ids: Vec<_> = got.iter().filter_map(|m| m.id.clone()).collect();
+        // The head's state (`h-0`, the reply), without the command's `h-9`.
+        assert_eq!(
+            ids,
+            ["h-0", "ai-1"],
+            "sqlite: {sqlite}: the fork, read cold"
+        );
+    }
+}

@@ -184,3 +184,69 @@ async fn reserved_metadata_keys_are_refused() {
         "nothing was stored"
     );
 }
+
+/// `update_state` on an addressed checkpoint does not apply the input stored there (a
+/// command's update, which the branch that continued from it already applied), as the
+/// reference's update applies pending writes only when no checkpoint is addressed, and as a
+/// replay of the same checkpoint drops it. On the head it still does. Before, the fork carried
+/// the other branch's input.
+#[tokio::test]
+async fn an_update_on_an_addressed_checkpoint_leaves_its_stored_input_out() {
+    use crate::common::{LOG, graph, log, memory};
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let head = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap()
+        .checkpoint_id
+        .unwrap();
+    // A command on the finished head runs nothing: its update stays stored there.
+    graph
+        .invoke(
+            antler_graph::Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    let on_head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(on_head.checkpoint_id, head);
+    let at = cfg.clone().with_checkpoint(head.clone());
+    let fork = graph
+        .update_state(&at, Update::new().set(&LOG, log(&["upd"])), None)
+        .await
+        .unwrap();
+    let forked = graph
+        .get_state(&cfg.clone().with_checkpoint(fork))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(forked.values.get(&LOG), Some(&log(&["in", "a", "upd"])));
+    // On the head (nothing addressed) the stored input applies first.
+    let cfg = RunConfig::new("t2");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    graph
+        .invoke(
+            antler_graph::Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    graph
+        .update_state(&cfg, Update::new().set(&LOG, log(&["upd"])), None)
+        .await
+        .unwrap();
+    let latest = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(
+        latest.values.get(&LOG),
+        Some(&log(&["in", "a", "cmd", "upd"]))
+    );
+}
