@@ -2388,7 +2388,9 @@ pub(crate) async fn update_state(
             Some(t.checkpoint.id.clone()),
             t.checkpoint.step + 1,
         ),
-        None => (Live::new(g)?, None, -1),
+        // A fresh thread's update is step 0, as the reference numbers it (the step after
+        // "none", -1), whatever node it is applied as.
+        None => (Live::new(g)?, None, 0),
     };
     if cfg.checkpoint_id.is_some() {
         // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).

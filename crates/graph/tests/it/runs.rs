@@ -250,3 +250,21 @@ async fn an_update_on_an_addressed_checkpoint_leaves_its_stored_input_out() {
         Some(&log(&["in", "a", "cmd", "upd"]))
     );
 }
+
+/// An update on a fresh thread is step 0, as the reference numbers it (its `step + 1` after
+/// the "no checkpoint" step, -1).
+#[tokio::test]
+async fn an_update_on_a_fresh_thread_is_step_zero() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a");
+    let graph = memory(g);
+    let cfg = RunConfig::new("fresh");
+    graph
+        .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), Some("a".into()))
+        .await
+        .unwrap();
+    assert_eq!(graph.get_state(&cfg).await.unwrap().unwrap().step, 0);
+}
