@@ -1337,14 +1337,6 @@ async fn run_inner(
     let mut step = meta_step + 1;
     // Saturating: a limit near `i64::MAX` means "no practical limit", not an overflow.
     let stop = step.saturating_add(limit).saturating_add(1);
-    // Time travel that is not a resume saves a fork checkpoint first (runtime-spec §2.2): a
-    // replay, and a command without a resume value (its update or goto starts the new branch).
-    let replay = explicit
-        && match &input {
-            Input::Continue => true,
-            Input::Command(c) => c.resume.is_none(),
-            Input::Values(_) => false,
-        };
     // Whether the loaded checkpoint is the newest of its namespace. Only then can a later run
     // load input stored on it (a run on an older checkpoint addresses it, and drops that input),
     // and only then has it no children, whose history walks would replay such input.
@@ -1353,6 +1345,28 @@ async fn run_inner(
     } else {
         !explicit
     };
+    // A resume addressed to an older checkpoint whose tasks all have results (its step finished,
+    // on the branch that continued from it) answers nothing: it is time travel, and forks like
+    // it, so that a goto's new tasks do not store writes on a checkpoint whose children's
+    // history walks would replay them (runtime-spec §5.4).
+    let nothing_to_resume = explicit
+        && !loaded_is_newest
+        && matches!(&input, Input::Command(c) if c.resume.is_some())
+        && next_tasks(g, &live, ckpt_id.as_ref(), step)?
+            .iter()
+            .all(|t| {
+                pending
+                    .iter()
+                    .any(|w| w.task_id == t.id && !is_control(&w.channel))
+            });
+    // Time travel that is not a resume saves a fork checkpoint first (runtime-spec §2.2): a
+    // replay, and a command without a resume value (its update or goto starts the new branch).
+    let replay = explicit
+        && match &input {
+            Input::Continue => true,
+            Input::Command(c) => c.resume.is_none() || nothing_to_resume,
+            Input::Values(_) => false,
+        };
     // Whether that fork checkpoint will be saved: not when the addressed checkpoint is the
     // thread's newest and itself a fork or an update (it has no children to keep apart from).
     let fork_saved =

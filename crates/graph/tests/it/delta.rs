@@ -3426,3 +3426,71 @@ async fn an_update_on_an_addressed_checkpoint_does_not_replay_its_stored_input()
         );
     }
 }
+
+/// A resume with a `goto`, addressed to an older checkpoint whose step already finished on
+/// another branch, answers no interrupt: it forks like time travel, so the new task's writes
+/// do not land on that checkpoint, whose existing child's history walk would replay them.
+/// Before, a cold read of that child showed the new task's message.
+#[tokio::test]
+async fn a_resume_with_goto_on_a_finished_older_checkpoint_forks() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, Command, SaverCheckpointer};
+    let build = || {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(100))
+            .unwrap();
+        for name in ["a", "b"] {
+            g.add_node(name, move |s: State, _c| async move {
+                let n = s.get(&MESSAGES).map_or(0, Vec::len);
+                let id = format!("{name}-{n}");
+                Ok(Update::new().set(&MESSAGES, vec![ai(Some(&id), name)]))
+            });
+        }
+        g.add_edge("__start__", "a")
+            .add_edge("a", "b")
+            .add_edge("b", "__end__");
+        g.compile().unwrap()
+    };
+    for sqlite in [false, true] {
+        let store: Arc<dyn Checkpointer> = if sqlite {
+            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(100).unwrap());
+            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
+            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
+        } else {
+            Arc::new(MemoryCheckpointer::new())
+        };
+        let graph = build().with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        graph.invoke(human(0), &cfg).await.unwrap();
+        let history = graph.get_state_history(&cfg).await.unwrap();
+        // `c`: the checkpoint with `b` next; `c1`: its child, after `b` ran.
+        let c = history
+            .iter()
+            .find(|s| s.next.iter().any(|n| n.as_str() == "b"))
+            .unwrap();
+        let c1 = history
+            .iter()
+            .find(|s| s.parent_id.as_ref() == Some(&c.checkpoint_id))
+            .unwrap();
+        let before = c1.values.get(&MESSAGES).cloned();
+        graph
+            .invoke(
+                Command::resume(serde_json::Value::Null).goto("a"),
+                &cfg.clone().with_checkpoint(c.checkpoint_id.clone()),
+            )
+            .await
+            .unwrap();
+        let cold = build()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let got = cold
+            .get_state(&cfg.clone().with_checkpoint(c1.checkpoint_id.clone()))
+            .await
+            .unwrap()
+            .unwrap()
+            .values
+            .get(&MESSAGES)
+            .cloned();
+        assert_eq!(got, before, "sqlite: {sqlite}: the older child, read cold");
+    }
+}
