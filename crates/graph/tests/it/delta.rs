@@ -31,6 +31,22 @@ fn chat(frequency: u32, with_ids: bool) -> StateGraph {
     g
 }
 
+/// The in-process checkpointer, or an in-memory SQLite saver in delta mode with snapshot
+/// frequency `frequency` through the saver adapter.
+async fn delta_store(sqlite: bool, frequency: u32) -> Arc<dyn antler_graph::Checkpointer> {
+    if sqlite {
+        let mode = antler_checkpoint::StoreConfig::delta(
+            antler_checkpoint::SnapshotFrequency::new(frequency).expect("a valid frequency"),
+        );
+        let saver = antler_checkpoint::SqliteSaver::open_in_memory(mode)
+            .await
+            .expect("SQLite opens");
+        Arc::new(antler_graph::SaverCheckpointer::new(Arc::new(saver)))
+    } else {
+        Arc::new(MemoryCheckpointer::new())
+    }
+}
+
 fn human(i: usize) -> Update {
     let mut m = Message::new(MessageType::Human, format!("hi {i}"));
     m.id = Some(format!("h-{i}"));
@@ -2604,16 +2620,8 @@ fn asking() -> StateGraph {
 /// in-process checkpointer and on SQLite through the saver adapter.
 #[tokio::test]
 async fn a_resume_with_an_update_on_an_addressed_checkpoint_leaves_its_children_alone() {
-    use antler_checkpoint as cp;
-    use antler_graph::{Checkpointer, SaverCheckpointer};
     for sqlite in [false, true] {
-        let store: Arc<dyn Checkpointer> = if sqlite {
-            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(50).unwrap());
-            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
-            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
-        } else {
-            Arc::new(MemoryCheckpointer::new())
-        };
+        let store = delta_store(sqlite, 50).await;
         resume_with_an_update_on_an_older_checkpoint(store).await;
     }
 }
@@ -3275,16 +3283,9 @@ async fn the_superstep_bound_snapshots_a_channel_that_stopped_receiving_writes()
 /// in-process checkpointer and on SQLite through the saver adapter.
 #[tokio::test]
 async fn a_late_resume_of_an_older_checkpoint_does_not_leak_into_its_children() {
-    use antler_checkpoint as cp;
-    use antler_graph::{Checkpointer, Command, SaverCheckpointer};
+    use antler_graph::Command;
     for (sqlite, by_update) in [(false, false), (true, false), (false, true), (true, true)] {
-        let store: Arc<dyn Checkpointer> = if sqlite {
-            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(50).unwrap());
-            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
-            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
-        } else {
-            Arc::new(MemoryCheckpointer::new())
-        };
+        let store = delta_store(sqlite, 50).await;
         let graph = asking().compile().unwrap().with_checkpointer(store.clone());
         let cfg = RunConfig::new("t");
         let p = graph
@@ -3366,16 +3367,9 @@ async fn a_late_resume_of_an_older_checkpoint_does_not_leak_into_its_children() 
 /// either. On the in-process checkpointer and on SQLite through the saver adapter.
 #[tokio::test]
 async fn an_update_on_an_addressed_checkpoint_does_not_replay_its_stored_input() {
-    use antler_checkpoint as cp;
-    use antler_graph::{Checkpointer, Command, SaverCheckpointer};
+    use antler_graph::Command;
     for sqlite in [false, true] {
-        let store: Arc<dyn Checkpointer> = if sqlite {
-            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(50).unwrap());
-            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
-            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
-        } else {
-            Arc::new(MemoryCheckpointer::new())
-        };
+        let store = delta_store(sqlite, 50).await;
         let build = || {
             let mut g = chat(50, true);
             g.channel(&crate::common::LAST, ChannelSpec::last_value())
@@ -3433,8 +3427,7 @@ async fn an_update_on_an_addressed_checkpoint_does_not_replay_its_stored_input()
 /// Before, a cold read of that child showed the new task's message.
 #[tokio::test]
 async fn a_resume_with_goto_on_a_finished_older_checkpoint_forks() {
-    use antler_checkpoint as cp;
-    use antler_graph::{Checkpointer, Command, SaverCheckpointer};
+    use antler_graph::Command;
     let build = || {
         let mut g = StateGraph::new();
         g.channel(&MESSAGES, ChannelSpec::messages_delta(100))
@@ -3452,13 +3445,7 @@ async fn a_resume_with_goto_on_a_finished_older_checkpoint_forks() {
         g.compile().unwrap()
     };
     for sqlite in [false, true] {
-        let store: Arc<dyn Checkpointer> = if sqlite {
-            let mode = cp::StoreConfig::delta(cp::SnapshotFrequency::new(100).unwrap());
-            let saver = cp::SqliteSaver::open_in_memory(mode).await.unwrap();
-            Arc::new(SaverCheckpointer::new(Arc::new(saver)))
-        } else {
-            Arc::new(MemoryCheckpointer::new())
-        };
+        let store = delta_store(sqlite, 100).await;
         let graph = build().with_checkpointer(store.clone());
         let cfg = RunConfig::new("t");
         graph.invoke(human(0), &cfg).await.unwrap();

@@ -185,6 +185,16 @@ async fn reserved_metadata_keys_are_refused() {
     );
 }
 
+/// `__start__` → `a` (which logs "a") over an in-process store.
+fn start_then_a() -> antler_graph::CompiledGraph {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a");
+    memory(g)
+}
+
 /// `update_state` on an addressed checkpoint does not apply the input stored there (a
 /// command's update, which the branch that continued from it already applied), as the
 /// reference's update applies pending writes only when no checkpoint is addressed, and as a
@@ -192,13 +202,7 @@ async fn reserved_metadata_keys_are_refused() {
 /// the other branch's input.
 #[tokio::test]
 async fn an_update_on_an_addressed_checkpoint_leaves_its_stored_input_out() {
-    use crate::common::{LOG, graph, log, memory};
-    let mut g = graph();
-    g.add_node("a", |_s, _c| async {
-        Ok(Update::new().set(&LOG, log(&["a"])))
-    });
-    g.add_edge("__start__", "a");
-    let graph = memory(g);
+    let graph = start_then_a();
     let cfg = RunConfig::new("t");
     let head = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
@@ -255,12 +259,7 @@ async fn an_update_on_an_addressed_checkpoint_leaves_its_stored_input_out() {
 /// the "no checkpoint" step, -1).
 #[tokio::test]
 async fn an_update_on_a_fresh_thread_is_step_zero() {
-    let mut g = graph();
-    g.add_node("a", |_s, _c| async {
-        Ok(Update::new().set(&LOG, log(&["a"])))
-    });
-    g.add_edge("__start__", "a");
-    let graph = memory(g);
+    let graph = start_then_a();
     let cfg = RunConfig::new("fresh");
     graph
         .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), Some("a".into()))
