@@ -754,8 +754,7 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
 /// tasks run, and stored even when the run is dropped meanwhile), and the exit-mode flush
 /// (started when the run ends, or when it is dropped with buffered writes).
 struct Persist<'a> {
-    cp: Option<&'a dyn Checkpointer>,
-    /// The same checkpointer, owned, for the spawned puts.
+    /// The checkpointer, owned: store operations run as their own tasks.
     cp_arc: Option<Arc<dyn Checkpointer>>,
     scope: &'a Scope,
     durability: Durability,
@@ -849,16 +848,16 @@ impl Persist<'_> {
         // Checkpoints reach the store in order: the previous put finishes first.
         self.drain().await?;
         let scope = self.scope.clone();
-        let thread = scope.thread.as_str().to_owned();
         let op = async move { cp.put(&scope, rec).await };
+        let thread = self.scope.thread.as_str();
         if self.durability == Durability::Async
             && let Some(rt) = &self.rt
         {
             // Stored while the next step's tasks run; drained before any write attaches to it.
-            self.inflight = Some(spawn_landing(rt, &thread, op));
+            self.inflight = Some(spawn_landing(rt, thread, op));
             return Ok(());
         }
-        store_landing(self.rt.as_ref(), &thread, op).await
+        store_landing(self.rt.as_ref(), thread, op).await
     }
 
     /// Waits for the checkpoint put still in flight (async durability).
@@ -887,10 +886,9 @@ impl Persist<'_> {
             return Ok(());
         }
         let scope = self.scope.clone();
-        let thread = scope.thread.as_str().to_owned();
         let (ckpt, task, path) = (ckpt.clone(), task.clone(), path.to_owned());
         let op = async move { cp.put_writes(&scope, &ckpt, &task, &path, writes).await };
-        store_landing(self.rt.as_ref(), &thread, op).await
+        store_landing(self.rt.as_ref(), self.scope.thread.as_str(), op).await
     }
 
     async fn flush(&mut self) -> Result<()> {
@@ -906,9 +904,8 @@ impl Persist<'_> {
         // Its own task, so that a run dropped while it flushes still stores all of it (a
         // consumer that stops at the interrupt event must not leave the checkpoint without its
         // interrupt write).
-        let thread = self.scope.thread.as_str().to_owned();
         let op = flush_buffered(cp, self.scope.clone(), rec, writes);
-        store_landing(self.rt.as_ref(), &thread, op).await
+        store_landing(self.rt.as_ref(), self.scope.thread.as_str(), op).await
     }
 }
 
@@ -925,10 +922,9 @@ impl Drop for Persist<'_> {
         let (rec, writes) = (self.exit_ckpt.take(), std::mem::take(&mut self.exit_writes));
         // Nobody waits for the task itself (an error has no one to reach), but the next call
         // that reads the thread waits for it to land.
-        let thread = self.scope.thread.as_str().to_owned();
         drop(spawn_landing(
             rt,
-            &thread,
+            self.scope.thread.as_str(),
             flush_buffered(arc.clone(), self.scope.clone(), rec, writes),
         ));
     }
@@ -1148,6 +1144,20 @@ fn next_tasks(g: &Graph, live: &Live, ckpt: Option<&CheckpointId>, step: i64) ->
     prepare_tasks(g, live, ck, step, &state)
 }
 
+/// Forces a snapshot of every delta channel the input stored on the loaded checkpoint (its
+/// NULL-task writes) writes, for a run or update that does not apply that input: a later
+/// history walk through the checkpoint must not replay it.
+fn force_stored_input(g: &Graph, live: &mut Live, pending: &[PendingWrite]) {
+    force_snapshots(
+        g,
+        live,
+        pending
+            .iter()
+            .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
+            .map(|w| w.channel.as_str()),
+    );
+}
+
 /// Forces a snapshot of every delta channel among `channels` (written channel names).
 fn force_snapshots<'a>(g: &Graph, live: &mut Live, channels: impl IntoIterator<Item = &'a str>) {
     for channel in channels {
@@ -1198,7 +1208,6 @@ pub(crate) async fn run(
     });
     let scope = cfg.scope();
     let mut persist = Persist {
-        cp,
         cp_arc: cp_arc.cloned(),
         scope: &scope,
         durability: cfg.durability,
@@ -1349,16 +1358,21 @@ async fn run_inner(
     // on the branch that continued from it) answers nothing: it is time travel, and forks like
     // it, so that a goto's new tasks do not store writes on a checkpoint whose children's
     // history walks would replay them (runtime-spec §5.4).
+    // The loaded checkpoint's next tasks, for a run addressed to a checkpoint (before any
+    // command of the run changes the channels).
+    let loaded_tasks = if explicit && matches!(input, Input::Continue | Input::Command(_)) {
+        next_tasks(g, &live, ckpt_id.as_ref(), step)?
+    } else {
+        Vec::new()
+    };
     let nothing_to_resume = explicit
         && !loaded_is_newest
         && matches!(&input, Input::Command(c) if c.resume.is_some())
-        && next_tasks(g, &live, ckpt_id.as_ref(), step)?
-            .iter()
-            .all(|t| {
-                pending
-                    .iter()
-                    .any(|w| w.task_id == t.id && !is_control(&w.channel))
-            });
+        && loaded_tasks.iter().all(|t| {
+            pending
+                .iter()
+                .any(|w| w.task_id == t.id && !is_control(&w.channel))
+        });
     // Time travel that is not a resume saves a fork checkpoint first (runtime-spec §2.2): a
     // replay, and a command without a resume value (its update or goto starts the new branch).
     let replay = explicit
@@ -1399,14 +1413,7 @@ async fn run_inner(
             loaded_is_newest
         };
         if !keep_input {
-            force_snapshots(
-                g,
-                &mut live,
-                pending
-                    .iter()
-                    .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
-                    .map(|w| w.channel.as_str()),
-            );
+            force_stored_input(g, &mut live, &pending);
         }
         if replay {
             // The kept input is the checkpoint's own; a resume value stored on it is stale.
@@ -1530,8 +1537,7 @@ async fn run_inner(
         mark_interrupt_seen(&mut live);
         dirty = true;
         if fork_saved {
-            let tasks = next_tasks(g, &live, ckpt_id.as_ref(), step)?;
-            force_if_unfinished(&mut live, &tasks);
+            force_if_unfinished(&mut live, &loaded_tasks);
             let id = save_checkpoint(
                 g,
                 &mut live,
@@ -1669,21 +1675,35 @@ async fn run_inner(
         // on an interrupt or the step's writes conflict (the reference emits a task's updates
         // as it finishes, before the barrier). Debug task events are for finished steps only,
         // below.
+        // Rendered once for both modes.
+        let mut events: Vec<Result<TaskEvent>> = if em.modes.updates || em.modes.debug {
+            done.iter()
+                .map(|(i, writes)| task_event(g, &tasks[*i], writes, step))
+                .collect()
+        } else {
+            Vec::new()
+        };
         if em.modes.updates {
             let stopping = first_error.is_some() || paused;
-            for (i, writes) in &done {
-                let ev = match task_event(g, &tasks[*i], writes, step) {
-                    Ok(ev) => ev,
+            for (k, (i, _)) in done.iter().enumerate() {
+                match &mut events[k] {
+                    Ok(ev) => em.send(StreamEvent::Updates {
+                        node: ev.node.clone(),
+                        // The debug event below needs them too; otherwise they move.
+                        writes: if em.modes.debug {
+                            ev.writes.clone()
+                        } else {
+                            std::mem::take(&mut ev.writes)
+                        },
+                        cached: cached.get(*i).copied().unwrap_or(false),
+                    }),
                     // A step that stops reports its error or interrupt, not a failure to
                     // render a sibling's update.
-                    Err(_) if stopping => continue,
-                    Err(e) => return Err(e),
-                };
-                em.send(StreamEvent::Updates {
-                    node: ev.node,
-                    writes: ev.writes,
-                    cached: cached.get(*i).copied().unwrap_or(false),
-                });
+                    Err(_) if stopping => {}
+                    Err(_) => {
+                        events.swap_remove(k)?;
+                    }
+                }
             }
         }
         if let Some(e) = first_error {
@@ -1735,8 +1755,8 @@ async fn run_inner(
             }
         }
         if em.modes.debug {
-            for (i, writes) in &done {
-                em.send(StreamEvent::Task(task_event(g, &tasks[*i], writes, step)?));
+            for ev in events {
+                em.send(StreamEvent::Task(ev?));
             }
         }
         let id = save_checkpoint(
@@ -1811,7 +1831,10 @@ async fn save_checkpoint(
         step,
         source,
         persist.durability == Durability::Exit,
-        persist.cp.is_some_and(|c| c.accepts_encoded_lists()),
+        persist
+            .cp_arc
+            .as_ref()
+            .is_some_and(|c| c.accepts_encoded_lists()),
     )?;
     rec.run_id.clone_from(&persist.run_id);
     rec.metadata.clone_from(&persist.metadata);
@@ -1819,7 +1842,7 @@ async fn save_checkpoint(
     // Exit durability stores only the run's last checkpoint, under the head the run found
     // (`Persist::put`): the event names the parent the store will record, not a buffered
     // checkpoint that is never stored.
-    let recorded = if persist.durability == Durability::Exit && persist.cp.is_some() {
+    let recorded = if persist.durability == Durability::Exit && persist.cp_arc.is_some() {
         persist.stored_head.clone()
     } else {
         parent
@@ -2418,16 +2441,8 @@ pub(crate) async fn update_state(
         let tasks = next_tasks(g, &live, Some(&t.checkpoint.id), t.checkpoint.step + 1)?;
         force_if_unfinished(&mut live, &tasks);
         if cfg.checkpoint_id.is_some() {
-            // The input stored on an addressed checkpoint is not applied (below): the delta
-            // channels it writes snapshot, or the update's history walk would replay it.
-            force_snapshots(
-                g,
-                &mut live,
-                t.pending_writes
-                    .iter()
-                    .filter(|w| w.task_id.as_str() == NULL_TASK_ID)
-                    .map(|w| w.channel.as_str()),
-            );
+            // The input stored on an addressed checkpoint is not applied (below).
+            force_stored_input(g, &mut live, &t.pending_writes);
         }
     }
     // The input stored on the head (a command's update) is applied first, as a run on the head
