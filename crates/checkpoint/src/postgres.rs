@@ -9,7 +9,10 @@
 //! the history walk three per page of ancestors.
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
@@ -145,9 +148,10 @@ fn quote_ident(s: &str) -> String {
 /// The SQL of the statements on the read and write paths, with the schema filled in once (at
 /// connect) instead of formatted on every call; each is prepared once per connection.
 ///
-/// Preparing all of them when the saver connects was tried: a cold `get_state`, first turn
-/// and fork of the write-amp workload at T = 2000 showed no difference beyond this machine's
-/// noise (three interleaved runs each), so statements are prepared on first use.
+/// The read path's statements are prepared, and run once, when a connection is made
+/// ([`warm_reads`]); the others are prepared on first use (preparing them too showed no
+/// difference beyond this machine's noise: three interleaved runs of a cold `get_state`,
+/// first turn and fork of the write-amp workload at T = 2000).
 struct HotSql {
     checkpoint_by_id: String,
     checkpoint_latest: String,
@@ -271,7 +275,83 @@ impl HotSql {
 pub(crate) struct PgBackend {
     pool: Pool,
     s: String,
-    hot: HotSql,
+    hot: Arc<HotSql>,
+}
+
+/// Runs the read path's statements once on a new connection, with arguments that match no
+/// row, and keeps them prepared.
+///
+/// A new PostgreSQL backend starts with empty catalog caches: the first statements it runs
+/// load the definitions of every table, index, type and function they use, and plan with
+/// them. A server log of a cold `get_state` on a fresh connection put several milliseconds
+/// into parsing and binding the read's statements. Paying that when the connection is
+/// created moves it out of the first read on it; a pooled connection lives for many reads.
+///
+/// The warm-up waits at most [`WARM_LOCK_TIMEOUT`] for a table lock: a table locked by
+/// someone else's DDL must not hold up a connection that may never read it. A warm-up that
+/// fails (a lock it did not get, a missing table) is the inner error, for the caller to
+/// ignore: such a connection reads as before, only slower at first. The outer error means
+/// the session setting could not be restored, and the connection must not be used.
+async fn warm_reads(
+    c: &deadpool_postgres::ClientWrapper,
+    hot: &HotSql,
+) -> std::result::Result<std::result::Result<(), tokio_postgres::Error>, tokio_postgres::Error> {
+    if let Err(e) = c
+        .batch_execute(&format!("SET lock_timeout = '{WARM_LOCK_TIMEOUT}'"))
+        .await
+    {
+        return Ok(Err(e));
+    }
+    let warmed = run_warm_reads(c, hot).await;
+    // Back to the session's own setting (the server's, or the connection string's).
+    c.batch_execute("RESET lock_timeout").await?;
+    Ok(warmed)
+}
+
+/// How long the warm-up of a new connection waits for a table lock.
+const WARM_LOCK_TIMEOUT: &str = "100ms";
+
+/// The statements of [`warm_reads`].
+async fn run_warm_reads(
+    c: &deadpool_postgres::ClientWrapper,
+    hot: &HotSql,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let (by_id, latest, cp_blobs, messages, ancestors, blobs) = tokio::join!(
+        c.prepare_cached(&hot.head_by_id),
+        c.prepare_cached(&hot.head_latest),
+        c.prepare_cached(&hot.checkpoint_blobs),
+        c.prepare_cached(&hot.messages),
+        c.prepare_cached(&hot.ancestors),
+        c.prepare_cached(&hot.blobs),
+    );
+    let (by_id, _, cp_blobs, messages, ancestors, blobs) =
+        (by_id?, latest?, cp_blobs?, messages?, ancestors?, blobs?);
+    // A checkpoint id is always 16 bytes, so the empty id matches nothing whatever the thread.
+    let none: &[u8] = &[];
+    let (key_c, key_v) = (vec!["messages"], vec![0i64]);
+    let (lo, hi) = (vec![0i64], vec![0i64]);
+    type Args<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
+    let neg = vec![-1i64];
+    let by_id_args: Args = vec![&"", &"", &none];
+    let cp_blobs_args: Args = vec![&"", &"", &none, &key_c, &key_v];
+    // An empty range: [0, 0).
+    let messages_args: Args = vec![&"", &lo, &hi];
+    let ancestors_args: Args = vec![&"", &"", &none, &1i32];
+    // No blob has a negative version.
+    let blobs_args: Args = vec![&"", &"", &key_c, &neg];
+    let (a, b, m, n, bl) = tokio::join!(
+        c.query(&by_id, &by_id_args),
+        c.query(&cp_blobs, &cp_blobs_args),
+        c.query(&messages, &messages_args),
+        c.query(&ancestors, &ancestors_args),
+        c.query(&blobs, &blobs_args),
+    );
+    a?;
+    b?;
+    m?;
+    n?;
+    bl?;
+    Ok(())
 }
 
 impl PgBackend {
@@ -1621,6 +1701,14 @@ impl PostgresSaver {
     /// Connects, creates the schema if needed, applies migrations under an advisory lock, and
     /// records or checks the store configuration.
     ///
+    /// Every connection the pool makes (the first one once the migrations ran) prepares and
+    /// runs the statements that read a checkpoint, with arguments that match no row, before it
+    /// is handed out: a new server backend loads its catalog caches and plans on its first
+    /// statements, which otherwise slows the first read on each connection. On the 2-core
+    /// development machine this made `connect` about 5 ms slower (median 6.4–6.8 → 11.3–12.6
+    /// ms) and a cold `get_state` of a 2,000-turn thread about 5 ms faster
+    /// (`docs/bench-write-amp.md`). A connection whose warm-up fails is handed out unwarmed.
+    ///
     /// # Errors
     /// [`Error::StoreConfigMismatch`], [`Error::SchemaTooNew`], or [`Error::Backend`] when the
     /// server is unreachable or a statement fails.
@@ -1636,17 +1724,37 @@ impl PostgresSaver {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let s = quote_ident(&options.schema);
+        let hot = Arc::new(HotSql::new(&s));
+        // Connections made before the tables are known to exist (the one that migrates) are
+        // warmed once the migrations ran; every later one as it is created.
+        let ready = Arc::new(AtomicBool::new(false));
+        let (hook_hot, hook_ready) = (Arc::clone(&hot), Arc::clone(&ready));
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
+            .post_create(Hook::async_fn(move |c, _| {
+                let (hot, ready) = (Arc::clone(&hook_hot), Arc::clone(&hook_ready));
+                Box::pin(async move {
+                    if ready.load(Ordering::Acquire) {
+                        // A failed warm-up leaves a usable connection that is merely not warm.
+                        let _ = warm_reads(c, &hot)
+                            .await
+                            .map_err(deadpool_postgres::HookError::Backend)?;
+                    }
+                    Ok(())
+                })
+            }))
             .build()
             .map_err(|e| Error::backend("postgres: building the pool", e))?;
-        let s = quote_ident(&options.schema);
-        let backend = PgBackend {
-            pool,
-            hot: HotSql::new(&s),
-            s,
-        };
+        let backend = PgBackend { pool, hot, s };
         backend.migrate().await?;
+        ready.store(true, Ordering::Release);
+        {
+            let ctx = "postgres: warming the connection";
+            let c = backend.client(ctx).await?;
+            // A failed warm-up leaves a usable connection that is merely not warm.
+            let _ = warm_reads(&c, &backend.hot).await.map_err(pg_err(ctx))?;
+        }
         Ok(Self {
             engine: Engine::open(backend, config).await?,
         })
@@ -2064,6 +2172,16 @@ mod tests {
     /// Polls (up to 20 s) until a session's statement matching the `LIKE` pattern waits on a
     /// lock: the statement under test has reached the blocking row or table. Panics when none
     /// does: the interleaving the test is about did not happen, so it would check nothing.
+    /// Makes the pool hold `n` idle connections, each warmed: a race test then takes its
+    /// connections from them while it holds a table lock, instead of making new ones whose
+    /// warm-up would wait on that lock (and show up as the statement the test waits for).
+    async fn prefill(b: &PgBackend, n: usize) {
+        let held = futures::future::join_all((0..n).map(|_| b.client("test"))).await;
+        for c in held {
+            drop(c.expect("client"));
+        }
+    }
+
     async fn until_a_statement_waits(b: &PgBackend, pattern: &str) {
         let watcher = b.client("test").await.expect("client");
         for _ in 0..2000 {
@@ -2140,6 +2258,7 @@ mod tests {
         // An uncommitted row on one of the target's value keys: the copy's statement that
         // copies values waits on it, after the checkpoints were copied.
         let b = &saver.engine.backend;
+        prefill(b, 4).await;
         let blocker = b.client("test").await.expect("client");
         blocker
             .batch_execute(
@@ -2267,6 +2386,7 @@ mod tests {
             configs.push(put);
         }
         let b = &saver.engine.backend;
+        prefill(b, 4).await;
         let blocker = b.client("test").await.expect("client");
         blocker
             .batch_execute(&b.sql(&format!(
@@ -2400,6 +2520,7 @@ mod tests {
             configs[1].checkpoint_id.expect("id"),
         );
         let b = &saver.engine.backend;
+        prefill(b, 4).await;
         let setup = b.client("test").await.expect("client");
         // c1 goes (as a prune's first transaction deletes it), its row kept aside.
         setup
@@ -2483,6 +2604,7 @@ mod tests {
             .await
             .expect("put");
         let b = &saver.engine.backend;
+        prefill(b, 4).await;
         // The writer: the run's second checkpoint, through the saver's own statement, left
         // uncommitted (no message list, so it takes no epoch lock).
         let writer = b.client("test").await.expect("client");
@@ -2685,6 +2807,129 @@ mod tests {
         let seqs: Vec<u64> = rows.iter().map(|r| r.seq).collect();
         assert_eq!(seqs, (1..=200).collect::<Vec<u64>>());
         drop(c);
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// The statements of a connection's session whose text is one of the read path's.
+    async fn warm_statements(c: &deadpool_postgres::Object, hot: &HotSql) -> usize {
+        let texts: Vec<String> = c
+            .query("SELECT statement FROM pg_prepared_statements", &[])
+            .await
+            .expect("prepared statements")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        [
+            &hot.head_by_id,
+            &hot.head_latest,
+            &hot.checkpoint_blobs,
+            &hot.messages,
+            &hot.ancestors,
+            &hot.blobs,
+        ]
+        .iter()
+        .filter(|sql| texts.iter().any(|t| t == **sql))
+        .count()
+    }
+
+    /// Every connection of the pool has run the read path's statements before its first read:
+    /// the one that migrated (warmed once the tables exist) and one created later (by the
+    /// pool's hook). Without it, the first read on a connection pays for the new backend's
+    /// catalog caches and plans.
+    #[tokio::test]
+    async fn every_new_connection_is_warmed_for_reads() {
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let b = &saver.engine.backend;
+        let first = b.client("test").await.expect("client");
+        // The first is checked out, so this one is new.
+        let second = b.client("test").await.expect("client");
+        assert_eq!(warm_statements(&first, &b.hot).await, 6);
+        assert_eq!(warm_statements(&second, &b.hot).await, 6);
+        // Its errors are ignored when a connection is made, so check here that it has none.
+        warm_reads(&first, &b.hot)
+            .await
+            .expect("usable")
+            .expect("every warming statement runs");
+        let pids: Vec<i32> = futures::future::join_all([&first, &second].map(|c| async move {
+            c.query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .expect("pid")
+                .get(0)
+        }))
+        .await;
+        assert_ne!(pids[0], pids[1], "two sessions");
+        drop((first, second));
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// A connection that cannot be warmed (here: a table of the read path is gone) is still
+    /// handed out; the reads on it fail as they would have, with their own errors.
+    #[tokio::test]
+    async fn a_connection_that_cannot_be_warmed_is_still_usable() {
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let b = &saver.engine.backend;
+        let first = b.client("test").await.expect("client");
+        first
+            .batch_execute(&b.sql("ALTER TABLE {s}.blobs RENAME TO blobs_gone"))
+            .await
+            .expect("rename");
+        let second = b
+            .client("test")
+            .await
+            .expect("a new connection despite the failed warm-up");
+        let one: i32 = second
+            .query_one("SELECT 1", &[])
+            .await
+            .expect("usable")
+            .get(0);
+        assert_eq!(one, 1);
+        assert!(warm_statements(&second, &b.hot).await < 6);
+        assert_eq!(
+            lock_timeout(&second).await,
+            "0",
+            "the session setting is restored"
+        );
+        drop((first, second));
+        saver.drop_schema().await.expect("drop");
+    }
+
+    async fn lock_timeout(c: &deadpool_postgres::Object) -> String {
+        c.query_one("SHOW lock_timeout", &[])
+            .await
+            .expect("show")
+            .get(0)
+    }
+
+    /// A table of the read path locked by another session (DDL, say) does not hold up a new
+    /// connection: its warm-up gives up after a short lock timeout, and the session's own
+    /// lock timeout is back afterwards. Without the timeout the new connection waited for
+    /// the lock, here for ever (the session holding it waits for the connection).
+    #[tokio::test]
+    async fn a_locked_table_does_not_hold_up_a_new_connection() {
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let b = &saver.engine.backend;
+        let first = b.client("test").await.expect("client");
+        first
+            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.messages IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .expect("lock");
+        let second = tokio::time::timeout(std::time::Duration::from_secs(30), b.client("test"))
+            .await
+            .expect("the new connection did not wait for the lock")
+            .expect("client");
+        assert_eq!(
+            lock_timeout(&second).await,
+            "0",
+            "the session setting is restored"
+        );
+        first.batch_execute("COMMIT").await.expect("commit");
+        drop((first, second));
         saver.drop_schema().await.expect("drop");
     }
 }
