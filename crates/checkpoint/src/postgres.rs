@@ -288,23 +288,28 @@ pub(crate) struct PgBackend {
 /// created moves it out of the first read on it; a pooled connection lives for many reads.
 ///
 /// The warm-up waits at most [`WARM_LOCK_TIMEOUT`] for a table lock: a table locked by
-/// someone else's DDL must not hold up a connection that may never read it. A warm-up that
-/// fails (a lock it did not get, a missing table) is the inner error, for the caller to
-/// ignore: such a connection reads as before, only slower at first. The outer error means
-/// the session setting could not be restored, and the connection must not be used.
+/// someone else's DDL must not hold up a connection that may never read it. It runs in a
+/// transaction that it rolls back, with the timeout set for that transaction only (`SET
+/// LOCAL`), so the session keeps its own setting, also behind a proxy that pools
+/// transactions. The statements it prepared stay prepared (a rollback does not drop them).
+/// A warm-up that fails (a lock it did not get, a missing table) is the inner error, for the
+/// caller to ignore: such a connection reads as before, only slower at first. The outer
+/// error means the transaction could not be ended, and the connection must not be used.
 async fn warm_reads(
     c: &deadpool_postgres::ClientWrapper,
     hot: &HotSql,
 ) -> std::result::Result<std::result::Result<(), tokio_postgres::Error>, tokio_postgres::Error> {
-    if let Err(e) = c
-        .batch_execute(&format!("SET lock_timeout = '{WARM_LOCK_TIMEOUT}'"))
-        .await
-    {
-        return Ok(Err(e));
-    }
-    let warmed = run_warm_reads(c, hot).await;
-    // Back to the session's own setting (the server's, or the connection string's).
-    c.batch_execute("RESET lock_timeout").await?;
+    let began = c
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL lock_timeout = '{WARM_LOCK_TIMEOUT}'"
+        ))
+        .await;
+    let warmed = match began {
+        Ok(()) => run_warm_reads(c, hot).await,
+        Err(e) => Err(e),
+    };
+    // Outside a transaction (BEGIN itself failed) ROLLBACK only warns.
+    c.batch_execute("ROLLBACK").await?;
     Ok(warmed)
 }
 
