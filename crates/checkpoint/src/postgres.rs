@@ -282,16 +282,20 @@ pub(crate) struct PgBackend {
 /// row, and keeps them prepared.
 ///
 /// A new PostgreSQL backend starts with empty catalog caches: the first statements it runs
-/// load the definitions of every table, index, type and function they use, and plan with
-/// them. A server log of a cold `get_state` on a fresh connection put several milliseconds
-/// into parsing and binding the read's statements. Paying that when the connection is
-/// created moves it out of the first read on it; a pooled connection lives for many reads.
+/// load the definitions of every table, index, type, operator and function they use, and
+/// the statistics the planner reads. A server log of a cold `get_state` on a fresh
+/// connection put several milliseconds into parsing and binding the read's statements.
+/// Paying that when the connection is created moves it out of the first read on it; a
+/// pooled connection lives for many reads. (The plans themselves are not kept: PostgreSQL
+/// plans each of a prepared statement's first five runs afresh, so the first read plans
+/// again, with warm caches, and one run sooner switches to a generic plan.)
 ///
 /// The warm-up waits at most [`WARM_LOCK_TIMEOUT`] for a table lock: a table locked by
 /// someone else's DDL must not hold up a connection that may never read it. It runs in a
 /// transaction that it rolls back, with the timeout set for that transaction only (`SET
-/// LOCAL`), so the session keeps its own setting, also behind a proxy that pools
-/// transactions. The statements it prepared stay prepared (a rollback does not drop them).
+/// LOCAL`), so the session keeps its own setting. It sets its own isolation level and read
+/// only mode, so a server default such as serializable deferrable cannot make it wait for a
+/// snapshot. The statements it prepared stay prepared (a rollback does not drop them).
 /// A warm-up that fails (a lock it did not get, a missing table) is the inner error, for the
 /// caller to ignore: such a connection reads as before, only slower at first. The outer
 /// error means the transaction could not be ended, and the connection must not be used.
@@ -301,7 +305,7 @@ async fn warm_reads(
 ) -> std::result::Result<std::result::Result<(), tokio_postgres::Error>, tokio_postgres::Error> {
     let began = c
         .batch_execute(&format!(
-            "BEGIN; SET LOCAL lock_timeout = '{WARM_LOCK_TIMEOUT}'"
+            "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SET LOCAL lock_timeout = '{WARM_LOCK_TIMEOUT}'"
         ))
         .await;
     let warmed = match began {
@@ -329,7 +333,7 @@ async fn run_warm_reads(
         c.prepare_cached(&hot.ancestors),
         c.prepare_cached(&hot.blobs),
     );
-    let (by_id, _, cp_blobs, messages, ancestors, blobs) =
+    let (by_id, latest, cp_blobs, messages, ancestors, blobs) =
         (by_id?, latest?, cp_blobs?, messages?, ancestors?, blobs?);
     // A checkpoint id is always 16 bytes, so the empty id matches nothing whatever the thread.
     let none: &[u8] = &[];
@@ -338,20 +342,24 @@ async fn run_warm_reads(
     type Args<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
     let neg = vec![-1i64];
     let by_id_args: Args = vec![&"", &"", &none];
+    // The latest checkpoint of thread "": at most one row and its writes, read and dropped.
+    let latest_args: Args = vec![&"", &""];
     let cp_blobs_args: Args = vec![&"", &"", &none, &key_c, &key_v];
     // An empty range: [0, 0).
     let messages_args: Args = vec![&"", &lo, &hi];
     let ancestors_args: Args = vec![&"", &"", &none, &1i32];
     // No blob has a negative version.
     let blobs_args: Args = vec![&"", &"", &key_c, &neg];
-    let (a, b, m, n, bl) = tokio::join!(
+    let (a, l, b, m, n, bl) = tokio::join!(
         c.query(&by_id, &by_id_args),
+        c.query(&latest, &latest_args),
         c.query(&cp_blobs, &cp_blobs_args),
         c.query(&messages, &messages_args),
         c.query(&ancestors, &ancestors_args),
         c.query(&blobs, &blobs_args),
     );
     a?;
+    l?;
     b?;
     m?;
     n?;
@@ -1708,11 +1716,12 @@ impl PostgresSaver {
     ///
     /// Every connection the pool makes (the first one once the migrations ran) prepares and
     /// runs the statements that read a checkpoint, with arguments that match no row, before it
-    /// is handed out: a new server backend loads its catalog caches and plans on its first
+    /// is handed out: a new server backend loads its catalog and planner caches on its first
     /// statements, which otherwise slows the first read on each connection. On the 2-core
     /// development machine this made `connect` about 5 ms slower (median 6.4–6.8 → 11.3–12.6
     /// ms) and a cold `get_state` of a 2,000-turn thread about 5 ms faster
-    /// (`docs/bench-write-amp.md`). A connection whose warm-up fails is handed out unwarmed.
+    /// (`docs/bench-write-amp.md`). A connection whose warm-up fails (it waits at most 100
+    /// ms for a table lock) is handed out warmed in part or not at all.
     ///
     /// # Errors
     /// [`Error::StoreConfigMismatch`], [`Error::SchemaTooNew`], or [`Error::Backend`] when the
@@ -2174,9 +2183,6 @@ mod tests {
         saver.drop_schema().await.expect("drop");
     }
 
-    /// Polls (up to 20 s) until a session's statement matching the `LIKE` pattern waits on a
-    /// lock: the statement under test has reached the blocking row or table. Panics when none
-    /// does: the interleaving the test is about did not happen, so it would check nothing.
     /// Makes the pool hold `n` idle connections, each warmed: a race test then takes its
     /// connections from them while it holds a table lock, instead of making new ones whose
     /// warm-up would wait on that lock (and show up as the statement the test waits for).
@@ -2187,6 +2193,9 @@ mod tests {
         }
     }
 
+    /// Polls (up to 20 s) until a session's statement matching the `LIKE` pattern waits on a
+    /// lock: the statement under test has reached the blocking row or table. Panics when none
+    /// does: the interleaving the test is about did not happen, so it would check nothing.
     async fn until_a_statement_waits(b: &PgBackend, pattern: &str) {
         let watcher = b.client("test").await.expect("client");
         for _ in 0..2000 {
@@ -2817,8 +2826,20 @@ mod tests {
 
     /// The statements of a connection's session whose text is one of the read path's.
     async fn warm_statements(c: &deadpool_postgres::Object, hot: &HotSql) -> usize {
+        read_statements(c, hot, "TRUE").await
+    }
+
+    /// Of those, the ones that also ran (PostgreSQL counts the plans it made for them).
+    async fn ran_statements(c: &deadpool_postgres::Object, hot: &HotSql) -> usize {
+        read_statements(c, hot, "custom_plans + generic_plans > 0").await
+    }
+
+    async fn read_statements(c: &deadpool_postgres::Object, hot: &HotSql, filter: &str) -> usize {
         let texts: Vec<String> = c
-            .query("SELECT statement FROM pg_prepared_statements", &[])
+            .query(
+                &format!("SELECT statement FROM pg_prepared_statements WHERE {filter}"),
+                &[],
+            )
             .await
             .expect("prepared statements")
             .iter()
@@ -2840,7 +2861,7 @@ mod tests {
     /// Every connection of the pool has run the read path's statements before its first read:
     /// the one that migrated (warmed once the tables exist) and one created later (by the
     /// pool's hook). Without it, the first read on a connection pays for the new backend's
-    /// catalog caches and plans.
+    /// catalog caches.
     #[tokio::test]
     async fn every_new_connection_is_warmed_for_reads() {
         let Some(saver) = fresh(StoreConfig::full()).await else {
@@ -2852,6 +2873,16 @@ mod tests {
         let second = b.client("test").await.expect("client");
         assert_eq!(warm_statements(&first, &b.hot).await, 6);
         assert_eq!(warm_statements(&second, &b.hot).await, 6);
+        assert_eq!(
+            ran_statements(&first, &b.hot).await,
+            6,
+            "run, not only prepared"
+        );
+        assert_eq!(
+            ran_statements(&second, &b.hot).await,
+            6,
+            "run, not only prepared"
+        );
         // Its errors are ignored when a connection is made, so check here that it has none.
         warm_reads(&first, &b.hot)
             .await
@@ -2892,21 +2923,46 @@ mod tests {
             .expect("usable")
             .get(0);
         assert_eq!(one, 1);
-        assert!(warm_statements(&second, &b.hot).await < 6);
-        assert_eq!(
-            lock_timeout(&second).await,
-            "0",
+        // The two statements parsed before the one on the missing table failed (the warm-up
+        // sends them in order) are still prepared after its rollback.
+        assert_eq!(warm_statements(&second, &b.hot).await, 2);
+        assert!(
+            lock_timeout_is_the_sessions(&second).await,
             "the session setting is restored"
+        );
+        // The connection's statement cache must not name a statement the server dropped: a
+        // cached statement runs.
+        first
+            .batch_execute(&b.sql("ALTER TABLE {s}.blobs_gone RENAME TO blobs"))
+            .await
+            .expect("rename back");
+        let st = second
+            .prepare_cached(&b.hot.head_by_id)
+            .await
+            .expect("cached");
+        assert_eq!(warm_statements(&second, &b.hot).await, 2, "a cache hit");
+        let none: &[u8] = &[];
+        assert!(
+            second
+                .query(&st, &[&"t", &"", &none])
+                .await
+                .expect("the cached statement exists")
+                .is_empty()
         );
         drop((first, second));
         saver.drop_schema().await.expect("drop");
     }
 
-    async fn lock_timeout(c: &deadpool_postgres::Object) -> String {
-        c.query_one("SHOW lock_timeout", &[])
-            .await
-            .expect("show")
-            .get(0)
+    /// Whether the session's lock timeout is the one it started with (the server's, role's,
+    /// database's or connection string's), not one the warm-up set.
+    async fn lock_timeout_is_the_sessions(c: &deadpool_postgres::Object) -> bool {
+        c.query_one(
+            "SELECT setting = reset_val FROM pg_settings WHERE name = 'lock_timeout'",
+            &[],
+        )
+        .await
+        .expect("pg_settings")
+        .get(0)
     }
 
     /// A table of the read path locked by another session (DDL, say) does not hold up a new
@@ -2928,9 +2984,8 @@ mod tests {
             .await
             .expect("the new connection did not wait for the lock")
             .expect("client");
-        assert_eq!(
-            lock_timeout(&second).await,
-            "0",
+        assert!(
+            lock_timeout_is_the_sessions(&second).await,
             "the session setting is restored"
         );
         first.batch_execute("COMMIT").await.expect("commit");
