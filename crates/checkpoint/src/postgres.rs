@@ -170,6 +170,20 @@ struct HotSql {
 }
 
 impl HotSql {
+    /// The statements a checkpoint read runs, which [`warm_reads`] runs on a new connection:
+    /// the head by id and the latest head (each with its writes), a checkpoint's values, the
+    /// bodies of message runs, the ancestor walk and the value lookup.
+    fn read_path(&self) -> [&str; 6] {
+        [
+            &self.head_by_id,
+            &self.head_latest,
+            &self.checkpoint_blobs,
+            &self.messages,
+            &self.ancestors,
+            &self.blobs,
+        ]
+    }
+
     fn new(s: &str) -> Self {
         let sql = |template: &str| template.replace("{s}", s);
         Self {
@@ -325,45 +339,30 @@ async fn run_warm_reads(
     c: &deadpool_postgres::ClientWrapper,
     hot: &HotSql,
 ) -> std::result::Result<(), tokio_postgres::Error> {
-    let (by_id, latest, cp_blobs, messages, ancestors, blobs) = tokio::join!(
-        c.prepare_cached(&hot.head_by_id),
-        c.prepare_cached(&hot.head_latest),
-        c.prepare_cached(&hot.checkpoint_blobs),
-        c.prepare_cached(&hot.messages),
-        c.prepare_cached(&hot.ancestors),
-        c.prepare_cached(&hot.blobs),
-    );
-    let (by_id, latest, cp_blobs, messages, ancestors, blobs) =
-        (by_id?, latest?, cp_blobs?, messages?, ancestors?, blobs?);
+    let [by_id, latest, cp_blobs, messages, ancestors, blobs] = hot.read_path();
     // A checkpoint id is always 16 bytes, so the empty id matches nothing whatever the thread.
     let none: &[u8] = &[];
     let (key_c, key_v) = (vec!["messages"], vec![0i64]);
     let (lo, hi) = (vec![0i64], vec![0i64]);
-    type Args<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
     let neg = vec![-1i64];
-    let by_id_args: Args = vec![&"", &"", &none];
-    // The latest checkpoint of thread "": at most one row and its writes, read and dropped.
-    let latest_args: Args = vec![&"", &""];
-    let cp_blobs_args: Args = vec![&"", &"", &none, &key_c, &key_v];
-    // An empty range: [0, 0).
-    let messages_args: Args = vec![&"", &lo, &hi];
-    let ancestors_args: Args = vec![&"", &"", &none, &1i32];
-    // No blob has a negative version.
-    let blobs_args: Args = vec![&"", &"", &key_c, &neg];
-    let (a, l, b, m, n, bl) = tokio::join!(
-        c.query(&by_id, &by_id_args),
-        c.query(&latest, &latest_args),
-        c.query(&cp_blobs, &cp_blobs_args),
-        c.query(&messages, &messages_args),
-        c.query(&ancestors, &ancestors_args),
-        c.query(&blobs, &blobs_args),
-    );
-    a?;
-    l?;
-    b?;
-    m?;
-    n?;
-    bl?;
+    type Args<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
+    let runs: [(&str, Args); 6] = [
+        (by_id, vec![&"", &"", &none]),
+        // The latest checkpoint of thread "": at most one row and its writes, read and dropped.
+        (latest, vec![&"", &""]),
+        (cp_blobs, vec![&"", &"", &none, &key_c, &key_v]),
+        // An empty range: [0, 0).
+        (messages, vec![&"", &lo, &hi]),
+        (ancestors, vec![&"", &"", &none, &1i32]),
+        // No blob has a negative version.
+        (blobs, vec![&"", &"", &key_c, &neg]),
+    ];
+    // Polled together, the six are prepared in one round trip and run in the next.
+    futures::future::try_join_all(runs.iter().map(|(sql, args)| async move {
+        let st = c.prepare_cached(sql).await?;
+        c.query(&st, args).await
+    }))
+    .await?;
     Ok(())
 }
 
@@ -2845,17 +2844,10 @@ mod tests {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        [
-            &hot.head_by_id,
-            &hot.head_latest,
-            &hot.checkpoint_blobs,
-            &hot.messages,
-            &hot.ancestors,
-            &hot.blobs,
-        ]
-        .iter()
-        .filter(|sql| texts.iter().any(|t| t == **sql))
-        .count()
+        hot.read_path()
+            .iter()
+            .filter(|sql| texts.iter().any(|t| t == *sql))
+            .count()
     }
 
     /// Every connection of the pool has run the read path's statements before its first read:
