@@ -9,6 +9,8 @@
 //!   every `lib.rs` sets `#![warn(missing_docs)]`.
 //! - No `dbg!`, `todo!` or `unimplemented!` in crate sources.
 //! - Every package is named `antler` or `antler-*` and inherits the workspace lints.
+//! - Unsafe code (denied by the workspace lints) is allowed only in the files of
+//!   [`UNSAFE_ALLOWED`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -17,6 +19,12 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+
+/// The only crate sources that may allow `unsafe_code`, each with why.
+const UNSAFE_ALLOWED: &[(&str, &str)] = &[(
+    "crates/cli/src/alloc.rs",
+    "the CLI sets glibc's malloc thresholds through `mallopt`",
+)];
 
 /// Runs all tidy checks and reports every violation, not just the first.
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
@@ -150,6 +158,15 @@ fn check_sources(root: &Path, problems: &mut Vec<String>) -> anyhow::Result<()> 
                 if code.contains(banned) {
                     problems.push(format!("{rel}:{}: `{banned}` in crate sources", i + 1));
                 }
+            }
+            // Any mention of the lint outside a comment: an `allow` or `expect` of it,
+            // however rustfmt splits the attribute over lines.
+            if code.contains("unsafe_code") && !UNSAFE_ALLOWED.iter().any(|(f, _)| *f == rel) {
+                problems.push(format!(
+                    "{rel}:{}: unsafe code is allowed only in {:?} (xtask/src/tidy.rs)",
+                    i + 1,
+                    UNSAFE_ALLOWED.iter().map(|(f, _)| *f).collect::<Vec<_>>()
+                ));
             }
         }
     }

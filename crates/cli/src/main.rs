@@ -9,11 +9,14 @@
     reason = "a command-line tool reports on its streams"
 )]
 
+mod alloc;
 mod write_amp;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // First, while the process has one thread (see `alloc`).
+    let allocator = alloc::configure();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args
         .iter()
@@ -26,7 +29,7 @@ fn main() -> ExitCode {
                 println!("{}", write_amp::USAGE);
                 ExitCode::SUCCESS
             }
-            Ok(Some(options)) => match write_amp::run(&options) {
+            Ok(Some(options)) => match write_amp::run(&options, allocator) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("antler bench write-amp: {e}");

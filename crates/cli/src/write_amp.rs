@@ -38,7 +38,9 @@ Runs the write-amplification workload (shared/bench/write-amp.md) against one sa
 the saver directly with the workload's checkpoint/write sequence (no runtime).
 --db: SQLite file (default: a temporary file, deleted afterwards) or PostgreSQL URL
 (default: $DATABASE_URL; a temporary schema is created and dropped).
-With --json the last stdout line is one JSON object with the metrics.";
+With --json the last stdout line is one JSON object with the metrics.
+The process keeps freed memory for reuse (glibc: larger malloc trim and mmap thresholds);
+ANTLER_MALLOC_DEFAULTS=1 keeps the allocator's defaults. JSON key `allocator` says which.";
 
 const WORDS: [&str; 26] = [
     "alfa", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
@@ -566,11 +568,13 @@ pub(crate) fn cold_peak(args: &[&str]) -> Result<(), BoxError> {
     })
 }
 
-pub(crate) fn run(o: &Options) -> Result<(), BoxError> {
+/// Runs one configuration; `allocator` is what `main` set up, reported with the figures
+/// (cold reads depend on it, see `crate::alloc`).
+pub(crate) fn run(o: &Options, allocator: crate::alloc::Settings) -> Result<(), BoxError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run_async(o))
+    rt.block_on(run_async(o, allocator))
 }
 
 /// What one driver measured.
@@ -704,7 +708,7 @@ fn turn_messages(t: usize) -> Vec<Message> {
     ]
 }
 
-async fn run_async(o: &Options) -> Result<(), BoxError> {
+async fn run_async(o: &Options, allocator: crate::alloc::Settings) -> Result<(), BoxError> {
     let store = Store::open(o).await?;
     let thread = ThreadId::new("write-amp");
     let m = match o.driver {
@@ -721,6 +725,7 @@ async fn run_async(o: &Options) -> Result<(), BoxError> {
     out.insert("snapshot_frequency".into(), json!(o.frequency.get()));
     out.insert("turns".into(), json!(o.turns));
     out.insert("driver".into(), json!(o.driver.as_str()));
+    out.insert("allocator".into(), json!(allocator.as_str()));
     out.insert("persisted_bytes".into(), json!(persisted));
     out.insert("new_data_bytes".into(), json!(m.new_data_bytes));
     out.insert(
