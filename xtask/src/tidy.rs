@@ -10,7 +10,7 @@
 //! - No `dbg!`, `todo!` or `unimplemented!` in crate sources.
 //! - Every package is named `antler` or `antler-*` and inherits the workspace lints.
 //! - Unsafe code (denied by the workspace lints) is allowed only in the files of
-//!   [`UNSAFE_ALLOWED`].
+//!   [`UNSAFE_ALLOWED`]; every `.rs` file under `crates/` is checked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -32,6 +32,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let allowed = layering_table(root)?;
     check_layering(root, &allowed, &mut problems)?;
     check_sources(root, &mut problems)?;
+    check_unsafe(root, &mut problems)?;
     if problems.is_empty() {
         println!("tidy: ok");
         return Ok(());
@@ -159,11 +160,33 @@ fn check_sources(root: &Path, problems: &mut Vec<String>) -> anyhow::Result<()> 
                     problems.push(format!("{rel}:{}: `{banned}` in crate sources", i + 1));
                 }
             }
-            // Any mention of the lint outside a comment: an `allow` or `expect` of it,
-            // however rustfmt splits the attribute over lines.
-            if code.contains("unsafe_code") && !UNSAFE_ALLOWED.iter().any(|(f, _)| *f == rel) {
+        }
+    }
+    Ok(())
+}
+
+/// Every Rust file under `crates/` (sources, tests, benches, examples, build scripts) may
+/// mention `unsafe_code` outside comments only to forbid or deny it, unless it is listed in
+/// [`UNSAFE_ALLOWED`]. Any other mention is taken for an `allow` or `expect` of the lint,
+/// however rustfmt splits the attribute over lines.
+fn check_unsafe(root: &Path, problems: &mut Vec<String>) -> anyhow::Result<()> {
+    let mut files = Vec::new();
+    collect_rs(&root.join("crates"), &mut files)?;
+    for file in files {
+        let rel = file.strip_prefix(root).unwrap_or(&file);
+        if UNSAFE_ALLOWED.iter().any(|(f, _)| rel == Path::new(f)) {
+            continue;
+        }
+        let text = fs::read_to_string(&file)?;
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            if code.contains("unsafe_code")
+                && !code.contains("forbid(unsafe_code")
+                && !code.contains("deny(unsafe_code")
+            {
                 problems.push(format!(
-                    "{rel}:{}: unsafe code is allowed only in {:?} (xtask/src/tidy.rs)",
+                    "{}:{}: unsafe code is allowed only in {:?} (xtask/src/tidy.rs)",
+                    rel.display(),
                     i + 1,
                     UNSAFE_ALLOWED.iter().map(|(f, _)| *f).collect::<Vec<_>>()
                 ));
