@@ -195,6 +195,29 @@ fn start_then_a() -> antler_graph::CompiledGraph {
     memory(g)
 }
 
+/// Runs `in` through [`start_then_a`] on `cfg`'s thread, then a command updating `cmd` on the
+/// finished head: it runs nothing, so its update stays stored as the head's input. Returns
+/// the head's id.
+async fn input_then_stored_command(
+    graph: &CompiledGraph,
+    cfg: &RunConfig,
+) -> antler_graph::CheckpointId {
+    let head = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), cfg)
+        .await
+        .unwrap()
+        .checkpoint_id
+        .unwrap();
+    graph
+        .invoke(
+            antler_graph::Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
+            cfg,
+        )
+        .await
+        .unwrap();
+    head
+}
+
 /// `update_state` on an addressed checkpoint does not apply the input stored there (a
 /// command's update, which the branch that continued from it already applied), as the
 /// reference's update applies pending writes only when no checkpoint is addressed, and as a
@@ -204,20 +227,7 @@ fn start_then_a() -> antler_graph::CompiledGraph {
 async fn an_update_on_an_addressed_checkpoint_leaves_its_stored_input_out() {
     let graph = start_then_a();
     let cfg = RunConfig::new("t");
-    let head = graph
-        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
-        .await
-        .unwrap()
-        .checkpoint_id
-        .unwrap();
-    // A command on the finished head runs nothing: its update stays stored there.
-    graph
-        .invoke(
-            antler_graph::Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
-            &cfg,
-        )
-        .await
-        .unwrap();
+    let head = input_then_stored_command(&graph, &cfg).await;
     let on_head = graph.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(on_head.checkpoint_id, head);
     let at = cfg.clone().with_checkpoint(head.clone());
@@ -233,17 +243,7 @@ async fn an_update_on_an_addressed_checkpoint_leaves_its_stored_input_out() {
     assert_eq!(forked.values.get(&LOG), Some(&log(&["in", "a", "upd"])));
     // On the head (nothing addressed) the stored input applies first.
     let cfg = RunConfig::new("t2");
-    graph
-        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
-        .await
-        .unwrap();
-    graph
-        .invoke(
-            antler_graph::Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
-            &cfg,
-        )
-        .await
-        .unwrap();
+    input_then_stored_command(&graph, &cfg).await;
     graph
         .update_state(&cfg, Update::new().set(&LOG, log(&["upd"])), None)
         .await
