@@ -205,16 +205,16 @@ async fn input_then_stored_command(
     let head = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), cfg)
         .await
-        .unwrap()
+        .expect("the input runs")
         .checkpoint_id
-        .unwrap();
+        .expect("the run stored a checkpoint");
     graph
         .invoke(
             antler_graph::Command::new().update(Update::new().set(&LOG, log(&["cmd"]))),
             cfg,
         )
         .await
-        .unwrap();
+        .expect("the command runs");
     head
 }
 
