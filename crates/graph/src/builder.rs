@@ -62,6 +62,10 @@ pub struct RetryPolicy {
     pub backoff_factor: f64,
     /// Upper bound of a wait (default 128 s).
     pub max_interval: Duration,
+    /// Whether each wait gets a random extra of up to one second, still capped at
+    /// `max_interval` (default `true`, as the reference's): retries of many threads that
+    /// failed together then do not hit the failed service again in lockstep.
+    pub jitter: bool,
     /// Which failures are retried; `None` (the default) is [`RetryOn::default_rule`].
     pub retry_on: Option<RetryOn>,
 }
@@ -73,12 +77,36 @@ impl Default for RetryPolicy {
             initial_interval: Duration::from_millis(500),
             backoff_factor: 2.0,
             max_interval: Duration::from_secs(128),
+            jitter: true,
             retry_on: None,
         }
     }
 }
 
 impl RetryPolicy {
+    /// The wait before retry number `retry` (1 for the first): `initial_interval ×
+    /// backoff_factor^(retry − 1)`, capped at `max_interval`; with `jitter`, plus `unit`
+    /// seconds (`unit` in [0, 1), drawn by the caller) and capped again.
+    ///
+    /// The policy is caller data: a negative factor gives a negative wait (no wait), an
+    /// unbounded interval one beyond [`Duration`] (the bound itself); neither panics.
+    pub(crate) fn wait(&self, retry: u32, unit: f64) -> Duration {
+        let max = self.max_interval.as_secs_f64();
+        let mut secs = (self.initial_interval.as_secs_f64()
+            * self
+                .backoff_factor
+                .powi(i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX)))
+        .min(max);
+        if self.jitter {
+            secs = (secs + unit.clamp(0.0, 1.0)).min(max);
+        }
+        Duration::try_from_secs_f64(secs).unwrap_or(if secs > 0.0 {
+            self.max_interval
+        } else {
+            Duration::ZERO
+        })
+    }
+
     /// Whether a failed attempt with error `e` is retried (attempts left aside).
     pub(crate) fn retries(&self, e: &BoxError) -> bool {
         match &self.retry_on {
@@ -450,5 +478,48 @@ impl StateGraph {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    fn policy(jitter: bool) -> RetryPolicy {
+        RetryPolicy {
+            initial_interval: Duration::from_secs(1),
+            backoff_factor: 2.0,
+            max_interval: Duration::from_secs(5),
+            jitter,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Without jitter the waits are the capped backoff, whatever the random draw.
+    #[test]
+    fn waits_back_off_and_stop_at_the_bound() {
+        let p = policy(false);
+        let secs: Vec<f64> = (1..=5).map(|r| p.wait(r, 0.9).as_secs_f64()).collect();
+        assert_eq!(secs, [1.0, 2.0, 4.0, 5.0, 5.0]);
+    }
+
+    /// Jitter adds the draw (up to a second) to each wait and caps the sum at the bound again,
+    /// as the reference does; the default policy has it.
+    #[test]
+    fn jitter_adds_up_to_a_second_within_the_bound() {
+        assert!(RetryPolicy::default().jitter);
+        let p = policy(true);
+        assert_eq!(p.wait(1, 0.0), Duration::from_secs(1));
+        assert_eq!(p.wait(1, 0.25), Duration::from_millis(1250));
+        assert_eq!(p.wait(2, 0.5), Duration::from_millis(2500));
+        assert_eq!(p.wait(3, 0.75), Duration::from_millis(4750));
+        assert_eq!(
+            p.wait(4, 0.5),
+            Duration::from_secs(5),
+            "5.5 s is capped at 5 s"
+        );
+        // A draw outside [0, 1) (not one the runtime makes) still gives a bounded wait.
+        assert_eq!(p.wait(1, 7.0), Duration::from_secs(2));
+        assert_eq!(p.wait(1, -7.0), Duration::from_secs(1));
     }
 }

@@ -1990,21 +1990,7 @@ async fn execute(
                             (Err(NodeError(NodeErrorKind::Failed(e))), Some(p))
                                 if attempt < p.max_attempts && p.retries(e) =>
                             {
-                                let secs = p.initial_interval.as_secs_f64()
-                                    * p.backoff_factor
-                                        .powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
-                                // The policy is caller data: a negative factor gives a
-                                // negative wait (no wait), an unbounded interval one beyond
-                                // `Duration` (the bound itself); neither may panic the task.
-                                let secs = secs.min(p.max_interval.as_secs_f64());
-                                let wait = std::time::Duration::try_from_secs_f64(secs).unwrap_or(
-                                    if secs > 0.0 {
-                                        p.max_interval
-                                    } else {
-                                        std::time::Duration::ZERO
-                                    },
-                                );
-                                tokio::time::sleep(wait).await;
+                                tokio::time::sleep(p.wait(attempt, unit_random())).await;
                                 attempt += 1;
                             }
                             _ => return (i, r),
@@ -2258,6 +2244,16 @@ async fn settle_root(cfg: &RunConfig) {
     if cfg.checkpoint_ns.is_empty() {
         crate::landing::settle(cfg.thread_id.as_str()).await;
     }
+}
+
+/// A number in [0, 1) from the operating system's random source (through the crate's v4
+/// UUIDs): the jitter of a retry wait, which must differ between
+/// processes that retry at once, not be reproducible.
+fn unit_random() -> f64 {
+    // The lowest 53 bits: all random in a v4 UUID (its version and variant bits sit higher),
+    // and exactly representable, so the quotient stays below 1.
+    let bits = uuid::Uuid::new_v4().as_u128() & ((1u128 << 53) - 1);
+    bits as f64 / (1u64 << 53) as f64
 }
 
 pub(crate) async fn get_state(
@@ -2580,5 +2576,19 @@ fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
         // Nothing has run (a fresh thread): the update is the thread's input, as in the
         // reference, whose input node is `__start__`.
         None => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod jitter_tests {
+    /// Draws lie in [0, 1) and differ: the jitter of processes that retry at once differs.
+    #[test]
+    fn unit_random_draws_differ_within_the_unit_interval() {
+        let draws: Vec<f64> = (0..200).map(|_| super::unit_random()).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)), "{draws:?}");
+        let distinct: std::collections::BTreeSet<u64> = draws.iter().map(|d| d.to_bits()).collect();
+        assert!(distinct.len() > 190, "{} distinct of 200", distinct.len());
+        // Both halves of the interval occur (a fixed or truncated draw would not).
+        assert!(draws.iter().any(|d| *d < 0.5) && draws.iter().any(|d| *d >= 0.5));
     }
 }

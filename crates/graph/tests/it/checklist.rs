@@ -1226,6 +1226,38 @@ async fn a_retry_policy_retries_only_what_its_rule_accepts() {
     assert_eq!(runs, 1, "the predicate refused the retry");
 }
 
+/// The runtime waits as the policy says between attempts: two retries of 1 s and 2 s take
+/// exactly 3 s of (paused) time without jitter, and between 3 and 5 s with it, a different
+/// total each time (before jitter existed, every run took exactly 3 s).
+#[tokio::test(start_paused = true)]
+async fn retry_waits_back_off_with_jitter_by_default() {
+    let policy = |jitter| antler_graph::RetryPolicy {
+        initial_interval: std::time::Duration::from_secs(1),
+        backoff_factor: 2.0,
+        jitter,
+        ..antler_graph::RetryPolicy::default()
+    };
+    let began = tokio::time::Instant::now();
+    let (out, runs) = run_flaky(policy(false)).await;
+    assert!(out.is_ok() && runs == 3);
+    assert_eq!(began.elapsed(), std::time::Duration::from_secs(3));
+
+    let mut totals = Vec::new();
+    for _ in 0..3 {
+        let began = tokio::time::Instant::now();
+        let (out, runs) = run_flaky(policy(true)).await;
+        assert!(out.is_ok() && runs == 3);
+        let took = began.elapsed();
+        assert!(
+            took > std::time::Duration::from_secs(3) && took < std::time::Duration::from_secs(5),
+            "{took:?}"
+        );
+        totals.push(took);
+    }
+    totals.dedup();
+    assert!(totals.len() > 1, "the same jitter every run: {totals:?}");
+}
+
 /// Runs a node that fails twice, then writes `ok`, under `policy`: the outcome and the
 /// node's runs.
 async fn run_flaky(
