@@ -20,7 +20,8 @@ use crate::ids::{
 use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
 use crate::model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
-    DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy, control_write_index, sort_writes,
+    DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy, TupleWithAncestry,
+    control_write_index, inherited_keys, sort_writes,
 };
 
 /// One row of the checkpoints table.
@@ -232,15 +233,20 @@ pub(crate) struct MessageRow {
 pub(crate) struct BodyRow {
     pub(crate) seq: u64,
     pub(crate) body: std::result::Result<Arc<[u8]>, CodecError>,
+    /// The body's key in the thread's message index (`xxh3_128` of the body; 0 when damaged).
+    pub(crate) hash: u128,
 }
 
 impl BodyRow {
-    /// Checks the stored bytes of body `seq`.
+    /// Checks the stored bytes of body `seq` and hashes the body for the message index.
+    ///
+    /// The hash is taken here, row by row, rather than when a read seeds the index: a
+    /// database backend checks each row as it arrives, while the server is still sending the
+    /// rest, so the hashing overlaps the transfer instead of following it.
     pub(crate) fn check(seq: u64, stored: &[u8]) -> Self {
-        Self {
-            seq,
-            body: codec::body_arc(stored),
-        }
+        let body = codec::body_arc(stored);
+        let hash = body.as_deref().map_or(0, xxh3_128);
+        Self { seq, body, hash }
     }
 }
 
@@ -285,6 +291,15 @@ pub(crate) struct TupleRows {
     pub(crate) bodies: Vec<BodyRow>,
     /// The thread's epoch, read before the bodies (what seeding the message index needs).
     pub(crate) epoch: u64,
+}
+
+/// What [`Backend::head_chain`] reads: a checkpoint row, its writes, the thread's epoch (read
+/// before any body) and up to `limit` of its ancestors' rows, nearest first.
+pub(crate) struct HeadChain {
+    pub(crate) row: CheckpointRow,
+    pub(crate) writes: Vec<WriteRow>,
+    pub(crate) epoch: u64,
+    pub(crate) ancestors: Vec<CheckpointRow>,
 }
 
 /// The `(channel, version)` keys of a checkpoint row's record; none if the record does not
@@ -689,6 +704,33 @@ pub(crate) trait Backend: Send + Sync + 'static {
             writes,
             bodies,
             epoch,
+        }))
+    }
+    /// The addressed (or latest) checkpoint row with its writes, the thread's epoch, and up to
+    /// `limit` rows following parent pointers from its parent (stopping early at a missing
+    /// row), for [`Engine::get_tuple_with_ancestry`]. A backend may override this to read them
+    /// in one round trip; the default makes four calls.
+    async fn head_chain(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        limit: usize,
+    ) -> Result<Option<HeadChain>> {
+        let epoch = self.thread_epoch(thread).await?;
+        let Some(row) = self.checkpoint(thread, ns, id).await? else {
+            return Ok(None);
+        };
+        let writes = self.writes(thread, ns, &[row.id]).await?;
+        let ancestors = match row.parent {
+            Some(parent) if limit > 0 => self.ancestors(thread, ns, parent, limit).await?,
+            _ => Vec::new(),
+        };
+        Ok(Some(HeadChain {
+            row,
+            writes,
+            epoch,
+            ancestors,
         }))
     }
     /// Upserts the checkpoint row; inserts blobs if absent (an existing blob with other bytes is
@@ -1213,9 +1255,9 @@ impl<B: Backend> Engine<B> {
         // Bodies from `known_below` on may be new to the index (stored by another process
         // since): the next write must neither store them again nor collide with their numbers
         // (a collision is a conflict and a reload of every body).
-        for (seq, item) in bodies.seqs.iter().zip(&bodies.items) {
+        for (seq, hash) in bodies.seqs.iter().zip(&bodies.hashes) {
             if *seq >= index.known_below {
-                index.by_hash.entry(xxh3_128(item)).or_insert(*seq);
+                index.by_hash.entry(*hash).or_insert(*seq);
             }
         }
         if let (Some(next), Some(&last)) = (index.next_seq.as_mut(), bodies.seqs.last()) {
@@ -1606,43 +1648,197 @@ impl<B: Backend> Engine<B> {
             next = head.parent;
             self.chain_link(thread, head, &mut seen, &mut chain)?;
         }
+        self.follow_chain(thread, ns, next, limit, false, &mut seen, &mut chain)
+            .await?;
+        Ok(bare_tuples(chain))
+    }
+
+    /// Extends `chain` along parent pointers from `next` until it holds `limit` rows or the
+    /// chain ends (a root, a missing parent, or with `to_full` a full record), in pages of at
+    /// most [`ANCESTOR_PAGE`] rows.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the walk's state, passed through"
+    )]
+    async fn follow_chain(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        mut next: Option<CheckpointId>,
+        limit: usize,
+        to_full: bool,
+        seen: &mut HashSet<CheckpointId>,
+        chain: &mut Vec<Decoded>,
+    ) -> Result<()> {
         while let Some(start) = next
             && chain.len() < limit
         {
             let want = (limit - chain.len()).min(ANCESTOR_PAGE);
             let rows = self.backend.ancestors(thread, ns, start, want).await?;
-            let fetched = rows.len();
-            let mut expected = Some(start);
-            for row in rows.into_iter().take(want) {
-                if expected != Some(row.id) {
-                    // Backends follow the parent pointers themselves, so this is a backend
-                    // fault; reporting it beats returning a chain that is not one.
-                    return Err(Error::Corrupt {
-                        thread_id: thread.clone(),
-                        checkpoint_id: row.id,
-                        what: "parent chain".into(),
-                        detail: format!(
-                            "the store returned checkpoint {} where {} was expected",
-                            row.id,
-                            expected.map_or_else(|| "the end".to_owned(), |e| e.to_string())
-                        ),
-                    });
-                }
-                expected = row.parent;
-                self.chain_link(thread, row, &mut seen, &mut chain)?;
-            }
-            if fetched < want {
-                // The backend stopped at a root or before a missing parent.
-                break;
-            }
-            next = expected;
+            next = self.link_page(thread, rows, start, want, to_full, seen, chain)?;
         }
-        let n = chain.len();
-        Ok(into_tuples(
-            chain,
-            vec![BTreeMap::new(); n],
-            vec![Vec::new(); n],
-        ))
+        Ok(())
+    }
+
+    /// Appends a page of `want` rows the backend read along parent pointers from `start`,
+    /// checking that each is the parent of the one before, and with `to_full` stopping after
+    /// the first full record (the rest is neither decoded nor kept); the parent of the last
+    /// one when the page is full (the chain may go on), `None` when the chain ended: a root,
+    /// a missing parent, or the full record.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the walk's state, passed through"
+    )]
+    fn link_page(
+        &self,
+        thread: &ThreadId,
+        rows: Vec<CheckpointRow>,
+        start: CheckpointId,
+        want: usize,
+        to_full: bool,
+        seen: &mut HashSet<CheckpointId>,
+        chain: &mut Vec<Decoded>,
+    ) -> Result<Option<CheckpointId>> {
+        let fetched = rows.len();
+        let mut expected = Some(start);
+        for row in rows.into_iter().take(want) {
+            if expected != Some(row.id) {
+                // Backends follow the parent pointers themselves, so this is a backend
+                // fault; reporting it beats returning a chain that is not one.
+                return Err(Error::Corrupt {
+                    thread_id: thread.clone(),
+                    checkpoint_id: row.id,
+                    what: "parent chain".into(),
+                    detail: format!(
+                        "the store returned checkpoint {} where {} was expected",
+                        row.id,
+                        expected.map_or_else(|| "the end".to_owned(), |e| e.to_string())
+                    ),
+                });
+            }
+            expected = row.parent;
+            self.chain_link(thread, row, seen, chain)?;
+            if to_full
+                && chain
+                    .last()
+                    .is_some_and(|d| d.checkpoint.v != crate::model::RELATIVE_RECORD_V)
+            {
+                return Ok(None);
+            }
+        }
+        Ok(if fetched < want { None } else { expected })
+    }
+
+    /// The addressed (or latest) checkpoint with its values, its ancestors and the values its
+    /// record inherits (see [`Saver::get_tuple_with_ancestry`](crate::Saver)).
+    ///
+    /// The row, its writes, the thread's epoch and the first page of ancestors come from
+    /// [`Backend::head_chain`] (one query on PostgreSQL); every value the checkpoint holds, its
+    /// own and the inherited ones, from one [`Backend::checkpoint_blobs`], which reads them
+    /// only if the row still exists; then the bodies those values and the writes reference,
+    /// which seed the message index as reads do. A checkpoint deleted in between is `None`
+    /// when addressed and read again when it was the latest, as `get_tuple` does.
+    pub(crate) async fn get_tuple_with_ancestry(
+        &self,
+        config: &CheckpointConfig,
+        limit: usize,
+    ) -> Result<Option<TupleWithAncestry>> {
+        let thread = &config.thread_id;
+        let ns = &config.checkpoint_ns;
+        let addressed = config.checkpoint_id.is_some();
+        let first = limit.min(ANCESTOR_PAGE);
+        for _ in 0..3 {
+            let Some(head) = self
+                .backend
+                .head_chain(thread, ns, config.checkpoint_id, first)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let HeadChain {
+                row,
+                writes,
+                epoch,
+                ancestors,
+            } = head;
+            let decoded = self.decode_row(row)?;
+            self.gate(thread, decoded.row.id, &decoded.metadata)?;
+            let id = decoded.row.id;
+            let mut seen = HashSet::new();
+            let mut chain = Vec::new();
+            // A full record depends on no ancestor; a relative one on those up to the first
+            // full record (the backend read a page of them with the row, not knowing which).
+            if let Some(parent) = decoded.row.parent
+                && first > 0
+                && decoded.checkpoint.v == crate::model::RELATIVE_RECORD_V
+            {
+                let next = self.link_page(
+                    thread, ancestors, parent, first, true, &mut seen, &mut chain,
+                )?;
+                self.follow_chain(thread, ns, next, limit, true, &mut seen, &mut chain)
+                    .await?;
+            }
+            let inherited =
+                inherited_keys(&decoded.checkpoint, chain.iter().map(|d| &d.checkpoint));
+            let mut keys: Vec<(ChannelName, ChannelVersion)> = decoded
+                .checkpoint
+                .channel_versions
+                .iter()
+                .map(|(c, v)| (c.clone(), *v))
+                .chain(inherited.iter().cloned())
+                .collect();
+            keys.sort();
+            keys.dedup();
+            let Some((_, blob_rows)) = self.backend.checkpoint_blobs(thread, ns, id, &keys).await?
+            else {
+                if addressed {
+                    return Ok(None);
+                }
+                continue;
+            };
+            let rows = vec![decoded];
+            let group = decode_group(thread, &rows, &[0], blob_rows, writes)?;
+            let runs = merge_runs(&group.runs);
+            let bodies = if runs.is_empty() {
+                Bodies::default()
+            } else {
+                Bodies::from_rows(self.backend.messages(thread, &runs).await?)
+            };
+            if !bodies.items.is_empty() {
+                // The backend read the epoch before the bodies.
+                let seed = self.seed_slot(thread).map(|slot| (slot, epoch));
+                Self::seed_index(seed, &bodies);
+            }
+            match resolve_with_ancestry(thread, rows, group, &bodies, inherited) {
+                Ok((tuple, inherited)) => {
+                    return Ok(tuple.map(|tuple| TupleWithAncestry {
+                        tuple,
+                        ancestors: bare_tuples(chain),
+                        inherited,
+                    }));
+                }
+                // The bodies come from a later snapshot than the row: a body missing because
+                // the checkpoint was deleted and its bodies collected in between is no damage.
+                Err(e) => {
+                    if self
+                        .backend
+                        .existing(thread, ns, &[id])
+                        .await?
+                        .contains(&id)
+                    {
+                        return Err(e);
+                    }
+                    if addressed {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        Err(Error::Conflict {
+            thread_id: thread.clone(),
+            detail: "the thread's latest checkpoint was deleted while it was read, three times"
+                .into(),
+        })
     }
 
     /// The values stored for `keys` (see [`Saver::get_channel_values`](crate::Saver)): the
@@ -2639,6 +2835,8 @@ fn decode_pending(
 struct Bodies {
     seqs: Vec<u64>,
     items: Vec<Arc<[u8]>>,
+    /// The index hash of each item (see [`BodyRow::hash`]).
+    hashes: Vec<u128>,
     damaged: BTreeMap<u64, CodecError>,
 }
 
@@ -2647,12 +2845,14 @@ impl Bodies {
     fn from_rows(rows: Vec<BodyRow>) -> Self {
         let mut seqs = Vec::with_capacity(rows.len());
         let mut items = Vec::with_capacity(rows.len());
+        let mut hashes = Vec::with_capacity(rows.len());
         let mut damaged = BTreeMap::new();
         for row in rows {
             match row.body {
                 Ok(body) => {
                     seqs.push(row.seq);
                     items.push(body);
+                    hashes.push(row.hash);
                 }
                 Err(e) => {
                     damaged.entry(row.seq).or_insert(e);
@@ -2661,14 +2861,27 @@ impl Bodies {
         }
         // Backends return the merged runs in order, so this is a check, not a sort.
         if !seqs.windows(2).all(|w| w[0] < w[1]) {
-            let mut pairs: Vec<(u64, Arc<[u8]>)> = seqs.into_iter().zip(items).collect();
-            pairs.sort_by_key(|(s, _)| *s);
-            pairs.dedup_by_key(|(s, _)| *s);
-            (seqs, items) = pairs.into_iter().unzip();
+            let mut rows: Vec<(u64, Arc<[u8]>, u128)> = seqs
+                .into_iter()
+                .zip(items)
+                .zip(hashes)
+                .map(|((s, i), h)| (s, i, h))
+                .collect();
+            rows.sort_by_key(|(s, _, _)| *s);
+            rows.dedup_by_key(|(s, _, _)| *s);
+            seqs = Vec::with_capacity(rows.len());
+            items = Vec::with_capacity(rows.len());
+            hashes = Vec::with_capacity(rows.len());
+            for (s, i, h) in rows {
+                seqs.push(s);
+                items.push(i);
+                hashes.push(h);
+            }
         }
         Self {
             seqs,
             items,
+            hashes,
             damaged,
         }
     }
@@ -2808,6 +3021,42 @@ fn finish_group(
     Ok(())
 }
 
+/// Ancestor rows as tuples without values or writes.
+fn bare_tuples(chain: Vec<Decoded>) -> Vec<CheckpointTuple> {
+    let n = chain.len();
+    into_tuples(chain, vec![BTreeMap::new(); n], vec![Vec::new(); n])
+}
+
+/// The values of [`TupleWithAncestry::inherited`].
+type Inherited = BTreeMap<(ChannelName, ChannelVersion), Option<Blob>>;
+
+/// The tuple of the single checkpoint of `rows` and the values of its `inherited` keys
+/// (`None` for a key nothing is stored under), resolved against the fetched bodies.
+fn resolve_with_ancestry(
+    thread: &ThreadId,
+    rows: Vec<Decoded>,
+    group: Group,
+    bodies: &Bodies,
+    inherited: Vec<(ChannelName, ChannelVersion)>,
+) -> Result<(Option<CheckpointTuple>, Inherited)> {
+    let id = rows[0].row.id;
+    let values = inherited
+        .into_iter()
+        .map(|key| {
+            let value = group
+                .by_key
+                .get(&key)
+                .map(|p| resolve(thread, id, p, bodies))
+                .transpose()?;
+            Ok((key, value))
+        })
+        .collect::<Result<BTreeMap<_, _>>>()?;
+    let mut own = vec![BTreeMap::new()];
+    let mut pending = vec![Vec::new()];
+    finish_group(thread, &rows, &[0], group, bodies, &mut own, &mut pending)?;
+    Ok((into_tuples(rows, own, pending).pop(), values))
+}
+
 /// Turns decoded rows with their values and writes into tuples, writes sorted.
 fn into_tuples(
     rows: Vec<Decoded>,
@@ -2933,6 +3182,13 @@ macro_rules! impl_saver {
                 self.engine
                     .get_ancestors_without_values(config, limit)
                     .await
+            }
+            async fn get_tuple_with_ancestry(
+                &self,
+                config: &$crate::model::CheckpointConfig,
+                limit: usize,
+            ) -> $crate::Result<Option<$crate::model::TupleWithAncestry>> {
+                self.engine.get_tuple_with_ancestry(config, limit).await
             }
             async fn get_channel_values(
                 &self,

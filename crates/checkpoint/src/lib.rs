@@ -104,10 +104,10 @@ pub use mode::{ChannelMode, DeltaCounters, SnapshotFrequency, StoreConfig};
 pub use model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource,
     CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
-    RELATIVE_RECORD_V,
+    RELATIVE_RECORD_V, TupleWithAncestry, inherited_keys,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresSaver};
-pub use saver::Saver;
+pub use saver::{Saver, get_tuple_with_ancestry_default};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SQLITE_SCHEMA_VERSION, SqliteOptions, SqliteSaver};

@@ -284,6 +284,76 @@ pub struct CheckpointTuple {
     pub pending_writes: Vec<PendingWrite>,
 }
 
+/// A checkpoint read together with what completing a relative record takes
+/// ([`Saver::get_tuple_with_ancestry`](crate::Saver::get_tuple_with_ancestry)).
+///
+/// A relative record ([`RELATIVE_RECORD_V`]) lists only the channel versions its step
+/// changed; the others are those of the nearest ancestor that lists them, up to the first
+/// full record. `ancestors` are those records, and `inherited` the values stored under the
+/// versions they give, so a reader needs no further call to know every channel's version
+/// and value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TupleWithAncestry {
+    /// What [`get_tuple`](crate::Saver::get_tuple) returns for the checkpoint.
+    pub tuple: CheckpointTuple,
+    /// The records a relative record depends on: its ancestors, nearest first, up to and
+    /// including the first full record, at most the limit asked for (what
+    /// [`get_ancestors_without_values`](crate::Saver::get_ancestors_without_values) returns
+    /// from its parent, cut after the first full record). Empty for a full record.
+    pub ancestors: Vec<CheckpointTuple>,
+    /// Every key of [`inherited_keys`] (empty unless the record is relative), with the value
+    /// stored under it, or `None` when none is (a channel that was empty at that version).
+    pub inherited: BTreeMap<(ChannelName, ChannelVersion), Option<Blob>>,
+}
+
+/// The channel versions a relative record inherits from `ancestors` (nearest first): each
+/// channel the record does not list, at the version of the nearest ancestor that lists it,
+/// looking no further than the first full record. None for a full record.
+///
+/// A relative record never drops a channel its parent has (the runtime writes a full record
+/// then), so these and the record's own entries are all the versions it holds, provided the
+/// ancestors reach a full record.
+///
+/// ```
+/// use antler_checkpoint::{inherited_keys, ChannelVersion, Checkpoint, RELATIVE_RECORD_V};
+///
+/// let mut full = Checkpoint::empty();
+/// full.channel_versions.insert("a".into(), ChannelVersion::new(1));
+/// full.channel_versions.insert("b".into(), ChannelVersion::new(1));
+/// let mut parent = Checkpoint::empty();
+/// parent.v = RELATIVE_RECORD_V;
+/// parent.channel_versions.insert("b".into(), ChannelVersion::new(2));
+/// let mut head = Checkpoint::empty();
+/// head.v = RELATIVE_RECORD_V;
+/// head.channel_versions.insert("c".into(), ChannelVersion::new(3));
+///
+/// let keys = inherited_keys(&head, [&parent, &full]);
+/// assert_eq!(keys, vec![("b".into(), ChannelVersion::new(2)), ("a".into(), ChannelVersion::new(1))]);
+/// assert!(inherited_keys(&full, [&parent]).is_empty());
+/// ```
+pub fn inherited_keys<'a>(
+    record: &Checkpoint,
+    ancestors: impl IntoIterator<Item = &'a Checkpoint>,
+) -> Vec<(ChannelName, ChannelVersion)> {
+    if record.v != RELATIVE_RECORD_V {
+        return Vec::new();
+    }
+    let mut listed: std::collections::BTreeSet<&ChannelName> =
+        record.channel_versions.keys().collect();
+    let mut out = Vec::new();
+    for a in ancestors {
+        for (c, v) in &a.channel_versions {
+            if listed.insert(c) {
+                out.push((c.clone(), *v));
+            }
+        }
+        if a.v != RELATIVE_RECORD_V {
+            break;
+        }
+    }
+    out
+}
+
 /// What the delta history walk found for one channel (runtime-spec §5.5).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct DeltaChannelHistory {

@@ -17,9 +17,9 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
-    ScanArg, StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows, scan_sql,
-    unreferenced,
+    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, HeadChain, IndexGuard, MessageRow,
+    RowScan, ScanArg, StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows,
+    scan_sql, unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -161,6 +161,8 @@ struct HotSql {
     messages: String,
     head_by_id: String,
     head_latest: String,
+    head_chain_by_id: String,
+    head_chain_latest: String,
     put: String,
     put_writes: String,
     epoch: String,
@@ -171,12 +173,15 @@ struct HotSql {
 
 impl HotSql {
     /// The statements a checkpoint read runs, which [`warm_reads`] runs on a new connection:
-    /// the head by id and the latest head (each with its writes), a checkpoint's values, the
-    /// bodies of message runs, the ancestor walk and the value lookup.
-    fn read_path(&self) -> [&str; 6] {
+    /// the head by id and the latest head (each with its writes, and each again with its
+    /// ancestors), a checkpoint's values, the bodies of message runs, the ancestor walk and
+    /// the value lookup.
+    fn read_path(&self) -> [&str; 8] {
         [
             &self.head_by_id,
             &self.head_latest,
+            &self.head_chain_by_id,
+            &self.head_chain_latest,
             &self.checkpoint_blobs,
             &self.messages,
             &self.ancestors,
@@ -197,6 +202,16 @@ impl HotSql {
             messages: sql(MESSAGES_SQL),
             head_by_id: sql(&HEAD_SQL.replace("{cp}", CP_BY_ID_SQL)),
             head_latest: sql(&HEAD_SQL.replace("{cp}", CP_LATEST_SQL)),
+            head_chain_by_id: sql(
+                &HEAD_CHAIN_SQL
+                    .replace("{cp}", CP_BY_ID_SQL)
+                    .replace("{limit}", "$4::int4"),
+            ),
+            head_chain_latest: sql(
+                &HEAD_CHAIN_SQL
+                    .replace("{cp}", CP_LATEST_SQL)
+                    .replace("{limit}", "$3::int4"),
+            ),
             put: sql(&format!(
                 "WITH {fresh},
                  k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
@@ -339,17 +354,28 @@ async fn run_warm_reads(
     c: &deadpool_postgres::ClientWrapper,
     hot: &HotSql,
 ) -> std::result::Result<(), tokio_postgres::Error> {
-    let [by_id, latest, cp_blobs, messages, ancestors, blobs] = hot.read_path();
+    let [
+        by_id,
+        latest,
+        chain_by_id,
+        chain_latest,
+        cp_blobs,
+        messages,
+        ancestors,
+        blobs,
+    ] = hot.read_path();
     // A checkpoint id is always 16 bytes, so the empty id matches nothing whatever the thread.
     let none: &[u8] = &[];
     let (key_c, key_v) = (vec!["messages"], vec![0i64]);
     let (lo, hi) = (vec![0i64], vec![0i64]);
     let neg = vec![-1i64];
     type Args<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
-    let runs: [(&str, Args); 6] = [
+    let runs: [(&str, Args); 8] = [
         (by_id, vec![&"", &"", &none]),
         // The latest checkpoint of thread "": at most one row and its writes, read and dropped.
         (latest, vec![&"", &""]),
+        (chain_by_id, vec![&"", &"", &none, &1i32]),
+        (chain_latest, vec![&"", &"", &1i32]),
         (cp_blobs, vec![&"", &"", &none, &key_c, &key_v]),
         // An empty range: [0, 0).
         (messages, vec![&"", &lo, &hi]),
@@ -357,7 +383,7 @@ async fn run_warm_reads(
         // No blob has a negative version.
         (blobs, vec![&"", &"", &key_c, &neg]),
     ];
-    // Polled together, the six are prepared in one round trip and run in the next.
+    // Polled together, the eight are prepared in one round trip and run in the next.
     futures::future::try_join_all(runs.iter().map(|(sql, args)| async move {
         let st = c.prepare_cached(sql).await?;
         c.query(&st, args).await
@@ -474,6 +500,35 @@ SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bytea,
  -- generic plan otherwise scans every write of the thread and filters).
  WHERE w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = (SELECT checkpoint_id FROM cp)";
 
+/// [`HEAD_SQL`] plus the checkpoint's ancestors: up to `{limit}` rows (2: id, parent, record,
+/// metadata in columns 2–5, the distance from the parent in column 7) along parent pointers
+/// from its parent. One statement, so the row, its writes and its ancestors come from one
+/// snapshot in one round trip (the graph runtime's cold read of a relative record otherwise
+/// spends one more on the ancestors).
+const HEAD_CHAIN_SQL: &str = "WITH RECURSIVE cp AS ({cp}),
+ chain(checkpoint_id, parent_id, record, metadata, depth) AS (
+    SELECT x.checkpoint_id, x.parent_id, x.record, x.metadata, 0 FROM {s}.checkpoints x
+     WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = (SELECT parent_id FROM cp)
+       AND {limit} > 0
+    UNION ALL
+    SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
+      FROM chain CROSS JOIN LATERAL (
+        -- As in the ancestor walk: one primary-key lookup per step.
+        SELECT x.checkpoint_id, x.parent_id, x.record, x.metadata FROM {s}.checkpoints x
+         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = chain.parent_id LIMIT 1) c
+     WHERE chain.depth + 1 < {limit})
+SELECT 0::int2, checkpoint_id, parent_id, record, metadata,
+       NULL::text, COALESCE((SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1), 0)::int8,
+       NULL::text, NULL::text, NULL::bytea FROM cp
+UNION ALL
+SELECT 1::int2, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bytea,
+       w.task_id, w.idx, w.channel, w.task_path, w.value
+  FROM {s}.writes w
+ WHERE w.thread_id = $1 AND w.checkpoint_ns = $2 AND w.checkpoint_id = (SELECT checkpoint_id FROM cp)
+UNION ALL
+SELECT 2::int2, checkpoint_id, parent_id, record, metadata, NULL::text, depth::int8,
+       NULL::text, NULL::text, NULL::bytea FROM chain";
+
 /// The row of checkpoint $3 (thread $1, namespace $2), told apart by the first column (0),
 /// and the blobs of the keys $4/$5 (1: channel, version, data in columns 6, 7 and 5), only
 /// if the checkpoint exists: one statement, so one snapshot.
@@ -532,6 +587,52 @@ fn union_row(
         record: r.get(3),
         metadata: r.get(4),
     })
+}
+
+/// The rows of [`HEAD_SQL`] or [`HEAD_CHAIN_SQL`], told apart by their first column: the
+/// checkpoint with the thread's epoch (0), its writes (1) and its ancestors with their depth
+/// (2, put nearest first); `None` when the checkpoint row is not among them.
+fn head_rows(
+    rows: &[tokio_postgres::Row],
+    thread: &ThreadId,
+    ns: &CheckpointNs,
+) -> Result<Option<HeadChain>> {
+    let mut row = None;
+    let mut epoch = 0;
+    let mut writes = Vec::new();
+    let mut chain = Vec::new();
+    for r in rows {
+        match r.get::<_, i16>(0) {
+            0 => {
+                epoch = u64_of(thread.as_str(), r.get(6), "thread epoch")?;
+                row = Some(union_row(r, thread, ns)?);
+            }
+            1 => writes.push(r),
+            _ => chain.push((r.get::<_, i64>(6), union_row(r, thread, ns)?)),
+        }
+    }
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let writes = writes
+        .into_iter()
+        .map(|r| WriteRow {
+            checkpoint_id: row.id,
+            task_id: TaskId::new(r.get::<_, String>(5)),
+            idx: r.get::<_, i64>(6),
+            channel: ChannelName::new(r.get::<_, String>(7)),
+            task_path: TaskPath::new(r.get::<_, String>(8)),
+            value: r.get::<_, Vec<u8>>(9),
+        })
+        .collect();
+    // UNION ALL keeps no order: the walk's depth puts the ancestors nearest first.
+    chain.sort_by_key(|(depth, _)| *depth);
+    Ok(Some(HeadChain {
+        row,
+        writes,
+        epoch,
+        ancestors: chain.into_iter().map(|(_, r)| r).collect(),
+    }))
 }
 
 /// The value blobs of `keys` as rows of the prepared [`BLOBS_SQL`].
@@ -997,6 +1098,45 @@ impl Backend for PgBackend {
             detail: "the thread's latest checkpoint was deleted while it was read, three times"
                 .into(),
         })
+    }
+
+    async fn head_chain(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        limit: usize,
+    ) -> Result<Option<HeadChain>> {
+        let ctx = format!("postgres: thread {thread}: reading checkpoint");
+        let c = self.client(&ctx).await?;
+        let sql = if id.is_some() {
+            &self.hot.head_chain_by_id
+        } else {
+            &self.hot.head_chain_latest
+        };
+        let st = c.prepare_cached(sql).await.map_err(pg_err(ctx.clone()))?;
+        // The engine asks for at most a page of ancestors.
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let rows = match id {
+            Some(id) => {
+                c.query(
+                    &st,
+                    &[
+                        &thread.as_str(),
+                        &ns.as_str(),
+                        &id.to_bytes().as_slice(),
+                        &limit,
+                    ],
+                )
+                .await
+            }
+            None => {
+                c.query(&st, &[&thread.as_str(), &ns.as_str(), &limit])
+                    .await
+            }
+        }
+        .map_err(pg_err(ctx))?;
+        head_rows(&rows, thread, ns)
     }
 
     async fn next_message_seq(&self, thread: &ThreadId) -> Result<u64> {
@@ -1876,37 +2016,12 @@ impl PgBackend {
             None => c.query(&head, &[&thread.as_str(), &ns.as_str()]).await,
         }
         .map_err(pg_err(ctx.clone()))?;
-        let mut row = None;
-        let mut epoch = 0;
-        let mut pending = Vec::new();
-        for r in &rows {
-            if r.get::<_, i16>(0) == 0 {
-                epoch = u64_of(thread.as_str(), r.get(6), "thread epoch")?;
-                row = Some(union_row(r, thread, ns)?);
-            } else {
-                pending.push((
-                    TaskId::new(r.get::<_, String>(5)),
-                    r.get::<_, i64>(6),
-                    ChannelName::new(r.get::<_, String>(7)),
-                    TaskPath::new(r.get::<_, String>(8)),
-                    r.get::<_, Vec<u8>>(9),
-                ));
-            }
-        }
-        let Some(row) = row else {
+        let Some(HeadChain {
+            row, writes, epoch, ..
+        }) = head_rows(&rows, thread, ns)?
+        else {
             return Ok(Some(None));
         };
-        let writes: Vec<WriteRow> = pending
-            .into_iter()
-            .map(|(task_id, idx, channel, task_path, value)| WriteRow {
-                checkpoint_id: row.id,
-                task_id,
-                idx,
-                channel,
-                task_path,
-                value,
-            })
-            .collect();
         let keys = if with_values {
             record_keys(&row)
         } else {
@@ -2863,16 +2978,16 @@ mod tests {
         let first = b.client("test").await.expect("client");
         // The first is checked out, so this one is new.
         let second = b.client("test").await.expect("client");
-        assert_eq!(warm_statements(&first, &b.hot).await, 6);
-        assert_eq!(warm_statements(&second, &b.hot).await, 6);
+        assert_eq!(warm_statements(&first, &b.hot).await, 8);
+        assert_eq!(warm_statements(&second, &b.hot).await, 8);
         assert_eq!(
             ran_statements(&first, &b.hot).await,
-            6,
+            8,
             "run, not only prepared"
         );
         assert_eq!(
             ran_statements(&second, &b.hot).await,
-            6,
+            8,
             "run, not only prepared"
         );
         // Its errors are ignored when a connection is made, so check here that it has none.
@@ -2889,6 +3004,90 @@ mod tests {
         .await;
         assert_ne!(pids[0], pids[1], "two sessions");
         drop((first, second));
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// Statements run on a connection so far: PostgreSQL counts a plan (custom, or the
+    /// generic one reused) for every run of a prepared statement.
+    async fn statement_runs(c: &deadpool_postgres::Object) -> i64 {
+        c.query_one(
+            "SELECT COALESCE(SUM(custom_plans + generic_plans), 0)::int8 FROM pg_prepared_statements",
+            &[],
+        )
+        .await
+        .expect("prepared statements")
+        .get(0)
+    }
+
+    /// A relative record read with its ancestry costs three statements: the row with its
+    /// writes and ancestors, every value it holds (its own and the inherited message list),
+    /// and the bodies. Read as three calls (the trait's default) it costs six.
+    #[tokio::test]
+    async fn a_relative_record_is_read_with_its_ancestry_in_three_statements() {
+        use crate::blob::Blob;
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(url) = database_url() else {
+            return;
+        };
+        let options = PostgresOptions::new(url)
+            .with_schema(format!("antler_test_{}", uuid::Uuid::new_v4().simple()))
+            .with_pool_size(1);
+        let saver = PostgresSaver::connect(options, StoreConfig::full())
+            .await
+            .expect("connect");
+        let mut full = Checkpoint::empty();
+        let list = Blob::messages(
+            crate::blob::MessagesKind::Snapshot,
+            &[serde_json::json!({"type": "human", "content": "q", "id": "h"})],
+        )
+        .expect("blob");
+        full.channel_versions
+            .insert("m".into(), ChannelVersion::new(1));
+        full.channel_values.insert("m".into(), list);
+        let versions = full.channel_versions.clone();
+        let at = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                full,
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .expect("put");
+        let mut relative = Checkpoint::empty();
+        relative.v = crate::model::RELATIVE_RECORD_V;
+        relative
+            .channel_versions
+            .insert("b".into(), ChannelVersion::new(2));
+        relative
+            .channel_values
+            .insert("b".into(), Blob::json(&"b2").expect("blob"));
+        let versions = relative.channel_versions.clone();
+        saver
+            .put(&at, relative, CheckpointMetadata::default(), &versions)
+            .await
+            .expect("put");
+        let latest = CheckpointConfig::latest("t");
+        let b = &saver.engine.backend;
+        for (own, want) in [(true, 3), (false, 6)] {
+            // The pool's only connection: the reads below run on it.
+            let before = statement_runs(&b.client("test").await.expect("client")).await;
+            let read = if own {
+                saver.get_tuple_with_ancestry(&latest, 8).await
+            } else {
+                crate::saver::get_tuple_with_ancestry_default(&saver, &latest, 8).await
+            }
+            .expect("read")
+            .expect("exists");
+            let after = statement_runs(&b.client("test").await.expect("client")).await;
+            assert_eq!(after - before, want, "own implementation: {own}");
+            assert_eq!(read.ancestors.len(), 1);
+            let m = read.inherited[&("m".into(), ChannelVersion::new(1))]
+                .as_ref()
+                .expect("stored");
+            assert!(matches!(m, Blob::Messages(l) if l.items.len() == 1));
+        }
         saver.drop_schema().await.expect("drop");
     }
 
@@ -2915,9 +3114,10 @@ mod tests {
             .expect("usable")
             .get(0);
         assert_eq!(one, 1);
-        // The two statements parsed before the one on the missing table failed (the warm-up
-        // sends them in order) are still prepared after its rollback.
-        assert_eq!(warm_statements(&second, &b.hot).await, 2);
+        // The four statements parsed before the one on the missing table failed (the warm-up
+        // sends them in order: the heads, then the heads with their ancestors) are still
+        // prepared after its rollback.
+        assert_eq!(warm_statements(&second, &b.hot).await, 4);
         assert!(
             lock_timeout_is_the_sessions(&second).await,
             "the session setting is restored"
@@ -2932,7 +3132,7 @@ mod tests {
             .prepare_cached(&b.hot.head_by_id)
             .await
             .expect("cached");
-        assert_eq!(warm_statements(&second, &b.hot).await, 2, "a cache hit");
+        assert_eq!(warm_statements(&second, &b.hot).await, 4, "a cache hit");
         let none: &[u8] = &[];
         assert!(
             second

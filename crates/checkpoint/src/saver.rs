@@ -10,7 +10,8 @@ use crate::ids::{ChannelName, ChannelVersion, CheckpointNs, RunId, TaskId, TaskP
 use crate::mode::StoreConfig;
 use crate::model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple,
-    DeltaChannelHistory, ListQuery, PruneStrategy,
+    DeltaChannelHistory, ListQuery, PruneStrategy, RELATIVE_RECORD_V, TupleWithAncestry,
+    inherited_keys,
 };
 
 /// A checkpoint store. Object safe (`Arc<dyn Saver>`), `Send + Sync`, async.
@@ -151,6 +152,69 @@ pub trait Saver: Send + Sync {
             next = parent;
         }
         Ok(out)
+    }
+
+    /// The addressed checkpoint with its values, its ancestors, and the values its record
+    /// inherits from them: everything a reader of a relative record
+    /// ([`RELATIVE_RECORD_V`](crate::RELATIVE_RECORD_V)) needs, in one call.
+    ///
+    /// Returns `None` when the checkpoint does not exist (or was deleted while it was read);
+    /// otherwise a [`TupleWithAncestry`] whose `tuple` is what [`get_tuple`](Saver::get_tuple)
+    /// returns; whose `ancestors`, for a relative record, are what
+    /// [`get_ancestors_without_values`](Saver::get_ancestors_without_values) returns from the
+    /// tuple's parent with `limit`, cut after the first full record (none for a full record);
+    /// and whose `inherited` maps every key [`inherited_keys`] finds in the record and those
+    /// ancestors to the value stored under it (what
+    /// [`get_channel_values`](Saver::get_channel_values) finds), or to `None`.
+    ///
+    /// The graph runtime reads a checkpoint it has not cached this way: without it, a cold
+    /// read of a relative record costs three calls (the tuple, its ancestors, the values
+    /// stored by them). The savers of this crate read the checkpoint row, its writes and its
+    /// ancestors in one query, then every value it holds and the message bodies they
+    /// reference; the default implementation makes the three calls.
+    ///
+    /// ```
+    /// use antler_checkpoint::{Blob, ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, RELATIVE_RECORD_V, Saver, StoreConfig};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(async {
+    /// let saver = MemorySaver::new(StoreConfig::full());
+    /// // A full record with `topic` and `step`, then a relative one listing only `step`.
+    /// let mut first = Checkpoint::empty();
+    /// first.channel_versions.insert("topic".into(), ChannelVersion::new(1));
+    /// first.channel_versions.insert("step".into(), ChannelVersion::new(1));
+    /// first.channel_values.insert("topic".into(), Blob::json(&"rust")?);
+    /// first.channel_values.insert("step".into(), Blob::json(&1)?);
+    /// let versions = first.channel_versions.clone();
+    /// let at = saver.put(&CheckpointConfig::latest("t"), first, CheckpointMetadata::default(), &versions).await?;
+    /// let mut second = Checkpoint::empty();
+    /// second.v = RELATIVE_RECORD_V;
+    /// second.channel_versions.insert("step".into(), ChannelVersion::new(2));
+    /// second.channel_values.insert("step".into(), Blob::json(&2)?);
+    /// let versions = second.channel_versions.clone();
+    /// saver.put(&at, second, CheckpointMetadata::default(), &versions).await?;
+    ///
+    /// let read = saver.get_tuple_with_ancestry(&CheckpointConfig::latest("t"), 8).await?.expect("exists");
+    /// assert_eq!(read.tuple.checkpoint.channel_values["step"].decode_json::<i64>()?, 2);
+    /// assert_eq!(read.ancestors.len(), 1);
+    /// let topic = read.inherited[&("topic".into(), ChannelVersion::new(1))].as_ref().expect("stored");
+    /// assert_eq!(topic.decode_json::<String>()?, "rust");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).expect("example");
+    /// ```
+    ///
+    /// # Errors
+    /// Those of the three calls: a damaged record, metadata, write, value or body is
+    /// [`Error::Corrupt`](crate::Error::Corrupt) naming the thread and a checkpoint (an
+    /// inherited value's damage names the addressed one, for the savers of this crate), a
+    /// parent pointer cycle among the ancestors is
+    /// [`Error::ParentCycle`](crate::Error::ParentCycle), and in a full-mode store a delta
+    /// checkpoint is [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch).
+    async fn get_tuple_with_ancestry(
+        &self,
+        config: &CheckpointConfig,
+        limit: usize,
+    ) -> Result<Option<TupleWithAncestry>> {
+        get_tuple_with_ancestry_default(self, config, limit).await
     }
 
     /// The values `put` stored for `keys` in the thread and namespace of `config`: for each
@@ -399,6 +463,68 @@ pub trait Saver: Send + Sync {
     async fn discard_for_conformance(&self) -> Result<()> {
         Ok(())
     }
+}
+
+/// The default implementation of [`Saver::get_tuple_with_ancestry`], from `saver`'s
+/// [`get_tuple`](Saver::get_tuple),
+/// [`get_ancestors_without_values`](Saver::get_ancestors_without_values) and
+/// [`get_channel_values`](Saver::get_channel_values): for a wrapper that overrides the method
+/// but sometimes wants the three calls.
+///
+/// # Errors
+/// Those of the three calls; [`Error::Conflict`] when the latest checkpoint was deleted
+/// between them three times in a row.
+pub async fn get_tuple_with_ancestry_default<S: Saver + ?Sized>(
+    saver: &S,
+    config: &CheckpointConfig,
+    limit: usize,
+) -> Result<Option<TupleWithAncestry>> {
+    // A latest checkpoint deleted between the calls (a concurrent delete_for_runs) is read
+    // again, as the savers of this crate do; an addressed one is gone.
+    for _ in 0..3 {
+        let Some(tuple) = saver.get_tuple(config).await? else {
+            return Ok(None);
+        };
+        let ancestors = match &tuple.parent_config {
+            Some(parent) if limit > 0 && tuple.checkpoint.v == RELATIVE_RECORD_V => {
+                let mut chain = saver.get_ancestors_without_values(parent, limit).await?;
+                if let Some(full) = chain
+                    .iter()
+                    .position(|a| a.checkpoint.v != RELATIVE_RECORD_V)
+                {
+                    chain.truncate(full + 1);
+                }
+                chain
+            }
+            _ => Vec::new(),
+        };
+        let keys = inherited_keys(&tuple.checkpoint, ancestors.iter().map(|a| &a.checkpoint));
+        let inherited = if keys.is_empty() {
+            BTreeMap::new()
+        } else {
+            let Some(mut found) = saver.get_channel_values(&tuple.config, &keys).await? else {
+                if config.checkpoint_id.is_some() {
+                    return Ok(None);
+                }
+                continue;
+            };
+            keys.into_iter()
+                .map(|k| {
+                    let v = found.remove(&k);
+                    (k, v)
+                })
+                .collect()
+        };
+        return Ok(Some(TupleWithAncestry {
+            tuple,
+            ancestors,
+            inherited,
+        }));
+    }
+    Err(Error::Conflict {
+        thread_id: config.thread_id.clone(),
+        detail: "the thread's latest checkpoint was deleted while it was read, three times".into(),
+    })
 }
 
 /// The greatest channel version in `tuples` (0 for none).

@@ -121,7 +121,13 @@ macro_rules! conformance_suite {
             antler_max_channel_version_covers_every_branch,
             antler_max_channel_version_survives_deletes_and_copies,
             antler_a_refused_write_leaves_no_message_behind,
-            antler_history_stops_at_a_full_record_without_the_channel
+            antler_history_stops_at_a_full_record_without_the_channel,
+            antler_ancestry_completes_a_relative_record,
+            antler_ancestry_respects_the_limit,
+            antler_ancestry_absent_is_none,
+            antler_ancestry_parent_cycle_is_error,
+            antler_ancestry_is_mode_gated,
+            antler_ancestry_damaged_value_is_error
         );
     };
 }
@@ -149,7 +155,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 131;
+pub const CASE_COUNT: usize = 137;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -3216,6 +3222,318 @@ pub async fn antler_channel_values_damaged_value_is_error(saver: &dyn Saver) {
                 .unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{t}: {err}");
             assert!(err.to_string().contains(t), "{t}: {err}");
+        }
+    }
+}
+
+// ---- get_tuple_with_ancestry -------------------------------------------------------------------
+
+/// Six checkpoints on thread `t`, oldest first, as the graph runtime stores them: full records
+/// (`c0`, `c3`) listing every channel, and relative ones listing only what their step changed.
+/// `e` is listed from the start but never holds a value (an emptied channel); `m` is a
+/// message list.
+///
+/// | record | kind     | lists (value)                         |
+/// |--------|----------|---------------------------------------|
+/// | c0     | full     | a@1 (1), b@1 ("b1"), e@1, m@1 (2 msgs) |
+/// | c1     | relative | b@2 ("b2")                            |
+/// | c2     | relative | a@3 (3)                               |
+/// | c3     | full     | a@3, b@2, e@1, m@4 (3 msgs)           |
+/// | c4     | relative | b@5 ("b5")                            |
+/// | c5     | relative | a@6 (6)                               |
+async fn relative_records(saver: &dyn Saver, t: &str) -> Vec<CheckpointConfig> {
+    let msg =
+        |i: usize| json!({"type": "human", "content": format!("q{i}"), "id": format!("h{i}")});
+    let list = |n: usize| {
+        Blob::messages(MessagesKind::Snapshot, &(0..n).map(msg).collect::<Vec<_>>()).unwrap()
+    };
+    // Per record: full or not, its listing (channel, version, value), the channels it changed.
+    type Entry<'a> = (&'a str, u64, Option<Blob>);
+    let records: Vec<(bool, Vec<Entry<'_>>)> = vec![
+        (
+            true,
+            vec![
+                ("a", 1, Some(Blob::json(&1).unwrap())),
+                ("b", 1, Some(Blob::json(&"b1").unwrap())),
+                ("e", 1, None),
+                ("m", 1, Some(list(2))),
+            ],
+        ),
+        (false, vec![("b", 2, Some(Blob::json(&"b2").unwrap()))]),
+        (false, vec![("a", 3, Some(Blob::json(&3).unwrap()))]),
+        (
+            true,
+            vec![
+                ("a", 3, None),
+                ("b", 2, None),
+                ("e", 1, None),
+                ("m", 4, Some(list(3))),
+            ],
+        ),
+        (false, vec![("b", 5, Some(Blob::json(&"b5").unwrap()))]),
+        (false, vec![("a", 6, Some(Blob::json(&6).unwrap()))]),
+    ];
+    let mut out: Vec<CheckpointConfig> = Vec::new();
+    for (i, (full, entries)) in records.into_iter().enumerate() {
+        let mut cp = Checkpoint::empty();
+        if !full {
+            cp.v = crate::model::RELATIVE_RECORD_V;
+        }
+        let mut new_versions = ChannelVersions::new();
+        for (c, v, value) in entries {
+            cp.channel_versions.insert(c.into(), ChannelVersion::new(v));
+            if let Some(value) = value {
+                cp.channel_values.insert(c.into(), value);
+                new_versions.insert(c.into(), ChannelVersion::new(v));
+            }
+        }
+        let parent = out.last().cloned().unwrap_or_else(|| cfg(t, "", None));
+        let c = saver
+            .put(
+                &parent,
+                cp,
+                metadata(CheckpointSource::Loop, i as i64, None),
+                &new_versions,
+            )
+            .await
+            .unwrap();
+        write(saver, &c, "task", "", &[("w", json!(i))]).await;
+        out.push(c);
+    }
+    out
+}
+
+/// What `get_tuple_with_ancestry` must return for `at`, built from the other reads: the tuple
+/// of `get_tuple`, the ancestors of `get_ancestors_without_values` cut after the first full
+/// record (none for a full record), and the values `get_channel_values` finds for the keys
+/// `inherited_keys` names.
+async fn expected_ancestry(
+    saver: &dyn Saver,
+    at: &CheckpointConfig,
+    limit: usize,
+) -> crate::model::TupleWithAncestry {
+    let tuple = get(saver, at).await;
+    let relative = tuple.checkpoint.v == crate::model::RELATIVE_RECORD_V;
+    let mut ancestors = match &tuple.parent_config {
+        Some(p) if relative => saver.get_ancestors_without_values(p, limit).await.unwrap(),
+        _ => Vec::new(),
+    };
+    if let Some(full) = ancestors
+        .iter()
+        .position(|a| a.checkpoint.v != crate::model::RELATIVE_RECORD_V)
+    {
+        ancestors.truncate(full + 1);
+    }
+    let keys =
+        crate::model::inherited_keys(&tuple.checkpoint, ancestors.iter().map(|a| &a.checkpoint));
+    let mut found = saver
+        .get_channel_values(&tuple.config, &keys)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    let inherited = keys
+        .into_iter()
+        .map(|k| {
+            let v = found.remove(&k);
+            (k, v)
+        })
+        .collect();
+    crate::model::TupleWithAncestry {
+        tuple,
+        ancestors,
+        inherited,
+    }
+}
+
+/// A relative record comes with the records it depends on (up to and including the first
+/// full one) and the values stored under the versions they give it: with them, every
+/// channel's version and value is known. A channel listed without a stored value maps to
+/// `None`; a full record comes alone. By id and as the latest, the saver's own implementation
+/// and the trait's default agree.
+pub async fn antler_ancestry_completes_a_relative_record(saver: &dyn Saver) {
+    let cs = relative_records(saver, "t").await;
+    let id = |i: usize| cs[i].checkpoint_id.unwrap();
+    for s in [saver, &Defaults(saver)] {
+        for (i, at) in cs.iter().enumerate() {
+            let got = s
+                .get_tuple_with_ancestry(at, 8)
+                .await
+                .unwrap()
+                .expect("exists");
+            assert_eq!(got, expected_ancestry(saver, at, 8).await, "c{i}");
+            assert!(
+                got.ancestors
+                    .iter()
+                    .all(|a| a.checkpoint.channel_values.is_empty() && a.pending_writes.is_empty())
+            );
+        }
+        let latest = s
+            .get_tuple_with_ancestry(&cfg("t", "", None), 8)
+            .await
+            .unwrap()
+            .expect("exists");
+        assert_eq!(latest, expected_ancestry(saver, &cs[5], 8).await, "latest");
+        // Spelled out for the latest (c5): c4 and the full c3; b from c4, e (no value) and m
+        // from c3; a is its own.
+        assert_eq!(ids(&latest.ancestors), [id(4), id(3)]);
+        assert_eq!(
+            json_of(&latest.tuple.checkpoint.channel_values["a"]),
+            json!(6)
+        );
+        assert_eq!(latest.inherited.len(), 3);
+        assert_eq!(
+            json_of(latest.inherited[&key("b", 5)].as_ref().unwrap()),
+            json!("b5")
+        );
+        assert_eq!(latest.inherited[&key("e", 1)], None);
+        assert!(
+            matches!(latest.inherited[&key("m", 4)], Some(Blob::Messages(ref l)) if l.items.len() == 3)
+        );
+        assert_eq!(
+            write_values(&latest.tuple.pending_writes),
+            [("task".to_owned(), "w".to_owned(), json!(5))]
+        );
+        // c2: c1 and the full c0 (b@2 from c1; e and m@1 from c0).
+        let c2 = s
+            .get_tuple_with_ancestry(&cs[2], 8)
+            .await
+            .unwrap()
+            .expect("exists");
+        assert_eq!(ids(&c2.ancestors), [id(1), id(0)]);
+        assert_eq!(
+            c2.inherited.keys().cloned().collect::<Vec<_>>(),
+            [key("b", 2), key("e", 1), key("m", 1)]
+        );
+        // Full records: alone.
+        for i in [0, 3] {
+            let full = s
+                .get_tuple_with_ancestry(&cs[i], 8)
+                .await
+                .unwrap()
+                .expect("exists");
+            assert!(
+                full.ancestors.is_empty() && full.inherited.is_empty(),
+                "c{i}"
+            );
+        }
+    }
+}
+
+/// At most `limit` ancestors; what lies beyond is not inherited from (the caller reads on).
+pub async fn antler_ancestry_respects_the_limit(saver: &dyn Saver) {
+    let cs = relative_records(saver, "t").await;
+    for s in [saver, &Defaults(saver)] {
+        for limit in 0..=3 {
+            let got = s
+                .get_tuple_with_ancestry(&cs[5], limit)
+                .await
+                .unwrap()
+                .expect("exists");
+            assert_eq!(
+                got,
+                expected_ancestry(saver, &cs[5], limit).await,
+                "{limit}"
+            );
+            assert_eq!(got.ancestors.len(), limit.min(2), "{limit}");
+        }
+        let one = s
+            .get_tuple_with_ancestry(&cs[5], 1)
+            .await
+            .unwrap()
+            .expect("exists");
+        assert_eq!(
+            one.inherited.keys().cloned().collect::<Vec<_>>(),
+            [key("b", 5)]
+        );
+        let none = s
+            .get_tuple_with_ancestry(&cs[5], 0)
+            .await
+            .unwrap()
+            .expect("exists");
+        assert!(none.ancestors.is_empty() && none.inherited.is_empty());
+    }
+}
+
+/// An unknown thread, namespace or checkpoint is `None`.
+pub async fn antler_ancestry_absent_is_none(saver: &dyn Saver) {
+    let _ = relative_records(saver, "t").await;
+    for s in [saver, &Defaults(saver)] {
+        for at in [
+            cfg("nobody", "", None),
+            cfg("t", "sub:x", None),
+            cfg("t", "", Some(CheckpointId::generate())),
+        ] {
+            assert_eq!(s.get_tuple_with_ancestry(&at, 8).await.unwrap(), None);
+        }
+    }
+}
+
+/// Relative records whose parent pointers loop are an error, not an endless walk.
+pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
+    let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
+    for (id, parent) in [(a, b), (b, a)] {
+        let mut cp = Checkpoint::empty();
+        cp.id = id;
+        cp.v = crate::model::RELATIVE_RECORD_V;
+        saver
+            .put(
+                &cfg("t", "", Some(parent)),
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+    }
+    for s in [saver, &Defaults(saver)] {
+        let err = s
+            .get_tuple_with_ancestry(&cfg("t", "", Some(a)), 8)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("thread t"), "{err}");
+    }
+}
+
+/// The read is mode-gated as `get_tuple` is: a full-mode store refuses a delta checkpoint
+/// with the same error; a delta-mode store reads it.
+pub async fn antler_ancestry_is_mode_gated(saver: &dyn Saver) {
+    let cs = relative_records(saver, "t").await;
+    let delta = CheckpointMetadata {
+        channel_mode: Some(crate::mode::ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    };
+    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    for s in [saver, &Defaults(saver)] {
+        for at in [&cs[5], &cfg("t", "", None)] {
+            if saver.store_config().mode == crate::mode::ChannelMode::Full {
+                let single = saver.get_tuple(at).await.unwrap_err();
+                let err = s.get_tuple_with_ancestry(at, 8).await.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+                assert_eq!(err.to_string(), single.to_string());
+            } else {
+                let got = s
+                    .get_tuple_with_ancestry(at, 8)
+                    .await
+                    .unwrap()
+                    .expect("exists");
+                assert_eq!(got, expected_ancestry(saver, &cs[5], 8).await);
+            }
+        }
+    }
+}
+
+/// A damaged value, the record's own or an inherited one, is a typed error naming the thread,
+/// never a value left out.
+pub async fn antler_ancestry_damaged_value_is_error(saver: &dyn Saver) {
+    let cs = relative_records(saver, "t").await;
+    // The blob tag with a wrong checksum.
+    tamper(saver, "t", Tamper::Blobs(vec![0x31, 0, 0, 0, 0, b'x'])).await;
+    for s in [saver, &Defaults(saver)] {
+        for at in [&cs[5], &cs[2], &cfg("t", "", None)] {
+            let err = s.get_tuple_with_ancestry(at, 8).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+            assert!(err.to_string().contains("thread t"), "{err}");
         }
     }
 }

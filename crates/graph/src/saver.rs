@@ -296,6 +296,24 @@ struct Ahead {
     chain: std::collections::VecDeque<cp::CheckpointTuple>,
     /// The last fetched chain came back shorter than asked: nothing lies beyond `chain`.
     ended: bool,
+    /// Values of channel versions read with the record (see
+    /// [`cp::Saver::get_tuple_with_ancestry`]): `None` for a key under which nothing is stored.
+    inherited: BTreeMap<(cp::ChannelName, cp::ChannelVersion), Option<cp::Blob>>,
+}
+
+impl Ahead {
+    /// What a [`cp::Saver::get_tuple_with_ancestry`] read with `limit` brought besides the record.
+    fn from_ancestry(
+        ancestors: Vec<cp::CheckpointTuple>,
+        limit: usize,
+        inherited: BTreeMap<(cp::ChannelName, cp::ChannelVersion), Option<cp::Blob>>,
+    ) -> Self {
+        Self {
+            ended: ancestors.len() < limit,
+            chain: ancestors.into(),
+            inherited,
+        }
+    }
 }
 
 /// Every checkpoint of `scope`.
@@ -409,23 +427,42 @@ impl SaverCheckpointer {
 
     /// The stored tuple of `id` (the latest when `None`); its values only `with_values` (a
     /// tuple without them costs no value or message-body reads).
+    ///
+    /// With values it is read with its ancestry ([`cp::Saver::get_tuple_with_ancestry`]), so
+    /// that completing a relative record whose maps are not cached (a cold read) needs no
+    /// further call: the parent chain up to the full record and the values stored by those
+    /// records come with it. A read whose maps are cached only uses the values.
     async fn raw(
         &self,
         scope: &Scope,
         id: Option<cp::CheckpointId>,
         with_values: bool,
-    ) -> Result<Option<cp::CheckpointTuple>> {
+    ) -> Result<Option<(cp::CheckpointTuple, Ahead)>> {
         let mut config =
             cp::CheckpointConfig::latest(scope.thread.as_str()).with_ns(scope.ns.as_str());
         if let Some(id) = id {
             config = config.with_checkpoint_id(id);
         }
-        let t = if with_values {
-            self.saver.get_tuple(&config).await
-        } else {
-            self.saver.get_tuple_without_values(&config).await
-        };
-        t.map_err(storage)
+        if with_values {
+            let limit = FULL_RECORD_EVERY as usize;
+            let read = self
+                .saver
+                .get_tuple_with_ancestry(&config, limit)
+                .await
+                .map_err(storage)?;
+            return Ok(read.map(|r| {
+                (
+                    r.tuple,
+                    Ahead::from_ancestry(r.ancestors, limit, r.inherited),
+                )
+            }));
+        }
+        let t = self
+            .saver
+            .get_tuple_without_values(&config)
+            .await
+            .map_err(storage)?;
+        Ok(t.map(|t| (t, Ahead::default())))
     }
 
     fn broken(scope: &Scope, t: &cp::CheckpointTuple, why: &'static str) -> Error {
@@ -515,12 +552,11 @@ impl SaverCheckpointer {
         scope: &Scope,
         t: cp::CheckpointTuple,
         with_values: bool,
+        mut ahead: Ahead,
     ) -> Result<CheckpointTuple> {
         let guard = 4 * FULL_RECORD_EVERY as usize + 4;
         // Nearest first: `t`, then the ancestors the map walk needs (read without values).
         let mut path = vec![t];
-        // Ancestors fetched in one chain beyond `path`.
-        let mut ahead = Ahead::default();
         let maps = match self.cached(scope, &path[0].checkpoint.id) {
             Some(m) => m,
             None => {
@@ -571,7 +607,15 @@ impl SaverCheckpointer {
                             values.add(name.clone(), b)?;
                         }
                     }
-                    None => elsewhere.push((chan(name), cp::ChannelVersion::new(*version))),
+                    None => {
+                        let key = (chan(name), cp::ChannelVersion::new(*version));
+                        // Read with the record: the value, or the knowledge that none is stored.
+                        match ahead.inherited.get(&key) {
+                            Some(Some(b)) => values.add(name.clone(), b)?,
+                            Some(None) => {}
+                            None => elsewhere.push(key),
+                        }
+                    }
                 }
             }
             if !elsewhere.is_empty() {
@@ -601,7 +645,7 @@ impl SaverCheckpointer {
     ) -> Result<Option<CheckpointTuple>> {
         let id = id.map(parse_id).transpose()?;
         match self.raw(scope, id, with_values).await? {
-            Some(t) => self.load(scope, t, with_values).await.map(Some),
+            Some((t, ahead)) => self.load(scope, t, with_values, ahead).await.map(Some),
             None => Ok(None),
         }
     }
@@ -672,7 +716,7 @@ impl Checkpointer for SaverCheckpointer {
         let raws = self.saver.list(&query).await.map_err(storage)?;
         let mut out = Vec::with_capacity(raws.len());
         for t in raws {
-            match self.load(scope, t, true).await {
+            match self.load(scope, t, true, Ahead::default()).await {
                 Ok(t) => out.push(t),
                 // Deleted between the list and its completion (a prune by another process):
                 // no longer history, as for a page read one checkpoint at a time.
