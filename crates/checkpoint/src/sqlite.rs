@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
-    ScanArg, StorageStats, TupleRows, WriteRow, config_is, impl_saver, record_keys, runs_of_rows,
-    scan_sql, unreferenced,
+    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, HeadChain, IndexGuard, MessageRow,
+    RowScan, ScanArg, StorageStats, TupleRows, WriteRow, config_is, impl_saver, record_keys,
+    runs_of_rows, scan_sql, unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -410,6 +410,38 @@ fn raise_mark(
 }
 
 /// The thread's message-store epoch (0 without a row).
+/// Up to `max` rows following parent pointers from `start` (inclusive), nearest first; stops
+/// early at a missing row.
+fn read_ancestors(
+    c: &Connection,
+    thread: &str,
+    ns: &str,
+    start: CheckpointId,
+    max: usize,
+) -> Result<Vec<CheckpointRow>> {
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    let mut stmt = c
+        .prepare_cached(
+            "WITH RECURSIVE chain(checkpoint_id, parent_id, record, metadata, depth) AS (
+                SELECT checkpoint_id, parent_id, record, metadata, 0 FROM checkpoints
+                 WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
+                UNION ALL
+                SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
+                  FROM chain JOIN checkpoints c
+                    ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.parent_id
+                 WHERE chain.depth + 1 < ?4)
+             SELECT checkpoint_id, parent_id, record, metadata, ?1, ?2 FROM chain ORDER BY depth",
+        )
+        .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
+    let rows = stmt
+        .query_map(params![thread, ns, id_bytes(start), max], read_row)
+        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        .map_err(sql_err(format!(
+            "sqlite: thread {thread}: walking ancestors"
+        )))?;
+    rows.into_iter().map(to_row).collect()
+}
+
 fn read_epoch(c: &Connection, thread: &str) -> Result<u64> {
     let epoch: Option<i64> = c
         .prepare_cached("SELECT epoch FROM thread_epochs WHERE thread_id = ?1")
@@ -705,26 +737,39 @@ impl Backend for SqliteBackend {
         max: usize,
     ) -> Result<Vec<CheckpointRow>> {
         let (thread, ns) = (thread.to_string(), ns.to_string());
-        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.run(move |c| read_ancestors(c, &thread, &ns, start, max))
+            .await
+    }
+
+    async fn head_chain(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: Option<CheckpointId>,
+        limit: usize,
+    ) -> Result<Option<HeadChain>> {
+        let (thread, ns) = (thread.to_string(), ns.to_string());
+        // One trip to the blocking pool and one read transaction: the row, its writes and its
+        // ancestors come from one snapshot, as PostgreSQL's single statement reads them.
         self.run(move |c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "WITH RECURSIVE chain(checkpoint_id, parent_id, record, metadata, depth) AS (
-                        SELECT checkpoint_id, parent_id, record, metadata, 0 FROM checkpoints
-                         WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3
-                        UNION ALL
-                        SELECT c.checkpoint_id, c.parent_id, c.record, c.metadata, chain.depth + 1
-                          FROM chain JOIN checkpoints c
-                            ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.parent_id
-                         WHERE chain.depth + 1 < ?4)
-                     SELECT checkpoint_id, parent_id, record, metadata, ?1, ?2 FROM chain ORDER BY depth",
-                )
-                .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
-            let rows = stmt
-                .query_map(params![thread, ns, id_bytes(start), max], read_row)
-                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-                .map_err(sql_err(format!("sqlite: thread {thread}: walking ancestors")))?;
-            rows.into_iter().map(to_row).collect()
+            let ctx = format!("sqlite: thread {thread}: reading checkpoint");
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let epoch = read_epoch(&tx, &thread)?;
+            let Some(row) = read_checkpoint(&tx, &thread, &ns, id)? else {
+                return Ok(None);
+            };
+            let writes = read_writes(&tx, &thread, &ns, &[row.id])?;
+            let ancestors = match row.parent {
+                Some(parent) if limit > 0 => read_ancestors(&tx, &thread, &ns, parent, limit)?,
+                _ => Vec::new(),
+            };
+            tx.commit().map_err(sql_err(ctx))?;
+            Ok(Some(HeadChain {
+                row,
+                writes,
+                epoch,
+                ancestors,
+            }))
         })
         .await
     }
