@@ -240,9 +240,10 @@ pub(crate) struct BodyRow {
 impl BodyRow {
     /// Checks the stored bytes of body `seq` and hashes the body for the message index.
     ///
-    /// The hash is taken here, row by row, rather than when a read seeds the index: a
-    /// database backend checks each row as it arrives, while the server is still sending the
-    /// rest, so the hashing overlaps the transfer instead of following it.
+    /// The hash is taken here, row by row, rather than when a read seeds the index: the
+    /// PostgreSQL backend checks each row as it arrives, while the server is still sending the
+    /// rest, so the hashing overlaps the transfer instead of following it (SQLite and the
+    /// memory saver check rows after reading them, in process, where it makes no difference).
     pub(crate) fn check(seq: u64, stored: &[u8]) -> Self {
         let body = codec::body_arc(stored);
         let hash = body.as_deref().map_or(0, xxh3_128);

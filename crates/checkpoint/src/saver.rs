@@ -167,11 +167,12 @@ pub trait Saver: Send + Sync {
     /// ancestors to the value stored under it (what
     /// [`get_channel_values`](Saver::get_channel_values) finds), or to `None`.
     ///
-    /// The graph runtime reads a checkpoint it has not cached this way: without it, a cold
-    /// read of a relative record costs three calls (the tuple, its ancestors, the values
+    /// The graph runtime reads every checkpoint it needs with values this way: otherwise a
+    /// cold read of a relative record costs three calls (the tuple, its ancestors, the values
     /// stored by them). The savers of this crate read the checkpoint row, its writes and its
-    /// ancestors in one query, then every value it holds and the message bodies they
-    /// reference; the default implementation makes the three calls.
+    /// ancestors together (one statement on PostgreSQL, one read transaction on SQLite), then
+    /// every value it holds and the message bodies they reference; the default
+    /// implementation makes the three calls.
     ///
     /// ```
     /// use antler_checkpoint::{Blob, ChannelVersion, Checkpoint, CheckpointConfig, CheckpointMetadata, MemorySaver, RELATIVE_RECORD_V, Saver, StoreConfig};
@@ -209,6 +210,9 @@ pub trait Saver: Send + Sync {
     /// parent pointer cycle among the ancestors is
     /// [`Error::ParentCycle`](crate::Error::ParentCycle), and in a full-mode store a delta
     /// checkpoint is [`Error::CheckpointModeMismatch`](crate::Error::CheckpointModeMismatch).
+    /// The savers of this crate decode and check ancestors only up to the first full record,
+    /// so damage beyond it does not fail their read; the default implementation reads (and
+    /// checks) up to `limit` ancestors before it cuts the chain.
     async fn get_tuple_with_ancestry(
         &self,
         config: &CheckpointConfig,

@@ -409,7 +409,6 @@ fn raise_mark(
     Ok(())
 }
 
-/// The thread's message-store epoch (0 without a row).
 /// Up to `max` rows following parent pointers from `start` (inclusive), nearest first; stops
 /// early at a missing row.
 fn read_ancestors(
@@ -442,6 +441,7 @@ fn read_ancestors(
     rows.into_iter().map(to_row).collect()
 }
 
+/// The thread's message-store epoch (0 without a row).
 fn read_epoch(c: &Connection, thread: &str) -> Result<u64> {
     let epoch: Option<i64> = c
         .prepare_cached("SELECT epoch FROM thread_epochs WHERE thread_id = ?1")

@@ -431,7 +431,8 @@ impl SaverCheckpointer {
     /// With values it is read with its ancestry ([`cp::Saver::get_tuple_with_ancestry`]), so
     /// that completing a relative record whose maps are not cached (a cold read) needs no
     /// further call: the parent chain up to the full record and the values stored by those
-    /// records come with it. A read whose maps are cached only uses the values.
+    /// records come with it. A read whose maps are cached uses only the values (the
+    /// ancestors cost the savers of `antler-checkpoint` a few rows in the same statement).
     async fn raw(
         &self,
         scope: &Scope,
@@ -543,10 +544,11 @@ impl SaverCheckpointer {
     /// Full maps of `t` and, with `with_values`, its channel values: each channel's value is
     /// the value stored for the version the full maps give it (the one the nearest record on
     /// the parent path that lists the channel stored or carried).
-    /// Fetches parents only when their maps are not cached, as one chain per saver call (see
-    /// [`Self::parent_record`]); at most [`FULL_RECORD_EVERY`] records separate a relative
-    /// record from a full one. Values the record itself does not carry come from one
-    /// [`get_channel_values`](cp::Saver::get_channel_values) call.
+    /// Fetches parents only when their maps are not cached, from the ancestors read with the
+    /// record (`ahead`) or as one chain per saver call (see [`Self::parent_record`]); at most
+    /// [`FULL_RECORD_EVERY`] records separate a relative record from a full one. Values the
+    /// record itself does not carry come from `ahead.inherited` (read with it), the rest from
+    /// one [`get_channel_values`](cp::Saver::get_channel_values) call.
     async fn load(
         &self,
         scope: &Scope,

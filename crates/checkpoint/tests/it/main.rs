@@ -6,6 +6,7 @@
     reason = "test helpers assert by unwrapping and report skipped PostgreSQL tests on stderr"
 )]
 
+mod ancestry;
 mod corruption;
 mod delta;
 mod gate;

@@ -338,11 +338,13 @@ fn a_put_racing_another_of_the_same_version_fails_instead_of_sharing_its_value()
 #[test]
 fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
     use antler_checkpoint::testing::checkpoint;
-    antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
-        checkpoint(&[("title", 1, serde_json::json!("kept"))]),
-        "blobs",
-        Read::Tuple,
-    ));
+    for read in [Read::Tuple, Read::Ancestry, Read::LatestAncestry] {
+        antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
+            checkpoint(&[("title", 1, serde_json::json!("kept"))]),
+            "blobs",
+            read,
+        ));
+    }
 }
 
 /// A copy racing a put to the target that stores other bytes under a version the source uses:
@@ -435,7 +437,13 @@ fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
         "messages".into(),
         Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
     );
-    for read in [Read::Tuple, Read::List, Read::ChannelValues] {
+    for read in [
+        Read::Tuple,
+        Read::List,
+        Read::ChannelValues,
+        Read::Ancestry,
+        Read::LatestAncestry,
+    ] {
         antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
             cp.clone(),
             "messages",
@@ -455,6 +463,11 @@ enum Read {
     /// `get_channel_values` of the checkpoint's keys: `None` once it is gone (before, a
     /// missing body was reported as corrupt).
     ChannelValues,
+    /// `get_tuple_with_ancestry` of the checkpoint: `None` once it is gone.
+    Ancestry,
+    /// `get_tuple_with_ancestry` of the latest checkpoint: read again, and `None` once the
+    /// thread has none.
+    LatestAncestry,
 }
 
 /// Puts `cp` on thread `t`, starts a `read` of it, lets the read stop on a lock on `table`
@@ -496,6 +509,11 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
                     .await?
                     .is_empty(),
                 Read::ChannelValues => saver.get_channel_values(&at, &keys).await?.is_some(),
+                Read::Ancestry => saver.get_tuple_with_ancestry(&at, 8).await?.is_some(),
+                Read::LatestAncestry => saver
+                    .get_tuple_with_ancestry(&CheckpointConfig::latest("t"), 8)
+                    .await?
+                    .is_some(),
             })
         }
     };
