@@ -208,6 +208,8 @@ pub struct StateGraph {
     pub(crate) routers: HashMap<NodeId, RouterDef>,
     pub(crate) interrupt_before: Vec<NodeId>,
     pub(crate) interrupt_after: Vec<NodeId>,
+    /// The schemas of the subgraph nodes, checked against this graph's at compile time.
+    subgraphs: Vec<(NodeId, Arc<Schema>)>,
     errors: Vec<BuildError>,
 }
 
@@ -277,6 +279,9 @@ impl StateGraph {
         graph: CompiledGraph,
         options: NodeOptions,
     ) -> &mut Self {
+        let name = name.into();
+        self.subgraphs
+            .push((name.clone(), Arc::clone(&graph.g.schema)));
         self.add_node_with(
             name,
             Arc::new(crate::subgraph::SubgraphNode { graph }),
@@ -365,6 +370,24 @@ impl StateGraph {
     }
 
     fn validate(&self) -> Result<(), BuildError> {
+        // A subgraph shares the keys both schemas declare, in one thread and one store: a
+        // delta channel on one side and a full one (or another delta) on the other would mix
+        // delta and full messages in one program, so it is refused here as a redeclaration
+        // within one graph is (other channels may differ: the subgraph's reducers are its own).
+        for (node, sub) in &self.subgraphs {
+            for spec in sub.specs() {
+                if let Some(mine) = self.schema.get(spec.name())
+                    && (mine.is_delta() || spec.is_delta())
+                    && !mine.same_as(spec)
+                {
+                    return Err(BuildError::ChannelConflict {
+                        channel: spec.name().to_owned(),
+                        first: mine.describe(),
+                        second: format!("{} in subgraph {node}", spec.describe()),
+                    });
+                }
+            }
+        }
         let known: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
         let check = |n: &NodeId, ctx: &str, allow: &str| -> Result<(), BuildError> {
             if known.contains(n.as_str()) || n.as_str() == allow {

@@ -1349,6 +1349,40 @@ fn messages_declared_twice_with_different_kinds_is_a_build_error() {
     ));
 }
 
+/// Delta and full `messages` mixed in one graph is a build error, in either order, and so is
+/// the delta channel declared again with another snapshot frequency; the same declaration
+/// twice is fine.
+#[test]
+fn delta_and_full_messages_mixed_is_a_build_error() {
+    use antler_state_reducers::Message;
+    const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+    let conflict = |first: ChannelSpec<Vec<Message>>, second: ChannelSpec<Vec<Message>>| {
+        let mut g = antler_graph::StateGraph::new();
+        g.channel(&MESSAGES, first).unwrap();
+        g.channel(&MESSAGES, second).err()
+    };
+    for (first, second) in [
+        (ChannelSpec::messages(), ChannelSpec::messages_delta(10)),
+        (ChannelSpec::messages_delta(10), ChannelSpec::messages()),
+        (
+            ChannelSpec::messages_delta(10),
+            ChannelSpec::messages_delta(50),
+        ),
+    ] {
+        assert!(matches!(
+            conflict(first, second),
+            Some(antler_graph::BuildError::ChannelConflict { .. })
+        ));
+    }
+    assert!(
+        conflict(
+            ChannelSpec::messages_delta(10),
+            ChannelSpec::messages_delta(10)
+        )
+        .is_none()
+    );
+}
+
 /// Kernel-spec R29: a delta channel's snapshot frequency must be positive; 0 is refused when the
 /// channel is declared (before, it was taken as 1 without a word).
 #[test]

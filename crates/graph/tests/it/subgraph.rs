@@ -571,3 +571,55 @@ async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
         "in namespace {ns}"
     );
 }
+
+/// A subgraph whose `messages` is a delta channel under a parent whose `messages` is full, or
+/// the other way round, or a delta channel with another snapshot frequency, mixes delta and full
+/// messages in one program: the parent's compile refuses it. The same declaration on both
+/// sides, or a subgraph without `messages`, compiles.
+#[test]
+fn a_subgraph_mixing_delta_and_full_messages_with_its_parent_does_not_compile() {
+    use antler_state_reducers::Message;
+    const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
+    let compiled = |spec: Option<ChannelSpec<Vec<Message>>>| {
+        let mut g = StateGraph::new();
+        if let Some(spec) = spec {
+            g.channel(&MESSAGES, spec).expect("declared once");
+        }
+        g.add_node("n", |_s: State, _c| async { Ok(Update::new()) });
+        g.add_edge("__start__", "n").add_edge("n", "__end__");
+        g.compile().expect("valid on its own")
+    };
+    let outcome = |parent: ChannelSpec<Vec<Message>>, sub: Option<ChannelSpec<Vec<Message>>>| {
+        let mut outer = StateGraph::new();
+        outer.channel(&MESSAGES, parent).expect("declared once");
+        outer.add_subgraph("sub", compiled(sub));
+        outer
+            .add_edge("__start__", "sub")
+            .add_edge("sub", "__end__");
+        outer.compile().err()
+    };
+    for (parent, sub) in [
+        (ChannelSpec::messages_delta(10), ChannelSpec::messages()),
+        (ChannelSpec::messages(), ChannelSpec::messages_delta(10)),
+        (
+            ChannelSpec::messages_delta(10),
+            ChannelSpec::messages_delta(50),
+        ),
+    ] {
+        let err = outcome(parent, Some(sub));
+        assert!(
+            matches!(&err, Some(antler_graph::BuildError::ChannelConflict { channel, second, .. })
+                if channel == "messages" && second.contains("in subgraph sub")),
+            "{err:?}"
+        );
+    }
+    assert!(
+        outcome(
+            ChannelSpec::messages_delta(10),
+            Some(ChannelSpec::messages_delta(10))
+        )
+        .is_none()
+    );
+    assert!(outcome(ChannelSpec::messages(), Some(ChannelSpec::messages())).is_none());
+    assert!(outcome(ChannelSpec::messages_delta(10), None).is_none());
+}
