@@ -1,6 +1,7 @@
 //! criterion benchmarks of the hot saver paths — `put` (plain and with a delta snapshot),
 //! `put_writes`, `get_tuple`, `get_tuple_without_values` and the delta materialisation — on a
-//! delta thread of 100 and 2,000 turns, for the memory and SQLite (`:memory:`) savers; and
+//! delta thread of 100 and 2,000 turns, for the memory, SQLite (`:memory:`) and PostgreSQL
+//! (a schema of its own, dropped afterwards) savers; and
 //! the cold read of a 2,000-turn head (a freshly opened SQLite file or PostgreSQL saver),
 //! split into the saver's part and the whole materialisation.
 //! Run with `cargo bench -p antler-checkpoint --all-features --bench saver`; the PostgreSQL
@@ -101,18 +102,61 @@ async fn build(saver: &dyn Saver, turns: usize) -> Thread {
     }
 }
 
-fn savers(rt: &tokio::runtime::Runtime) -> Vec<(&'static str, Box<dyn Saver>)> {
+/// The savers of the warm benchmarks, each empty; PostgreSQL only with `DATABASE_URL`, in a
+/// schema of its own (`schema`, for [`drop_schema`] once its cases ran).
+fn savers(
+    rt: &tokio::runtime::Runtime,
+    turns: usize,
+) -> Vec<(&'static str, Box<dyn Saver>, Option<String>)> {
     let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
-    vec![
+    #[allow(unused_mut, reason = "PostgreSQL joins with its feature only")]
+    let mut out: Vec<(&'static str, Box<dyn Saver>, Option<String>)> = vec![
         (
             "memory",
             Box::new(MemorySaver::new(config)) as Box<dyn Saver>,
+            None,
         ),
         (
             "sqlite",
             Box::new(rt.block_on(SqliteSaver::open_in_memory(config)).unwrap()),
+            None,
         ),
-    ]
+    ];
+    #[cfg(feature = "postgres")]
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => {
+            let schema = format!("antler_bench_warm_{}_{turns}", std::process::id());
+            let options = antler_checkpoint::PostgresOptions::new(url).with_schema(schema.clone());
+            let saver = rt
+                .block_on(antler_checkpoint::PostgresSaver::connect(options, config))
+                .unwrap();
+            out.push(("postgres", Box::new(saver), Some(schema)));
+        }
+        _ => eprintln!("SKIPPED: warm PostgreSQL benchmarks (DATABASE_URL is unset)"),
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = turns;
+    out
+}
+
+/// Drops a warm benchmark's PostgreSQL schema (the saver is gone by then).
+#[cfg(feature = "postgres")]
+fn drop_schema(rt: &tokio::runtime::Runtime, schema: &str) {
+    let Ok(url) = std::env::var("DATABASE_URL") else {
+        return;
+    };
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        drop(client);
+        let _ = task.await;
+    });
 }
 
 fn bench(c: &mut Criterion) {
@@ -123,7 +167,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("saver");
     group.sample_size(20);
     for turns in [100usize, 2000] {
-        for (name, saver) in savers(&rt) {
+        for (name, saver, schema) in savers(&rt, turns) {
             let thread = rt.block_on(build(&*saver, turns));
             let id = format!("{name}/{turns}");
             group.bench_with_input(BenchmarkId::new("put", &id), &thread, |b, th| {
@@ -221,6 +265,13 @@ fn bench(c: &mut Criterion) {
                     });
                 },
             );
+            drop(saver);
+            #[cfg(feature = "postgres")]
+            if let Some(schema) = schema {
+                drop_schema(&rt, &schema);
+            }
+            #[cfg(not(feature = "postgres"))]
+            let _ = schema;
         }
     }
     group.finish();

@@ -1,5 +1,9 @@
 //! Criterion benchmarks of the super-step loop: per-step overhead of a 3-node chain without a
 //! checkpointer, and a 100-way `Send` fan-out with a join.
+//!
+//! Each invoke is timed whole; the throughput criterion reports is per super-step for the
+//! chain (4 per invoke) and per task for the fan-out (103 per invoke), so its inverse is the
+//! time per step and per task. Run with `cargo bench -p antler-graph --bench superstep`.
 #![expect(
     missing_docs,
     reason = "criterion_group! generates an undocumented public function"
@@ -10,7 +14,7 @@ use std::hint::black_box;
 use antler_graph::{
     ChannelSpec, Command, Key, NodeOptions, RunConfig, Send, State, StateGraph, Update, node_fn,
 };
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const N: Key<i64> = Key::from_static("n");
 const ITEM: Key<i64> = Key::from_static("item");
@@ -73,7 +77,9 @@ fn benches(c: &mut Criterion) {
     let cfg = RunConfig::new("bench");
     let graph = chain();
     // 4 super-steps per invoke: __start__, a, b, c.
-    c.bench_function("chain3_no_saver_invoke(4 steps)", |b| {
+    let mut steps = c.benchmark_group("chain3_no_saver");
+    steps.throughput(Throughput::Elements(4));
+    steps.bench_function("invoke(4 steps)", |b| {
         b.iter(|| {
             rt.block_on(async {
                 black_box(
@@ -85,9 +91,12 @@ fn benches(c: &mut Criterion) {
             })
         })
     });
+    steps.finish();
     let graph = fan_out(100);
     // 4 super-steps, 103 tasks per invoke: __start__, split, 100 × work, join.
-    c.bench_function("send_fanout100_join_invoke(103 tasks)", |b| {
+    let mut tasks = c.benchmark_group("send_fanout100_join");
+    tasks.throughput(Throughput::Elements(103));
+    tasks.bench_function("invoke(103 tasks)", |b| {
         b.iter(|| {
             rt.block_on(async {
                 black_box(
@@ -99,6 +108,7 @@ fn benches(c: &mut Criterion) {
             })
         })
     });
+    tasks.finish();
 }
 
 criterion_group!(group, benches);
