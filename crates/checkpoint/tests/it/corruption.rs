@@ -151,8 +151,11 @@ async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
                     "error does not name the thread: {text}"
                 );
                 assert!(
-                    text.contains("checkpoint"),
-                    "error does not name the checkpoint: {text}"
+                    fx.configs
+                        .iter()
+                        .filter_map(|c| c.checkpoint_id)
+                        .any(|id| text.contains(&id.to_string())),
+                    "error does not name a checkpoint of the thread: {text}"
                 );
             }
         }
@@ -390,6 +393,131 @@ fn corruption_on_postgres_is_typed_too() {
         drop(client);
         let _ = task.await;
         saver.drop_schema().await.unwrap();
+    });
+}
+
+/// [`assert_damage_detected`] on PostgreSQL: writes the fixture thread into a fresh schema,
+/// runs `edit` there (`{s}` stands for the schema), and reads every checkpoint through a
+/// freshly connected saver, with `get_tuple` and the delta walk and with
+/// `get_tuple_with_ancestry`. A read that succeeds returns the right head; one that fails is
+/// a typed error naming the thread and one of its checkpoints; at least one fails.
+async fn assert_damage_detected_on_postgres(edit: &str) {
+    let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+    let Some((saver, options)) = crate::postgres::fresh(config).await else {
+        return;
+    };
+    let (configs, value) = thread(&saver, "t-corrupt", 4).await;
+    let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(&edit.replace("{s}", &format!("\"{}\"", options.schema)))
+        .await
+        .unwrap();
+    drop(saver);
+    let saver = antler_checkpoint::PostgresSaver::connect(options.clone(), config)
+        .await
+        .unwrap();
+    let ids: Vec<String> = configs
+        .iter()
+        .filter_map(|c| c.checkpoint_id.map(|id| id.to_string()))
+        .collect();
+    let mut errors = 0;
+    for c in &configs {
+        if matches!(saver.get_tuple_without_values(c).await, Ok(None)) {
+            // The edit deleted this checkpoint itself.
+            continue;
+        }
+        let ancestry = saver
+            .get_tuple_with_ancestry(c, 8)
+            .await
+            .map(|_| Vec::new());
+        for result in [read(&saver, c).await, ancestry] {
+            match result {
+                Ok(v) => {
+                    if c == configs.last().unwrap() && !v.is_empty() {
+                        assert_eq!(v, value);
+                    }
+                }
+                Err(e) => {
+                    errors += 1;
+                    let text = e.to_string();
+                    assert!(
+                        matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound),
+                        "unexpected kind {:?}: {text}",
+                        e.kind()
+                    );
+                    assert!(text.contains("t-corrupt"), "no thread: {text}");
+                    assert!(
+                        ids.iter().any(|id| text.contains(id.as_str())),
+                        "no checkpoint of the thread: {text}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(errors > 0, "the damage went unnoticed: {edit}");
+    drop(client);
+    let _ = task.await;
+    saver.drop_schema().await.unwrap();
+}
+
+/// The payload columns of every table, flipped at several places, on PostgreSQL.
+#[test]
+fn flipped_bytes_in_every_table_are_detected_on_postgres() {
+    antler_checkpoint::testing::block_on(async {
+        for (table, col) in [
+            ("checkpoints", "record"),
+            ("checkpoints", "metadata"),
+            ("blobs", "data"),
+            ("writes", "value"),
+            ("messages", "body"),
+        ] {
+            for position in ["0", "5", "length({col}) - 1"] {
+                let at = format!(
+                    "LEAST({}, length({col}) - 1)",
+                    position.replace("{col}", col)
+                );
+                assert_damage_detected_on_postgres(&format!(
+                    "UPDATE {{s}}.{table} SET {col} = set_byte({col}, {at}, get_byte({col}, {at}) # 32)"
+                ))
+                .await;
+            }
+        }
+    });
+}
+
+/// The payload columns of every table, truncated, on PostgreSQL; and a record of an unknown
+/// format version, a deleted parent and a deleted message body.
+#[test]
+fn truncated_rows_unknown_versions_and_deleted_rows_are_detected_on_postgres() {
+    antler_checkpoint::testing::block_on(async {
+        for (table, col) in [
+            ("checkpoints", "record"),
+            ("checkpoints", "metadata"),
+            ("blobs", "data"),
+            ("writes", "value"),
+            ("messages", "body"),
+        ] {
+            for keep in [0, 6] {
+                assert_damage_detected_on_postgres(&format!(
+                    "UPDATE {{s}}.{table} SET {col} = substring({col} from 1 for LEAST({keep}, length({col}) - 1))"
+                ))
+                .await;
+            }
+        }
+        assert_damage_detected_on_postgres(
+            "UPDATE {s}.checkpoints SET record = set_byte(record, 0, 127)",
+        )
+        .await;
+        // The parent of the newest checkpoint, and the first message body.
+        assert_damage_detected_on_postgres(
+            "DELETE FROM {s}.checkpoints WHERE checkpoint_id = (
+                SELECT parent_id FROM {s}.checkpoints ORDER BY checkpoint_id DESC LIMIT 1)",
+        )
+        .await;
+        assert_damage_detected_on_postgres("DELETE FROM {s}.messages WHERE seq = 1").await;
     });
 }
 
