@@ -3320,6 +3320,21 @@ pub(crate) mod columns {
         Ok(CheckpointId::from_bytes(arr))
     }
 
+    /// The parent id column of checkpoint `child`'s row, stored as 16 bytes; a damaged one
+    /// names the checkpoint whose row holds it.
+    pub(crate) fn parent_id(
+        backend: &str,
+        thread: &str,
+        child: CheckpointId,
+        bytes: &[u8],
+    ) -> Result<CheckpointId> {
+        let arr: [u8; 16] = bytes.try_into().map_err(|_| Error::DamagedColumn {
+            context: format!("{backend}: thread {thread}: checkpoint {child}: parent id column"),
+            detail: format!("expected 16 bytes, found {}", bytes.len()),
+        })?;
+        Ok(CheckpointId::from_bytes(arr))
+    }
+
     /// An unsigned value the store keeps in a signed 64-bit column.
     pub(crate) fn i64_of(v: u64, what: &str) -> Result<i64> {
         i64::try_from(v)

@@ -139,6 +139,11 @@ fn id_from(thread: &str, bytes: &[u8]) -> Result<CheckpointId> {
     crate::engine::columns::checkpoint_id("postgres", thread, bytes)
 }
 
+/// The parent column of checkpoint `child`'s row (see [`crate::engine::columns::parent_id`]).
+fn parent_from(thread: &str, child: CheckpointId, bytes: &[u8]) -> Result<CheckpointId> {
+    crate::engine::columns::parent_id("postgres", thread, child, bytes)
+}
+
 use crate::engine::columns::{i64_of, u64_of};
 
 fn quote_ident(s: &str) -> String {
@@ -440,9 +445,10 @@ fn to_row(r: &tokio_postgres::Row) -> Result<CheckpointRow> {
     let thread: String = r.get(4);
     let id: &[u8] = r.get(0);
     let parent: Option<&[u8]> = r.get(1);
+    let id = id_from(&thread, id)?;
     Ok(CheckpointRow {
-        id: id_from(&thread, id)?,
-        parent: parent.map(|p| id_from(&thread, p)).transpose()?,
+        id,
+        parent: parent.map(|p| parent_from(&thread, id, p)).transpose()?,
         record: r.get(2),
         metadata: r.get(3),
         ns: CheckpointNs::new(r.get::<_, String>(5)),
@@ -579,11 +585,14 @@ fn union_row(
     ns: &CheckpointNs,
 ) -> Result<CheckpointRow> {
     let parent: Option<&[u8]> = r.get(2);
+    let id = id_from(thread.as_str(), r.get(1))?;
     Ok(CheckpointRow {
         thread_id: thread.clone(),
         ns: ns.clone(),
-        id: id_from(thread.as_str(), r.get(1))?,
-        parent: parent.map(|p| id_from(thread.as_str(), p)).transpose()?,
+        id,
+        parent: parent
+            .map(|p| parent_from(thread.as_str(), id, p))
+            .transpose()?,
         record: r.get(3),
         metadata: r.get(4),
     })
@@ -1452,11 +1461,12 @@ impl Backend for PgBackend {
             .map_err(deadlock_or(thread, ctx.clone()))?
             .iter()
             .map(|r| {
+                let id = id_from(thread.as_str(), r.get(1))?;
                 Ok((
                     CheckpointNs::new(r.get::<_, String>(0)),
-                    id_from(thread.as_str(), r.get(1))?,
+                    id,
                     r.get::<_, Option<&[u8]>>(2)
-                        .map(|p| id_from(thread.as_str(), p))
+                        .map(|p| parent_from(thread.as_str(), id, p))
                         .transpose()?,
                 ))
             })

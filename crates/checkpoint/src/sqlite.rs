@@ -76,6 +76,11 @@ fn id_from(thread: &str, bytes: Vec<u8>) -> Result<CheckpointId> {
     crate::engine::columns::checkpoint_id("sqlite", thread, &bytes)
 }
 
+/// The parent column of checkpoint `child`'s row (see [`crate::engine::columns::parent_id`]).
+fn parent_from(thread: &str, child: CheckpointId, bytes: &[u8]) -> Result<CheckpointId> {
+    crate::engine::columns::parent_id("sqlite", thread, child, bytes)
+}
+
 use crate::engine::columns::{i64_of, u64_of};
 
 /// How long a connection waits for another one's lock.
@@ -154,10 +159,11 @@ fn thread_checkpoints_with_parents(
     .map_err(sql_err(ctx.to_owned()))?
     .into_iter()
     .map(|(ns, id, parent)| {
+        let id = id_from(thread, id)?;
         Ok((
             CheckpointNs::new(ns),
-            id_from(thread, id)?,
-            parent.map(|p| id_from(thread, p)).transpose()?,
+            id,
+            parent.map(|p| parent_from(thread, id, &p)).transpose()?,
         ))
     })
     .collect()
@@ -254,9 +260,10 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
 
 fn to_row(raw: RawRow) -> Result<CheckpointRow> {
     let (id, parent, record, metadata, thread, ns) = raw;
+    let id = id_from(&thread, id)?;
     Ok(CheckpointRow {
-        id: id_from(&thread, id)?,
-        parent: parent.map(|p| id_from(&thread, p)).transpose()?,
+        id,
+        parent: parent.map(|p| parent_from(&thread, id, &p)).transpose()?,
         thread_id: ThreadId::new(thread),
         ns: CheckpointNs::new(ns),
         record,

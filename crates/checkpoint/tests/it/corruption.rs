@@ -489,7 +489,7 @@ fn flipped_bytes_in_every_table_are_detected_on_postgres() {
 }
 
 /// The payload columns of every table, truncated, on PostgreSQL; and a record of an unknown
-/// format version, a deleted parent and a deleted message body.
+/// format version, a deleted parent, a deleted message body and damaged parent ids.
 #[test]
 fn truncated_rows_unknown_versions_and_deleted_rows_are_detected_on_postgres() {
     antler_checkpoint::testing::block_on(async {
@@ -518,6 +518,11 @@ fn truncated_rows_unknown_versions_and_deleted_rows_are_detected_on_postgres() {
         )
         .await;
         assert_damage_detected_on_postgres("DELETE FROM {s}.messages WHERE seq = 1").await;
+        // A parent id of the wrong length: a damaged column naming the row's checkpoint.
+        assert_damage_detected_on_postgres(
+            "UPDATE {s}.checkpoints SET parent_id = '\\x00'::bytea WHERE parent_id IS NOT NULL",
+        )
+        .await;
     });
 }
 
@@ -908,9 +913,15 @@ fn damaged_number_and_key_columns_are_corrupt_errors_naming_the_thread() {
             )
             .await
             .unwrap();
-            let err = read(&saver, fx.configs.last().unwrap()).await.unwrap_err();
+            let head = fx.configs.last().unwrap();
+            let err = read(&saver, head).await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{edit}: {err}");
             assert!(err.to_string().contains("t-corrupt"), "{edit}: {err}");
+            if edit.contains("parent_id") {
+                // The row holding the damaged parent is known: it is named.
+                let head_id = head.checkpoint_id.unwrap().to_string();
+                assert!(err.to_string().contains(&head_id), "{edit}: {err}");
+            }
         }
     });
 }
