@@ -180,6 +180,48 @@ pub(crate) async fn trace(
     out
 }
 
+/// [`trace`], then what each checkpoint the run saved stores, read back with `get_state` once
+/// the run is over: its source and step, the next step's tasks (node, kind, status) and its
+/// values.
+pub(crate) async fn trace_with_checkpoints(
+    graph: &CompiledGraph,
+    input: impl Into<Input>,
+    cfg: &RunConfig,
+) -> String {
+    let before: std::collections::HashSet<antler_graph::CheckpointId> = graph
+        .get_state_history(cfg)
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|s| s.checkpoint_id)
+        .collect();
+    let mut out = trace(graph, input, cfg).await;
+    let mut saved: Vec<_> = graph
+        .get_state_history(cfg)
+        .await
+        .expect("history")
+        .into_iter()
+        .filter(|s| !before.contains(&s.checkpoint_id))
+        .collect();
+    // History is newest first; the run's checkpoints oldest first.
+    saved.reverse();
+    for s in saved {
+        let tasks: Vec<String> = s
+            .tasks
+            .iter()
+            .map(|t| format!("{}:{:?}:{:?}", t.node, t.kind, t.status))
+            .collect();
+        out.push_str(&format!(
+            "= {} step {}: next [{}] values {:?}\n",
+            s.source.as_str(),
+            s.step,
+            tasks.join(", "),
+            s.values
+        ));
+    }
+    out
+}
+
 /// An in-process store whose first put of a checkpoint of one step waits until the gate opens;
 /// it tells when that put starts waiting (`entered`) and when it is stored (`stored`).
 pub(crate) struct GatedStore {
