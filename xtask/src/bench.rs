@@ -16,6 +16,14 @@
 //! table carries the same numbers, and a plotting dependency would cost more build time
 //! than it is worth here. A small dependency-free SVG (`write-amp.svg`: amplification against
 //! T, log scale, one line per saver/mode/F) is drawn by hand instead.
+//!
+//! `cargo xtask bench flatness [--runs N]` checks the flatness target of the graph workload
+//! (delta mode, F = 10): per saver, N runs at T = 100 and N at T = 2000, interleaved so that
+//! both see the same phase of the machine, and the ratio of the medians of the last-10 invoke
+//! means (target: at most 1.5). A single run's last-10 mean is a mean of ten invokes of a
+//! tenth of a millisecond on the memory saver, which this machine's noise moves by more than
+//! half; the medians over runs are the figure. It writes `target/bench/flatness.md` and
+//! `flatness.jsonl`.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -30,11 +38,148 @@ use serde_json::Value;
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("write-amp") => write_amp(root, &args[1..]),
-        Some(name) => bail!("unknown benchmark `{name}`; available: write-amp"),
+        Some("flatness") => flatness(root, &args[1..]),
+        Some(name) => bail!("unknown benchmark `{name}`; available: write-amp, flatness"),
         None => bail!(
-            "usage: cargo xtask bench write-amp [--quick] [--driver graph|saver] [--full-max-turns N]"
+            "usage: cargo xtask bench write-amp [--quick] [--driver graph|saver] [--full-max-turns N]\n       cargo xtask bench flatness [--runs N]"
         ),
     }
+}
+
+/// Builds the `antler` CLI in release mode and returns its path and the report directory.
+fn build_cli(root: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    println!("==> building the antler CLI (release)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "--quiet", "-p", "antler-cli"])
+        .current_dir(root)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("building antler-cli failed ({status})");
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let out_dir = target.join("bench");
+    fs::create_dir_all(&out_dir)?;
+    Ok((target.join("release").join("antler"), out_dir))
+}
+
+/// Runs `antler <args>` (ending in `--json`) and parses the JSON object on its last line.
+fn run_cli(exe: &Path, root: &Path, args: &[String]) -> anyhow::Result<Value> {
+    println!("==> antler {}", args.join(" "));
+    let output = Command::new(exe)
+        .args(args)
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    if !output.status.success() {
+        bail!(
+            "antler {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let stdout = String::from_utf8(output.stdout)?;
+    let line = stdout.lines().last().context("the CLI printed nothing")?;
+    serde_json::from_str(line).with_context(|| format!("parsing {line}"))
+}
+
+/// The savers to run: memory and SQLite, and PostgreSQL when `DATABASE_URL` is set.
+fn available_savers() -> Vec<&'static str> {
+    let mut savers = vec!["memory", "sqlite"];
+    if std::env::var("DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
+        savers.push("postgres");
+    } else {
+        println!("bench: DATABASE_URL is unset, skipping the postgres saver");
+    }
+    savers
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// The flatness check (see the module docs).
+fn flatness(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let runs: usize = match args.iter().position(|a| a == "--runs") {
+        Some(i) => args.get(i + 1).context("--runs needs a value")?.parse()?,
+        None => 5,
+    };
+    if runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let savers = available_savers();
+    let (exe, out_dir) = build_cli(root)?;
+    let started = Instant::now();
+    let mut jsonl = String::new();
+    let mut table = String::from(
+        "| saver | last-10 mean at T = 100, ms (runs) | at T = 2000, ms (runs) | median T = 100 | median T = 2000 | ratio of medians | within 1.5 |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut all_within = true;
+    for saver in savers {
+        let (mut short, mut long) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            for (turns, into) in [(100u32, &mut short), (2000u32, &mut long)] {
+                let args: Vec<String> = [
+                    "bench",
+                    "write-amp",
+                    "--saver",
+                    saver,
+                    "--mode",
+                    "delta",
+                    "--snapshot-frequency",
+                    "10",
+                    "--turns",
+                    &turns.to_string(),
+                    "--json",
+                ]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
+                let value = run_cli(&exe, root, &args)?;
+                let last10 = num(&value, "invoke_ms_last10_mean");
+                println!("    invoke last-10 mean {last10:.3} ms");
+                jsonl.push_str(&format!("{value}\n"));
+                into.push(last10);
+            }
+        }
+        let (m_short, m_long) = (median(&short), median(&long));
+        let ratio = m_long / m_short;
+        let within = ratio <= 1.5;
+        all_within &= within;
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            table,
+            "| {saver} | {} | {} | {m_short:.3} | {m_long:.3} | {ratio:.2} | {} |",
+            list(&short),
+            list(&long),
+            if within { "yes" } else { "no" }
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nDelta mode, F = 10, graph driver; {runs} runs per T, interleaved; {:.0} s.",
+        started.elapsed().as_secs_f64()
+    );
+    fs::write(out_dir.join("flatness.jsonl"), jsonl)?;
+    fs::write(out_dir.join("flatness.md"), &table)?;
+    println!("{table}");
+    if !all_within {
+        bail!("invoke latency is not flat in T on every saver (see the table)");
+    }
+    Ok(())
 }
 
 struct Config {
@@ -61,12 +206,7 @@ fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
         None if driver == "graph" => 2000,
         None => 1000,
     };
-    let mut savers = vec!["memory", "sqlite"];
-    if std::env::var("DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
-        savers.push("postgres");
-    } else {
-        println!("bench: DATABASE_URL is unset, skipping the postgres saver");
-    }
+    let savers = available_savers();
     let (turns, frequencies): (&[u32], &[u32]) = if quick {
         (&[100, 500], &[10])
     } else {
@@ -94,21 +234,7 @@ fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
         }
     }
 
-    println!("==> building the antler CLI (release)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
-        .args(["build", "--release", "--quiet", "-p", "antler-cli"])
-        .current_dir(root)
-        .status()
-        .context("running cargo build")?;
-    if !status.success() {
-        bail!("building antler-cli failed ({status})");
-    }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let exe = target.join("release").join("antler");
-    let out_dir = target.join("bench");
-    fs::create_dir_all(&out_dir)?;
+    let (exe, out_dir) = build_cli(root)?;
 
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -128,22 +254,7 @@ fn write_amp(root: &Path, args: &[String]) -> anyhow::Result<()> {
             driver.to_owned(),
             "--json".to_owned(),
         ];
-        println!("==> antler {}", args.join(" "));
-        let output = Command::new(&exe)
-            .args(&args)
-            .current_dir(root)
-            .output()
-            .with_context(|| format!("running {}", exe.display()))?;
-        if !output.status.success() {
-            bail!(
-                "antler {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let stdout = String::from_utf8(output.stdout)?;
-        let line = stdout.lines().last().context("the CLI printed nothing")?;
-        let value: Value = serde_json::from_str(line).with_context(|| format!("parsing {line}"))?;
+        let value = run_cli(&exe, root, &args)?;
         println!(
             "    persisted {} B, amplification {:.3}, invoke p50 {:.3} ms, get_state cold {:.2} ms",
             value["persisted_bytes"],

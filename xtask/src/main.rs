@@ -3,6 +3,7 @@
 //! - `ci`: everything CI checks, in the order a failure is cheapest to see.
 //! - `tidy`: layering and hygiene rules that the compiler cannot check.
 //! - `bench write-amp`: the write-amplification sweep of `shared/bench/write-amp.md`.
+//! - `bench flatness`: the invoke-latency flatness check of the same workload (medians over runs).
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -23,7 +24,9 @@ fn main() -> anyhow::Result<()> {
         Some("tidy") => tidy::run(&root),
         Some("bench") => bench::run(&root, &args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <ci | tidy | bench write-amp [--quick]>");
+            eprintln!(
+                "usage: cargo xtask <ci | tidy | bench write-amp [--quick] | bench flatness [--runs N]>"
+            );
             std::process::exit(2);
         }
     }
