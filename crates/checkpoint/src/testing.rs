@@ -1880,12 +1880,19 @@ async fn put_parent_cycle(
 
 /// A parent cycle is an error, not an endless walk.
 pub async fn antler_history_parent_cycle_is_error(saver: &dyn Saver) {
-    let (a, _) = put_parent_cycle(saver, Some("m")).await;
+    let (a, b) = put_parent_cycle(saver, Some("m")).await;
     let err = saver
         .delta_channel_history(&cfg("t", "", Some(a)), &["m".into()])
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    // Named: the thread, and a checkpoint of the cycle.
+    let text = err.to_string();
+    assert!(text.contains("thread t"), "{text}");
+    assert!(
+        text.contains(&a.to_string()) || text.contains(&b.to_string()),
+        "{text}"
+    );
 }
 
 /// A version bump without a stored value does not hide an older seed.

@@ -165,6 +165,56 @@ fn r34_delta_mode_reads_a_legacy_full_thread_with_the_plain_value_as_seed() {
     });
 }
 
+/// The checks of [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on a full-mode saver
+/// `full` over a store whose thread `t` (head `c`) is delta and whose thread `u` (head
+/// `full_cp`) is full.
+async fn assert_gated(full: &dyn Saver, c: &CheckpointConfig, full_cp: &CheckpointConfig) {
+    // (a) reads: the returned snapshot is checked; each listed item is checked.
+    let err = full.get_tuple(c).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+    assert!(err.to_string().contains("requires delta mode"));
+    assert_eq!(
+        full.list(&ListQuery::thread("t")).await.unwrap_err().kind(),
+        ErrorKind::ModeMismatch
+    );
+    assert_eq!(full.list(&ListQuery::thread("u")).await.unwrap().len(), 1);
+    assert!(full.get_tuple(full_cp).await.unwrap().is_some());
+    // (b) writes: checked before anything is written.
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions.insert("messages".into(), 2.into());
+    let err = full
+        .put(
+            c,
+            cp,
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+    let err = full
+        .put_writes(
+            c,
+            vec![("messages".into(), Blob::Null)],
+            &TaskId::new("x"),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+    // A full-mode store refuses to create delta checkpoints at all.
+    let err = full
+        .put(
+            full_cp,
+            Checkpoint::empty(),
+            delta_meta(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+}
+
 /// A store without a recorded configuration (written before antler recorded one) that holds
 /// delta checkpoints, opened in full mode: every read and write fails closed.
 #[test]
@@ -197,50 +247,7 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
             .execute("DELETE FROM antler_meta", [])
             .unwrap();
         let full = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
-        // (a) reads: the returned snapshot is checked; each listed item is checked.
-        let err = full.get_tuple(&c).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
-        assert!(err.to_string().contains("requires delta mode"));
-        assert_eq!(
-            full.list(&ListQuery::thread("t")).await.unwrap_err().kind(),
-            ErrorKind::ModeMismatch
-        );
-        assert_eq!(full.list(&ListQuery::thread("u")).await.unwrap().len(), 1);
-        assert!(full.get_tuple(&full_cp).await.unwrap().is_some());
-        // (b) writes: checked before anything is written.
-        let mut cp = Checkpoint::empty();
-        cp.channel_versions.insert("messages".into(), 2.into());
-        let err = full
-            .put(
-                &c,
-                cp,
-                CheckpointMetadata::default(),
-                &ChannelVersions::new(),
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
-        let err = full
-            .put_writes(
-                &c,
-                vec![("messages".into(), Blob::Null)],
-                &TaskId::new("x"),
-                &TaskPath::default(),
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
-        // A full-mode store refuses to create delta checkpoints at all.
-        let err = full
-            .put(
-                &full_cp,
-                Checkpoint::empty(),
-                delta_meta(),
-                &ChannelVersions::new(),
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+        assert_gated(&full, &c, &full_cp).await;
         let raw = rusqlite::Connection::open(&path).unwrap();
         let rows: i64 = raw
             .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
@@ -249,6 +256,66 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
             .query_row("SELECT COUNT(*) FROM writes", [], |r| r.get(0))
             .unwrap();
         assert_eq!((rows, writes), (2, 0), "a refused write left no trace");
+    });
+}
+
+/// [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on PostgreSQL: a schema whose
+/// recorded configuration is gone, opened in full mode, with a delta thread in it.
+#[test]
+fn r35_reads_and_writes_are_gated_in_a_full_mode_store_on_postgres() {
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = crate::postgres::fresh(StoreConfig::delta(f(10))).await else {
+            return;
+        };
+        let c = put_delta_thread(&saver, "t").await;
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("a".into(), 1.into());
+        cp.channel_values
+            .insert("a".into(), Blob::json(&1).unwrap());
+        let nv = cp.channel_versions.clone();
+        let full_cp = saver
+            .put(
+                &CheckpointConfig::latest("u"),
+                cp,
+                CheckpointMetadata::default(),
+                &nv,
+            )
+            .await
+            .unwrap();
+        drop(saver);
+        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let s = format!("\"{}\"", options.schema);
+        client
+            .batch_execute(&format!("DELETE FROM {s}.antler_meta"))
+            .await
+            .unwrap();
+        let full = antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .unwrap();
+        let count = |table: &'static str| {
+            let client = &client;
+            let s = s.clone();
+            async move {
+                client
+                    .query_one(&format!("SELECT COUNT(*) FROM {s}.{table}"), &[])
+                    .await
+                    .unwrap()
+                    .get::<_, i64>(0)
+            }
+        };
+        let before = (count("checkpoints").await, count("writes").await);
+        assert_gated(&full, &c, &full_cp).await;
+        assert_eq!(
+            (count("checkpoints").await, count("writes").await),
+            before,
+            "a refused write left no trace"
+        );
+        drop(client);
+        let _ = task.await;
+        full.drop_schema().await.unwrap();
     });
 }
 
