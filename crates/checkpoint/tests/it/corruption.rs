@@ -11,6 +11,15 @@ use rusqlite::params;
 
 const F: u32 = 3;
 
+/// Every payload column of the store, `(table, column)`: the self-checking ones.
+const PAYLOAD_COLUMNS: [(&str, &str); 5] = [
+    ("checkpoints", "record"),
+    ("checkpoints", "metadata"),
+    ("blobs", "data"),
+    ("writes", "value"),
+    ("messages", "body"),
+];
+
 /// A delta thread of `turns` turns (input + loop checkpoint each, writes on the input one).
 async fn thread(
     saver: &dyn Saver,
@@ -187,13 +196,7 @@ fn edit_blob_column(conn: &rusqlite::Connection, table: &str, col: &str, f: &dyn
 #[test]
 fn flipped_bytes_in_every_table_are_detected() {
     antler_checkpoint::testing::block_on(async {
-        for (table, col) in [
-            ("checkpoints", "record"),
-            ("checkpoints", "metadata"),
-            ("blobs", "data"),
-            ("writes", "value"),
-            ("messages", "body"),
-        ] {
+        for (table, col) in PAYLOAD_COLUMNS {
             for position in [0usize, 2, 5, 7, usize::MAX] {
                 assert_damage_detected(|c| {
                     edit_blob_column(c, table, col, &|b: &mut Vec<u8>| {
@@ -210,13 +213,7 @@ fn flipped_bytes_in_every_table_are_detected() {
 #[test]
 fn truncated_rows_are_detected() {
     antler_checkpoint::testing::block_on(async {
-        for (table, col) in [
-            ("checkpoints", "record"),
-            ("checkpoints", "metadata"),
-            ("blobs", "data"),
-            ("writes", "value"),
-            ("messages", "body"),
-        ] {
+        for (table, col) in PAYLOAD_COLUMNS {
             for keep in [0usize, 3, 6] {
                 assert_damage_detected(|c| {
                     edit_blob_column(c, table, col, &|b: &mut Vec<u8>| {
@@ -467,13 +464,7 @@ async fn assert_damage_detected_on_postgres(edit: &str) {
 #[test]
 fn flipped_bytes_in_every_table_are_detected_on_postgres() {
     antler_checkpoint::testing::block_on(async {
-        for (table, col) in [
-            ("checkpoints", "record"),
-            ("checkpoints", "metadata"),
-            ("blobs", "data"),
-            ("writes", "value"),
-            ("messages", "body"),
-        ] {
+        for (table, col) in PAYLOAD_COLUMNS {
             for position in ["0", "5", "length({col}) - 1"] {
                 let at = format!(
                     "LEAST({}, length({col}) - 1)",
@@ -493,13 +484,7 @@ fn flipped_bytes_in_every_table_are_detected_on_postgres() {
 #[test]
 fn truncated_rows_unknown_versions_and_deleted_rows_are_detected_on_postgres() {
     antler_checkpoint::testing::block_on(async {
-        for (table, col) in [
-            ("checkpoints", "record"),
-            ("checkpoints", "metadata"),
-            ("blobs", "data"),
-            ("writes", "value"),
-            ("messages", "body"),
-        ] {
+        for (table, col) in PAYLOAD_COLUMNS {
             for keep in [0, 6] {
                 assert_damage_detected_on_postgres(&format!(
                     "UPDATE {{s}}.{table} SET {col} = substring({col} from 1 for LEAST({keep}, length({col}) - 1))"
