@@ -233,21 +233,35 @@ pub(crate) struct MessageRow {
 pub(crate) struct BodyRow {
     pub(crate) seq: u64,
     pub(crate) body: std::result::Result<Arc<[u8]>, CodecError>,
-    /// The body's key in the thread's message index (`xxh3_128` of the body; 0 when damaged).
-    pub(crate) hash: u128,
+    /// The body's key in the thread's message index (`xxh3_128` of the body), when the backend
+    /// took it already; seeding the index hashes the others.
+    pub(crate) hash: Option<u128>,
 }
 
 impl BodyRow {
-    /// Checks the stored bytes of body `seq` and hashes the body for the message index.
-    ///
-    /// The hash is taken here, row by row, rather than when a read seeds the index: the
-    /// PostgreSQL backend checks each row as it arrives, while the server is still sending the
-    /// rest, so the hashing overlaps the transfer instead of following it (SQLite and the
-    /// memory saver check rows after reading them, in process, where it makes no difference).
+    /// Checks the stored bytes of body `seq`.
     pub(crate) fn check(seq: u64, stored: &[u8]) -> Self {
-        let body = codec::body_arc(stored);
-        let hash = body.as_deref().map_or(0, xxh3_128);
-        Self { seq, body, hash }
+        Self {
+            seq,
+            body: codec::body_arc(stored),
+            hash: None,
+        }
+    }
+
+    /// [`Self::check`], and hashes the body for the message index: for a backend that checks
+    /// each row as it arrives (PostgreSQL), on a read that seeds the index, so that the
+    /// hashing overlaps the rest of the transfer instead of following it.
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(
+            dead_code,
+            reason = "only the PostgreSQL backend checks rows as they arrive"
+        )
+    )]
+    pub(crate) fn check_hashed(seq: u64, stored: &[u8]) -> Self {
+        let mut row = Self::check(seq, stored);
+        row.hash = row.body.as_deref().ok().map(xxh3_128);
+        row
     }
 }
 
@@ -667,8 +681,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ids: &[CheckpointId],
     ) -> Result<HashSet<CheckpointId>>;
     /// Message bodies in the given `(first_seq, len)` runs (sorted, not overlapping), checked,
-    /// in sequence order; absent ones are simply missing.
-    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>>;
+    /// in sequence order; absent ones are simply missing. With `seeding` the read will seed
+    /// the message index: a backend may hash the bodies as they arrive
+    /// ([`BodyRow::check_hashed`]).
+    async fn messages(
+        &self,
+        thread: &ThreadId,
+        runs: &[(u64, u64)],
+        seeding: bool,
+    ) -> Result<Vec<BodyRow>>;
     /// Every stored message row of a thread, as stored, in sequence order (for the message
     /// index, which keeps the first number of a repeated body, and garbage collection).
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
@@ -697,7 +718,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         let bodies = if runs.is_empty() {
             Vec::new()
         } else {
-            self.messages(thread, &runs).await?
+            self.messages(thread, &runs, with_values).await?
         };
         Ok(Some(TupleRows {
             row,
@@ -1256,9 +1277,10 @@ impl<B: Backend> Engine<B> {
         // Bodies from `known_below` on may be new to the index (stored by another process
         // since): the next write must neither store them again nor collide with their numbers
         // (a collision is a conflict and a reload of every body).
-        for (seq, hash) in bodies.seqs.iter().zip(&bodies.hashes) {
+        for ((seq, hash), item) in bodies.seqs.iter().zip(&bodies.hashes).zip(&bodies.items) {
             if *seq >= index.known_below {
-                index.by_hash.entry(*hash).or_insert(*seq);
+                let hash = hash.unwrap_or_else(|| xxh3_128(item));
+                index.by_hash.entry(hash).or_insert(*seq);
             }
         }
         if let (Some(next), Some(&last)) = (index.next_seq.as_mut(), bodies.seqs.last()) {
@@ -1803,7 +1825,7 @@ impl<B: Backend> Engine<B> {
             let bodies = if runs.is_empty() {
                 Bodies::default()
             } else {
-                Bodies::from_rows(self.backend.messages(thread, &runs).await?)
+                Bodies::from_rows(self.backend.messages(thread, &runs, true).await?)
             };
             if !bodies.items.is_empty() {
                 // The backend read the epoch before the bodies.
@@ -2118,17 +2140,26 @@ impl<B: Backend> Engine<B> {
             return Ok(Bodies::default());
         }
         let seed = self.seed_epoch(thread).await?;
-        let bodies = self.fetch_bodies(thread, runs).await?;
+        let bodies = self.read_bodies(thread, runs, seed.is_some()).await?;
         Self::seed_index(seed, &bodies);
         Ok(bodies)
     }
 
     async fn fetch_bodies(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Bodies> {
+        self.read_bodies(thread, runs, false).await
+    }
+
+    async fn read_bodies(
+        &self,
+        thread: &ThreadId,
+        runs: &[(u64, u64)],
+        seeding: bool,
+    ) -> Result<Bodies> {
         if runs.is_empty() {
             return Ok(Bodies::default());
         }
         let merged = merge_runs(runs);
-        let rows = self.backend.messages(thread, &merged).await?;
+        let rows = self.backend.messages(thread, &merged, seeding).await?;
         Ok(Bodies::from_rows(rows))
     }
 
@@ -2836,8 +2867,8 @@ fn decode_pending(
 struct Bodies {
     seqs: Vec<u64>,
     items: Vec<Arc<[u8]>>,
-    /// The index hash of each item (see [`BodyRow::hash`]).
-    hashes: Vec<u128>,
+    /// The index hash of each item, where the backend took it (see [`BodyRow::hash`]).
+    hashes: Vec<Option<u128>>,
     damaged: BTreeMap<u64, CodecError>,
 }
 
@@ -2862,7 +2893,7 @@ impl Bodies {
         }
         // Backends return the merged runs in order, so this is a check, not a sort.
         if !seqs.windows(2).all(|w| w[0] < w[1]) {
-            let mut rows: Vec<(u64, Arc<[u8]>, u128)> = seqs
+            let mut rows: Vec<(u64, Arc<[u8]>, Option<u128>)> = seqs
                 .into_iter()
                 .zip(items)
                 .zip(hashes)

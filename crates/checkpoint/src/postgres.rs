@@ -710,12 +710,14 @@ async fn read_checkpoint_blobs(
     Ok(row.map(|row| (row, blobs)))
 }
 
-/// The checked bodies of `runs`, with the prepared [`MESSAGES_SQL`].
+/// The checked bodies of `runs`, with the prepared [`MESSAGES_SQL`]; hashed for the message
+/// index as they arrive when the read is `seeding` it.
 async fn read_bodies(
     c: &deadpool_postgres::Object,
     st: &tokio_postgres::Statement,
     thread: &ThreadId,
     runs: &[(u64, u64)],
+    seeding: bool,
     ctx: String,
 ) -> Result<Vec<BodyRow>> {
     let lo: Vec<i64> = runs
@@ -743,10 +745,12 @@ async fn read_bodies(
         .await
         .map_err(pg_err(ctx.clone()))?
     {
-        out.push(BodyRow::check(
-            u64_of(thread.as_str(), r.get(0), "message sequence")?,
-            r.get(1),
-        ));
+        let seq = u64_of(thread.as_str(), r.get(0), "message sequence")?;
+        out.push(if seeding {
+            BodyRow::check_hashed(seq, r.get(1))
+        } else {
+            BodyRow::check(seq, r.get(1))
+        });
     }
     Ok(out)
 }
@@ -1066,7 +1070,12 @@ impl Backend for PgBackend {
             .collect()
     }
 
-    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
+    async fn messages(
+        &self,
+        thread: &ThreadId,
+        runs: &[(u64, u64)],
+        seeding: bool,
+    ) -> Result<Vec<BodyRow>> {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
@@ -1076,7 +1085,7 @@ impl Backend for PgBackend {
             .prepare_cached(&self.hot.messages)
             .await
             .map_err(pg_err(ctx.clone()))?;
-        read_bodies(&c, &st, thread, runs, ctx).await
+        read_bodies(&c, &st, thread, runs, seeding, ctx).await
     }
 
     async fn tuple_rows(
@@ -2053,7 +2062,8 @@ impl PgBackend {
             Vec::new()
         } else {
             let ctx = format!("postgres: thread {thread}: reading messages");
-            read_bodies(&c, &messages_st, thread, &runs, ctx).await?
+            // Only a read with values seeds the index (`Engine::read_tuple`).
+            read_bodies(&c, &messages_st, thread, &runs, with_values, ctx).await?
         };
         Ok(Some(Some(TupleRows {
             row,
@@ -2258,15 +2268,21 @@ mod tests {
     /// A saver on a fresh schema of the test database (`None`: skipped, see [`database_url`]).
     /// (Eight connections: the race tests hold some in other sessions.)
     async fn fresh(config: StoreConfig) -> Option<PostgresSaver> {
-        let url = database_url()?;
-        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-        let options = PostgresOptions::new(url)
-            .with_schema(schema)
-            .with_pool_size(8);
         Some(
-            PostgresSaver::connect(options, config)
+            PostgresSaver::connect(fresh_options(8)?, config)
                 .await
                 .expect("connect"),
+        )
+    }
+
+    /// Options for a fresh schema of the test database with a pool of `pool` connections
+    /// (`None`: skipped, see [`database_url`]).
+    fn fresh_options(pool: usize) -> Option<PostgresOptions> {
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        Some(
+            PostgresOptions::new(database_url()?)
+                .with_schema(schema)
+                .with_pool_size(pool),
         )
     }
 
@@ -3037,12 +3053,9 @@ mod tests {
         use crate::blob::Blob;
         use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
         use crate::saver::Saver;
-        let Some(url) = database_url() else {
+        let Some(options) = fresh_options(1) else {
             return;
         };
-        let options = PostgresOptions::new(url)
-            .with_schema(format!("antler_test_{}", uuid::Uuid::new_v4().simple()))
-            .with_pool_size(1);
         let saver = PostgresSaver::connect(options, StoreConfig::full())
             .await
             .expect("connect");
@@ -3098,6 +3111,63 @@ mod tests {
                 .expect("stored");
             assert!(matches!(m, Blob::Messages(l) if l.items.len() == 1));
         }
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// The bodies a read hashes as they arrive seed the message index with the keys a write
+    /// looks up: after a cold read, a snapshot of the same ten messages (new values, so found
+    /// by hash, not by pointer) and one more stores one body, not eleven.
+    #[tokio::test]
+    async fn bodies_hashed_as_they_arrive_let_the_next_write_find_them() {
+        use crate::blob::{Blob, MessagesKind};
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(options) = fresh_options(2) else {
+            return;
+        };
+        let saver = PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .expect("connect");
+        let msg = |i: usize| serde_json::json!({"type": "human", "content": format!("message {i}"), "id": format!("m{i}")});
+        let list = |n: usize| {
+            Blob::messages(MessagesKind::Snapshot, &(0..n).map(msg).collect::<Vec<_>>())
+                .expect("blob")
+        };
+        async fn put(
+            s: &PostgresSaver,
+            at: CheckpointConfig,
+            list: Blob,
+            v: u64,
+        ) -> CheckpointConfig {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert("messages".into(), ChannelVersion::new(v));
+            cp.channel_values.insert("messages".into(), list);
+            let versions = cp.channel_versions.clone();
+            s.put(&at, cp, CheckpointMetadata::default(), &versions)
+                .await
+                .expect("put")
+        }
+        let first = put(&saver, CheckpointConfig::latest("t"), list(10), 1).await;
+        // A saver that did not write the thread: its index comes from the read.
+        let cold = PostgresSaver::connect(options, StoreConfig::full())
+            .await
+            .expect("connect");
+        let read = cold
+            .get_tuple(&CheckpointConfig::latest("t"))
+            .await
+            .expect("read")
+            .expect("exists");
+        assert_eq!(read.config, first);
+        put(&cold, first, list(11), 2).await;
+        let t = ThreadId::new("t");
+        let stored = cold.engine.backend.all_messages(&t).await.expect("bodies");
+        assert_eq!(
+            stored.len(),
+            11,
+            "the ten read bodies were found, not stored again"
+        );
+        drop(cold);
         saver.drop_schema().await.expect("drop");
     }
 

@@ -849,7 +849,13 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn messages(&self, thread: &ThreadId, runs: &[(u64, u64)]) -> Result<Vec<BodyRow>> {
+    async fn messages(
+        &self,
+        thread: &ThreadId,
+        runs: &[(u64, u64)],
+        _seeding: bool,
+    ) -> Result<Vec<BodyRow>> {
+        // Read in process: hashing here or when the index is seeded costs the same.
         let (thread, runs) = (thread.to_string(), runs.to_vec());
         Ok(self
             .run(move |c| read_bodies(c, &thread, &runs))

@@ -1014,24 +1014,9 @@ async fn static_interrupt_before_and_after() {
 /// `Send` fan-out: one PUSH task per packet with the packet as input; joins wait for every source.
 #[tokio::test]
 async fn send_fan_out_and_join() {
-    const ITEM: Key<String> = Key::from_static("item");
+    use crate::common::{ITEM, add_split};
     let mut g = graph();
-    g.channel(&ITEM, ChannelSpec::packet_only()).unwrap();
-    let split = antler_graph::node_fn(|_s, _c| async {
-        let mut cmd = Command::new();
-        for i in 0..3 {
-            cmd = cmd.goto(antler_graph::Send::new("work").with(&ITEM, format!("x{i}")));
-        }
-        Ok(cmd)
-    });
-    g.add_node_with(
-        "split",
-        split,
-        antler_graph::NodeOptions {
-            destinations: vec!["work".into()],
-            ..Default::default()
-        },
-    );
+    add_split(&mut g, 3);
     g.add_node("work", |s: State, _c| async move {
         Ok(Update::new()
             .set(

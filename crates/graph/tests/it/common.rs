@@ -180,6 +180,31 @@ pub(crate) async fn trace(
     out
 }
 
+/// The packet of [`add_split`]'s sends.
+pub(crate) const ITEM: Key<String> = Key::from_static("item");
+
+/// Declares [`ITEM`] (packets only) and adds a node `split` that sends `n` packets
+/// (`x0`, `x1`, …) to a node `work`, which the caller adds.
+pub(crate) fn add_split(g: &mut StateGraph, n: usize) {
+    g.channel(&ITEM, ChannelSpec::packet_only())
+        .expect("item declared once");
+    let split = antler_graph::node_fn(move |_s, _c| async move {
+        let mut cmd = antler_graph::Command::new();
+        for i in 0..n {
+            cmd = cmd.goto(antler_graph::Send::new("work").with(&ITEM, format!("x{i}")));
+        }
+        Ok(cmd)
+    });
+    g.add_node_with(
+        "split",
+        split,
+        antler_graph::NodeOptions {
+            destinations: vec!["work".into()],
+            ..Default::default()
+        },
+    );
+}
+
 /// [`trace`], then what each checkpoint the run saved stores, read back with `get_state` once
 /// the run is over: its source and step, the next step's tasks (node, kind, status) and its
 /// values.

@@ -100,25 +100,9 @@ async fn trace_of_interrupt_and_resume() {
 /// tasks as the next step, each run with its packet, then the join.
 #[tokio::test]
 async fn trace_of_send_fan_out_and_join_with_what_each_checkpoint_stores() {
-    const ITEM: Key<String> = Key::from_static("item");
+    use crate::common::{ITEM, add_split};
     let mut g = graph();
-    g.channel(&ITEM, antler_graph::ChannelSpec::packet_only())
-        .unwrap();
-    let split = antler_graph::node_fn(|_s, _c| async {
-        let mut cmd = Command::new();
-        for i in 0..3 {
-            cmd = cmd.goto(antler_graph::Send::new("work").with(&ITEM, format!("x{i}")));
-        }
-        Ok(cmd)
-    });
-    g.add_node_with(
-        "split",
-        split,
-        antler_graph::NodeOptions {
-            destinations: vec!["work".into()],
-            ..Default::default()
-        },
-    );
+    add_split(&mut g, 3);
     g.add_node("work", |s: State, _c| async move {
         let item = s.get(&ITEM).cloned().unwrap_or_default();
         Ok(Update::new()
