@@ -30,8 +30,10 @@
 //!    A runtime that already holds the thread's channel values (a hot cache)
 //!    reads the head with [`Saver::get_tuple_without_values`] instead: the same
 //!    tuple without `channel_values`, at a cost that does not grow with the thread.
-//!    A runtime whose records list only the channels a step changed reads the
-//!    values its ancestors stored by key, with [`Saver::get_channel_values`].
+//!    A runtime whose records list only the channels a step changed
+//!    ([`RELATIVE_RECORD_V`]) reads a record with the ancestors it depends on and
+//!    the values they give it in one call, [`Saver::get_tuple_with_ancestry`], or
+//!    reads those values by key, with [`Saver::get_channel_values`].
 //!    A run that starts a new branch (from an older checkpoint) takes its
 //!    versions above [`Saver::max_channel_version`], so that no two branches
 //!    store different values under one `(channel, version)`.
