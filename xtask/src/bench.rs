@@ -308,14 +308,14 @@ fn markdown(
          Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes.\n\
          Full mode runs up to T = {full_max_turns}; F does not apply to it. Runs took {elapsed:.1} s.\n"
     );
-    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms | body scan cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
+    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms median (min–p90) | body scan cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
     s.push_str(
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
             r["saver"].as_str().unwrap_or("?"),
             r["mode"].as_str().unwrap_or("?"),
             if r["mode"] == "full" {
@@ -333,7 +333,7 @@ fn markdown(
             num(r, "invoke_ms_p99"),
             num(r, "invoke_ms_last10_mean"),
             num(r, "get_state_ms_warm"),
-            num(r, "get_state_ms_cold"),
+            cold_spread(r),
             opt_ms(r, "bodies_scan_ms_cold"),
             r["get_state_peak_bytes"],
             r["max_replayed_writes"],
@@ -343,6 +343,19 @@ fn markdown(
         );
     }
     s
+}
+
+/// The cold `get_state` median with the spread of its reads, `median (min–p90)`; the median
+/// alone for results written before the spread was recorded.
+fn cold_spread(r: &Value) -> String {
+    let median = num(r, "get_state_ms_cold");
+    match (
+        r["get_state_ms_cold_min"].as_f64(),
+        r["get_state_ms_cold_p90"].as_f64(),
+    ) {
+        (Some(min), Some(p90)) => format!("{median:.2} ({min:.2}–{p90:.2})"),
+        _ => format!("{median:.2}"),
+    }
 }
 
 /// A latency not every run reports (the graph driver's cold-process costs, the database

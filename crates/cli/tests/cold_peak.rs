@@ -35,4 +35,12 @@ fn a_sqlite_run_reports_the_cold_peak_from_a_fresh_process() {
     assert!(peak > 0, "{v}");
     assert_eq!(v["get_state_peak_source"], "fresh-process", "{v}");
     assert_eq!(v["turns"], 200);
+    // The cold reads' spread brackets their median.
+    let cold = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    let (min, median, p90) = (
+        cold("get_state_ms_cold_min"),
+        cold("get_state_ms_cold"),
+        cold("get_state_ms_cold_p90"),
+    );
+    assert!(0.0 < min && min <= median && median <= p90, "{v}");
 }
