@@ -308,6 +308,23 @@ pub(crate) struct TupleRows {
     pub(crate) epoch: u64,
 }
 
+/// Message bodies as [`Backend::messages`] reads them: the rows and the thread's epoch, both
+/// from one snapshot.
+///
+/// Body numbers come back: a thread deleted (or whose highest bodies were collected) numbers
+/// its next bodies from where its stored ones end. So bodies read in a later snapshot than
+/// the checkpoint rows that reference them may be other messages under the same numbers, each
+/// with a valid checksum. Anything that removes bodies bumps the epoch in the same
+/// transaction, so a reader that read the epoch with (or before) its rows and finds the same
+/// epoch with the bodies read them unchanged; when the epoch moved, a referencing checkpoint
+/// that still exists after the body read was never deleted meanwhile, so its bodies could
+/// not be removed either ([`Engine::confirm_bodies`]).
+pub(crate) struct BodyRead {
+    pub(crate) rows: Vec<BodyRow>,
+    /// `None` when the backend could not tell, which readers treat as a moved epoch.
+    pub(crate) epoch: Option<u64>,
+}
+
 /// What [`Backend::head_chain`] reads: a checkpoint row, its writes, the thread's epoch (read
 /// before any body) and up to `limit` of its ancestors' rows, nearest first.
 pub(crate) struct HeadChain {
@@ -681,15 +698,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
         ids: &[CheckpointId],
     ) -> Result<HashSet<CheckpointId>>;
     /// Message bodies in the given `(first_seq, len)` runs (sorted, not overlapping), checked,
-    /// in sequence order; absent ones are simply missing. With `seeding` the read will seed
-    /// the message index: a backend may hash the bodies as they arrive
+    /// in sequence order; absent ones are simply missing. The thread's epoch comes from the
+    /// same snapshot as the bodies ([`BodyRead`]). With `seeding` the read will seed the
+    /// message index: a backend may hash the bodies as they arrive
     /// ([`BodyRow::check_hashed`]).
     async fn messages(
         &self,
         thread: &ThreadId,
         runs: &[(u64, u64)],
         seeding: bool,
-    ) -> Result<Vec<BodyRow>>;
+    ) -> Result<BodyRead>;
     /// Every stored message row of a thread, as stored, in sequence order (for the message
     /// index, which keeps the first number of a repeated body, and garbage collection).
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
@@ -718,7 +736,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
         let bodies = if runs.is_empty() {
             Vec::new()
         } else {
-            self.messages(thread, &runs, with_values).await?
+            let read = self.messages(thread, &runs, with_values).await?;
+            // Bodies from a later epoch belong to this row only if it was never deleted
+            // meanwhile (see `BodyRead`).
+            if read.epoch != Some(epoch)
+                && !self
+                    .existing(thread, ns, &[row.id])
+                    .await?
+                    .contains(&row.id)
+            {
+                return Ok(None);
+            }
+            read.rows
         };
         Ok(Some(TupleRows {
             row,
@@ -1825,7 +1854,16 @@ impl<B: Backend> Engine<B> {
             let bodies = if runs.is_empty() {
                 Bodies::default()
             } else {
-                Bodies::from_rows(self.backend.messages(thread, &runs, true).await?)
+                let read = self.backend.messages(thread, &runs, true).await?;
+                // Bodies from a later epoch than the row's may be other messages under the
+                // same numbers, unless the checkpoint still exists (see `BodyRead`).
+                if read.epoch != Some(epoch) && !self.confirm_bodies(thread, ns, &[id]).await? {
+                    if addressed {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                Bodies::from_rows(read.rows)
             };
             if !bodies.items.is_empty() {
                 // The backend read the epoch before the bodies.
@@ -1902,6 +1940,11 @@ impl<B: Backend> Engine<B> {
             pending.push(((b.channel, b.version), p));
         }
         let bodies = self.fetch_seeding_bodies(thread, &runs).await?;
+        // The row was read in an earlier snapshot than the bodies, with no epoch to compare:
+        // they are its own only if it still exists (see `BodyRead`).
+        if !runs.is_empty() && !self.confirm_bodies(thread, ns, &[id]).await? {
+            return Ok(None);
+        }
         let resolved = pending
             .into_iter()
             .map(|(key, p)| Ok((key, resolve(thread, id, &p, &bodies)?)))
@@ -2159,8 +2202,21 @@ impl<B: Backend> Engine<B> {
             return Ok(Bodies::default());
         }
         let merged = merge_runs(runs);
-        let rows = self.backend.messages(thread, &merged, seeding).await?;
-        Ok(Bodies::from_rows(rows))
+        let read = self.backend.messages(thread, &merged, seeding).await?;
+        Ok(Bodies::from_rows(read.rows))
+    }
+
+    /// Whether every checkpoint of `ids` still exists, checked after a read of bodies they
+    /// reference: then none was deleted since its row was read, so no body it references was
+    /// removed, and the bodies read are its own (see [`BodyRead`]).
+    async fn confirm_bodies(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+    ) -> Result<bool> {
+        let alive = self.backend.existing(thread, ns, ids).await?;
+        Ok(ids.iter().all(|id| alive.contains(id)))
     }
 
     pub(crate) async fn delta_channel_history(
@@ -2245,10 +2301,12 @@ impl<B: Backend> Engine<B> {
             }
             Ok(())
         })();
-        if let Err(e) = resolved {
-            // The bodies are read after the walk's existence checks: a delete that committed
-            // in between (and collected the bodies only the deleted checkpoints referenced) is
-            // a checkpoint gone mid-read, as in the walk, not a damaged store.
+        // The bodies are read after the walk's existence checks: a delete that committed in
+        // between (and collected the bodies only the deleted checkpoints referenced) is a
+        // checkpoint gone mid-read, as in the walk, not a damaged store. Such a delete may also
+        // have let other messages take the collected numbers, which read as valid bodies: the
+        // walk's bodies are its own only if every checkpoint of it still exists (`BodyRead`).
+        if resolved.is_err() || !runs.is_empty() {
             let mut chain = Vec::with_capacity(walk_ids.len() + 1);
             chain.push(target.id);
             chain.extend_from_slice(&walk_ids);
@@ -2267,7 +2325,7 @@ impl<B: Backend> Engine<B> {
                     parent_id: pair[1],
                 });
             }
-            return Err(e);
+            resolved?;
         }
         Ok(out)
     }

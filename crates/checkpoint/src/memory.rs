@@ -10,9 +10,9 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan, ScanOrder,
-    StorageStats, TupleRows, WriteRow, impl_saver, list_order, record_keys, runs_of_rows,
-    unreferenced,
+    Backend, BlobRow, BodyRead, BodyRow, CheckpointRow, Engine, IndexGuard, MessageRow, RowScan,
+    ScanOrder, StorageStats, TupleRows, WriteRow, impl_saver, list_order, record_keys,
+    runs_of_rows, unreferenced,
 };
 use crate::error::Result;
 use crate::ids::{
@@ -329,9 +329,13 @@ impl Backend for MemoryBackend {
         thread: &ThreadId,
         runs: &[(u64, u64)],
         _seeding: bool,
-    ) -> Result<Vec<BodyRow>> {
+    ) -> Result<BodyRead> {
         // Read in process: hashing here or when the index is seeded costs the same.
-        Ok(body_rows(&self.lock(), thread, runs))
+        let t = self.lock();
+        Ok(BodyRead {
+            rows: body_rows(&t, thread, runs),
+            epoch: Some(t.epochs.get(thread).copied().unwrap_or(0)),
+        })
     }
 
     /// The five reads of the default under one lock: a delete on another thread of the

@@ -17,9 +17,9 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, HeadChain, IndexGuard, MessageRow,
-    RowScan, ScanArg, StorageStats, TupleRows, WriteRow, impl_saver, record_keys, runs_of_rows,
-    scan_sql, unreferenced,
+    Backend, BlobRow, BodyRead, BodyRow, BodyScan, CheckpointRow, Engine, HeadChain, IndexGuard,
+    MessageRow, RowScan, ScanArg, StorageStats, TupleRows, WriteRow, impl_saver, record_keys,
+    runs_of_rows, scan_sql, unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -485,11 +485,18 @@ const WRITES_SQL: &str =
     "SELECT checkpoint_id, task_id, idx, channel, task_path, value FROM {s}.writes
                   WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])";
 
-/// The message bodies of a thread ($1) in the runs `[lo, hi)` ($2, $3), in order.
-const MESSAGES_SQL: &str = "SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
+/// The message bodies of a thread ($1) in the runs `[lo, hi)` ($2, $3), in order, and one
+/// more row with sequence number -1 holding the thread's epoch (8 bytes, big-endian) from the
+/// same snapshot (see `BodyRead`); the reader finds that row by its number, wherever it comes.
+const MESSAGES_SQL: &str = "SELECT -1::int8, int8send(COALESCE((SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1), 0)::int8)
+UNION ALL
+SELECT m.seq, m.body FROM unnest($2::bigint[], $3::bigint[]) r(lo, hi)
   CROSS JOIN LATERAL (
     SELECT seq, body FROM {s}.messages x
      WHERE x.thread_id = $1 AND x.seq >= r.lo AND x.seq < r.hi ORDER BY x.seq) m";
+
+/// The sequence number of [`MESSAGES_SQL`]'s epoch row.
+const EPOCH_ROW: i64 = -1;
 
 /// The rows of a checkpoint and of its writes, told apart by the first column (0: the
 /// checkpoint, with the thread's epoch in the seventh column; 1: a write); `{cp}` selects the
@@ -710,8 +717,8 @@ async fn read_checkpoint_blobs(
     Ok(row.map(|row| (row, blobs)))
 }
 
-/// The checked bodies of `runs`, with the prepared [`MESSAGES_SQL`]; hashed for the message
-/// index as they arrive when the read is `seeding` it.
+/// The checked bodies of `runs` and the thread's epoch in the same snapshot, with the prepared
+/// [`MESSAGES_SQL`]; hashed for the message index as they arrive when the read is `seeding` it.
 async fn read_bodies(
     c: &deadpool_postgres::Object,
     st: &tokio_postgres::Statement,
@@ -719,7 +726,7 @@ async fn read_bodies(
     runs: &[(u64, u64)],
     seeding: bool,
     ctx: String,
-) -> Result<Vec<BodyRow>> {
+) -> Result<BodyRead> {
     let lo: Vec<i64> = runs
         .iter()
         .map(|(s, _)| i64::try_from(*s).unwrap_or(i64::MAX))
@@ -739,20 +746,30 @@ async fn read_bodies(
             .unwrap_or(0)
             .min(1 << 20),
     );
+    let mut epoch = None;
     // Each row is checked and its body copied out (once) as it arrives, while the server is
     // still sending the rest, and its buffer is released right after.
     while let Some(r) = futures::TryStreamExt::try_next(&mut rows)
         .await
         .map_err(pg_err(ctx.clone()))?
     {
-        let seq = u64_of(thread.as_str(), r.get(0), "message sequence")?;
+        let seq: i64 = r.get(0);
+        if seq == EPOCH_ROW {
+            // Not eight bytes (never from this statement): unknown, which readers treat as
+            // a moved epoch.
+            epoch = <[u8; 8]>::try_from(r.get::<_, &[u8]>(1))
+                .ok()
+                .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok());
+            continue;
+        }
+        let seq = u64_of(thread.as_str(), seq, "message sequence")?;
         out.push(if seeding {
             BodyRow::check_hashed(seq, r.get(1))
         } else {
             BodyRow::check(seq, r.get(1))
         });
     }
-    Ok(out)
+    Ok(BodyRead { rows: out, epoch })
 }
 
 /// A transaction at READ COMMITTED, whatever the server's or the session's default: the
@@ -1075,10 +1092,7 @@ impl Backend for PgBackend {
         thread: &ThreadId,
         runs: &[(u64, u64)],
         seeding: bool,
-    ) -> Result<Vec<BodyRow>> {
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
+    ) -> Result<BodyRead> {
         let ctx = format!("postgres: thread {thread}: reading messages");
         let c = self.client(&ctx).await?;
         let st = c
@@ -2063,7 +2077,19 @@ impl PgBackend {
         } else {
             let ctx = format!("postgres: thread {thread}: reading messages");
             // Only a read with values seeds the index (`Engine::read_tuple`).
-            read_bodies(&c, &messages_st, thread, &runs, with_values, ctx).await?
+            let read = read_bodies(&c, &messages_st, thread, &runs, with_values, ctx).await?;
+            // Bodies from a later epoch than the row's may be other messages under the same
+            // numbers, unless the checkpoint still exists (see `BodyRead`): a checkpoint gone
+            // is read again (the latest) or absent (an addressed one).
+            if read.epoch != Some(epoch)
+                && !self
+                    .existing(thread, ns, &[row.id])
+                    .await?
+                    .contains(&row.id)
+            {
+                return Ok(None);
+            }
+            read.rows
         };
         Ok(Some(Some(TupleRows {
             row,
@@ -3047,7 +3073,8 @@ mod tests {
 
     /// A relative record read with its ancestry costs three statements: the row with its
     /// writes and ancestors, every value it holds (its own and the inherited message list),
-    /// and the bodies. Read as three calls (the trait's default) it costs six.
+    /// and the bodies. Read as three calls (the trait's default) it costs seven: the value
+    /// lookup confirms after its bodies that the checkpoint still exists (`BodyRead`).
     #[tokio::test]
     async fn a_relative_record_is_read_with_its_ancestry_in_three_statements() {
         use crate::blob::Blob;
@@ -3093,7 +3120,7 @@ mod tests {
             .expect("put");
         let latest = CheckpointConfig::latest("t");
         let b = &saver.engine.backend;
-        for (own, want) in [(true, 3), (false, 6)] {
+        for (own, want) in [(true, 3), (false, 7)] {
             // The pool's only connection: the reads below run on it.
             let before = statement_runs(&b.client("test").await.expect("client")).await;
             let read = if own {

@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::{
-    Backend, BlobRow, BodyRow, BodyScan, CheckpointRow, Engine, HeadChain, IndexGuard, MessageRow,
-    RowScan, ScanArg, StorageStats, TupleRows, WriteRow, config_is, impl_saver, record_keys,
-    runs_of_rows, scan_sql, unreferenced,
+    Backend, BlobRow, BodyRead, BodyRow, BodyScan, CheckpointRow, Engine, HeadChain, IndexGuard,
+    MessageRow, RowScan, ScanArg, StorageStats, TupleRows, WriteRow, config_is, impl_saver,
+    record_keys, runs_of_rows, scan_sql, unreferenced,
 };
 use crate::error::{Error, Result};
 use crate::ids::{
@@ -854,13 +854,24 @@ impl Backend for SqliteBackend {
         thread: &ThreadId,
         runs: &[(u64, u64)],
         _seeding: bool,
-    ) -> Result<Vec<BodyRow>> {
+    ) -> Result<BodyRead> {
         // Read in process: hashing here or when the index is seeded costs the same.
         let (thread, runs) = (thread.to_string(), runs.to_vec());
-        Ok(self
-            .run(move |c| read_bodies(c, &thread, &runs))
-            .await?
-            .check())
+        let (bodies, epoch) = self
+            .run(move |c| {
+                // One read transaction: the runs and the epoch from one snapshot (`BodyRead`).
+                let ctx = format!("sqlite: thread {thread}: reading messages");
+                let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+                let epoch = read_epoch(&tx, &thread)?;
+                let bodies = read_bodies(&tx, &thread, &runs)?;
+                tx.commit().map_err(sql_err(ctx))?;
+                Ok((bodies, epoch))
+            })
+            .await?;
+        Ok(BodyRead {
+            rows: bodies.check(),
+            epoch: Some(epoch),
+        })
     }
 
     async fn tuple_rows(

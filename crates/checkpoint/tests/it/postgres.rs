@@ -343,6 +343,7 @@ fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
             checkpoint(&[("title", 1, serde_json::json!("kept"))]),
             "blobs",
             read,
+            Meanwhile::Deleted,
         ));
     }
 }
@@ -421,11 +422,8 @@ fn a_copy_racing_a_put_to_its_target_does_not_overwrite_the_target_value() {
     });
 }
 
-/// A thread deleted between the read of a checkpoint's values and the read of their message
-/// bodies (the third statement of a read) is read again and found gone, instead of failing
-/// on bodies that were collected meanwhile. A lock on `messages` stops the read there.
-#[test]
-fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
+/// A checkpoint whose `messages` value is a snapshot of two messages.
+fn two_message_checkpoint() -> antler_checkpoint::Checkpoint {
     use antler_checkpoint::{Blob, Checkpoint, MessagesKind};
     let list = [
         serde_json::json!({"type": "human", "content": "q", "id": "h"}),
@@ -437,19 +435,65 @@ fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
         "messages".into(),
         Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
     );
+    cp
+}
+
+/// A thread deleted between the read of a checkpoint's values and the read of their message
+/// bodies (the third statement of a read) is read again and found gone, instead of failing
+/// on bodies that were collected meanwhile. A lock on `messages` stops the read there.
+#[test]
+fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
     for read in [
         Read::Tuple,
         Read::List,
         Read::ChannelValues,
         Read::Ancestry,
         Read::LatestAncestry,
+        Read::DeltaHistory,
     ] {
         antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
-            cp.clone(),
+            two_message_checkpoint(),
             "messages",
             read,
+            Meanwhile::Deleted,
         ));
     }
+}
+
+/// Body numbers come back after a delete: when the thread is deleted while a checkpoint is
+/// read and other messages are stored under its bodies' numbers before the read fetches them
+/// (each with a valid checksum), the read must not return them as the checkpoint's messages.
+/// The bodies come with the thread's epoch, bumped by the delete, and a read that sees it
+/// moved finds the checkpoint gone. Before, every read here but `list` returned the
+/// checkpoint with the other messages.
+#[test]
+fn bodies_stored_under_reused_numbers_are_not_read_as_a_deleted_checkpoint_s() {
+    for read in [
+        Read::Tuple,
+        Read::List,
+        Read::ChannelValues,
+        Read::Ancestry,
+        Read::LatestAncestry,
+        Read::DeltaHistory,
+    ] {
+        antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
+            two_message_checkpoint(),
+            "messages",
+            read,
+            Meanwhile::Renumbered,
+        ));
+    }
+}
+
+/// What another session does to the thread while [`read_stopped_at_a_lock_while_the_thread_goes`]
+/// holds the read.
+#[derive(Clone, Copy, Debug)]
+enum Meanwhile {
+    /// Deletes its checkpoints, values and bodies.
+    Deleted,
+    /// Deletes them as `delete_thread` does (bumping the thread's epoch), then stores other
+    /// valid bodies under the deleted bodies' numbers: each number gets the bytes of another.
+    Renumbered,
 }
 
 /// Which read [`read_stopped_at_a_lock_while_the_thread_goes`] makes.
@@ -468,6 +512,9 @@ enum Read {
     /// `get_tuple_with_ancestry` of the latest checkpoint: read again, and `None` once the
     /// thread has none.
     LatestAncestry,
+    /// `delta_channel_history` of a child of the checkpoint (put for this read), which seeds
+    /// from the checkpoint's value: an unknown-checkpoint error once the child is gone.
+    DeltaHistory,
 }
 
 /// Puts `cp` on thread `t`, starts a `read` of it, lets the read stop on a lock on `table`
@@ -477,6 +524,7 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     cp: antler_checkpoint::Checkpoint,
     table: &str,
     read: Read,
+    meanwhile: Meanwhile,
 ) {
     use antler_checkpoint::testing::metadata;
     use antler_checkpoint::{
@@ -488,6 +536,8 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     let saver = std::sync::Arc::new(saver);
     let nv: ChannelVersions = cp.channel_versions.clone();
     let keys: Vec<_> = nv.iter().map(|(c, v)| (c.clone(), *v)).collect();
+    let mut child = cp.clone();
+    child.channel_values.clear();
     let at = saver
         .put(
             &CheckpointConfig::latest("t"),
@@ -497,10 +547,25 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
         )
         .await
         .unwrap();
+    // The delta walk starts below the checkpoint it is asked about.
+    let walked = if matches!(read, Read::DeltaHistory) {
+        child.id = antler_checkpoint::CheckpointId::generate();
+        saver
+            .put(
+                &at,
+                child,
+                metadata(CheckpointSource::Loop, 0, None),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap()
+    } else {
+        at.clone()
+    };
     // Whether the read found the checkpoint; an error for an error.
     let found = move |saver: std::sync::Arc<antler_checkpoint::PostgresSaver>,
                       at: CheckpointConfig| {
-        let keys = keys.clone();
+        let (keys, walked) = (keys.clone(), walked.clone());
         async move {
             Ok::<bool, antler_checkpoint::Error>(match read {
                 Read::Tuple => saver.get_tuple(&at).await?.is_some(),
@@ -514,6 +579,14 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
                     .get_tuple_with_ancestry(&CheckpointConfig::latest("t"), 8)
                     .await?
                     .is_some(),
+                Read::DeltaHistory => match saver
+                    .delta_channel_history(&walked, &["messages".into()])
+                    .await
+                {
+                    Ok(h) => h.get("messages").is_some_and(|h| h.seed.is_some()),
+                    Err(antler_checkpoint::Error::UnknownCheckpoint { .. }) => false,
+                    Err(e) => return Err(e),
+                },
             })
         }
     };
@@ -536,10 +609,24 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
         until_a_session_waits_on_a_lock(&watch).await,
         "the read waits on the lock"
     );
+    let renumber = match meanwhile {
+        Meanwhile::Deleted => String::new(),
+        // Number n takes the bytes stored under the next number (the last the first's).
+        Meanwhile::Renumbered => format!(
+            "INSERT INTO \"{s}\".messages (thread_id, seq, body)
+               SELECT 't', seq, COALESCE(lead(body) OVER w, first_value(body) OVER w)
+                 FROM kept WINDOW w AS (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING);
+             INSERT INTO \"{s}\".thread_epochs (thread_id, epoch) VALUES ('t', 1)
+               ON CONFLICT (thread_id) DO UPDATE SET epoch = \"{s}\".thread_epochs.epoch + 1;"
+        ),
+    };
     tx.batch_execute(&format!(
-        "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't';
+        "CREATE TEMP TABLE kept ON COMMIT DROP AS
+           SELECT seq, body FROM \"{s}\".messages WHERE thread_id = 't';
+         DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't';
          DELETE FROM \"{s}\".blobs WHERE thread_id = 't';
-         DELETE FROM \"{s}\".messages WHERE thread_id = 't';"
+         DELETE FROM \"{s}\".messages WHERE thread_id = 't';
+         {renumber}"
     ))
     .await
     .unwrap();
