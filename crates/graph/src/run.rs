@@ -1346,9 +1346,8 @@ async fn run_inner(
     let mut step = meta_step + 1;
     // Saturating: a limit near `i64::MAX` means "no practical limit", not an overflow.
     let stop = step.saturating_add(limit).saturating_add(1);
-    // Whether the loaded checkpoint is the newest of its namespace. Only then can a later run
-    // load input stored on it (a run on an older checkpoint addresses it, and drops that input),
-    // and only then has it no children, whose history walks would replay such input.
+    // Whether the loaded checkpoint is the newest of its namespace. Only then has it no
+    // children, whose history walks would replay input a run stores on it.
     let loaded_is_newest = if explicit && matches!(input, Input::Continue | Input::Command(_)) {
         newest.flatten().is_some_and(|id| Some(id) == ckpt_id)
     } else {
@@ -1399,29 +1398,19 @@ async fn run_inner(
             .iter()
             .any(|w| w.task_id.as_str() != NULL_TASK_ID && !is_control(&w.channel));
     if explicit {
-        // Time travel: writes saved by the original run are not reused, stale resume values dropped.
-        // A replay that saves no fork (the addressed checkpoint is the thread's newest fork or
-        // update) keeps the checkpoint's own pending input, as a run on the head does. Otherwise
-        // input (NULL-task) writes pending on the checkpoint are dropped, so the delta channels
-        // they touch snapshot too: a walk through the checkpoint would replay them.
-        // A resume on the newest checkpoint is a run on the head: it keeps the input stored
-        // there too, and its own input joins it (before, the stored input was dropped here and
-        // the new input, stored after it by position, collided with it and was not kept).
-        let keep_input = if replay {
-            !fork_saved
-        } else {
-            loaded_is_newest
-        };
-        if !keep_input {
-            force_stored_input(g, &mut live, &pending);
-        }
+        // The input (NULL-task writes) stored on the addressed checkpoint is its own and is
+        // applied, as on the head (runtime-spec §2.2; before, a run addressed to an older
+        // checkpoint, and a replay that saves a fork, dropped it, so the branch did not start
+        // from the state `get_state` shows for that checkpoint). A history walk through the
+        // checkpoint replays that input too, so a channel only it writes needs no snapshot.
         if replay {
-            // The kept input is the checkpoint's own; a resume value stored on it is stale.
-            pending.retain(|w| {
-                keep_input && w.task_id.as_str() == NULL_TASK_ID && w.channel != RESUME
-            });
-        } else if !keep_input {
-            pending.retain(|w| w.task_id.as_str() != NULL_TASK_ID);
+            // Time travel: writes saved by the original run's tasks are not reused, and a
+            // resume value stored on the checkpoint is stale.
+            pending.retain(|w| w.task_id.as_str() == NULL_TASK_ID && w.channel != RESUME);
+        } else if !loaded_is_newest {
+            // A resume addressed to an older checkpoint brings its own resume value; the one
+            // stored there answered the original branch.
+            pending.retain(|w| !(w.task_id.as_str() == NULL_TASK_ID && w.channel == RESUME));
         }
     }
     let resuming = live.has_versions() && matches!(input, Input::Continue | Input::Command(_));
@@ -1460,11 +1449,11 @@ async fn run_inner(
             None => {}
         }
         // On an addressed older checkpoint the command's writes never join the input stored
-        // there: a fork stores them applied (it is saved below, and nothing is attached to the
-        // addressed checkpoint, whose existing children's history walks pass through it), and
-        // a resume cannot add them after the input it dropped. Either way the delta channels
-        // they touch snapshot at the run's first checkpoint, so no walk needs them from that
-        // checkpoint. A resume addressed to the newest checkpoint is a run on the head.
+        // there: they are applied in this run (a fork stores them applied) and nothing is
+        // attached to the addressed checkpoint, whose existing children's history walks pass
+        // through it. So the delta channels they touch snapshot at the run's first checkpoint,
+        // and no walk needs them from that checkpoint. A resume addressed to the newest
+        // checkpoint is a run on the head.
         if fork_saved || (explicit && !replay && !loaded_is_newest) {
             force_snapshots(g, &mut live, null_writes.iter().map(|(c, _)| c.as_str()));
         }
@@ -2442,8 +2431,8 @@ pub(crate) async fn update_state(
         }
     }
     // The input stored on the head (a command's update) is applied first, as a run on the head
-    // would; not on an addressed checkpoint, where it belongs to the branch that already
-    // continued from there (a replay drops it too), as the reference's update does.
+    // would; not on an addressed checkpoint, as the reference's update applies pending writes
+    // only when no checkpoint is addressed (a run addressed to it applies that input).
     if let Some(t) = saved.as_ref().filter(|_| cfg.checkpoint_id.is_none()) {
         let null_ch = null_writes(g, &t.pending_writes)?;
         if !null_ch.is_empty() {

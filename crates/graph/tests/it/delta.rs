@@ -2092,68 +2092,102 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
     }
 }
 
-/// A run on an addressed checkpoint drops the input (NULL-task) writes pending on it, so the
-/// first checkpoint of the new branch stores a snapshot of every delta channel those writes
-/// touched: a later history walk through the addressed checkpoint must not replay writes the
-/// run never applied. A cold `get_state` and a history page of the branch equal the live state.
+/// A run on an addressed checkpoint applies the input (NULL-task) writes pending on it, as a
+/// run on the head does (runtime-spec §2.2: they are that checkpoint's own input): a new
+/// branch from the checkpoint a command's update is stored on starts from the state
+/// `get_state` shows for that checkpoint, update included, with new input and with a replay.
+/// The history walk through the checkpoint replays that input as well, so a cold `get_state`
+/// and a history page of the branch equal the live state. (Before, such runs dropped the
+/// input, and the branch did not start from the checkpoint's state.)
 #[tokio::test]
-async fn a_fork_that_drops_pending_input_writes_snapshots_what_they_touched() {
+async fn a_run_addressed_to_a_checkpoint_applies_the_input_stored_on_it() {
     use antler_graph::{Command, HistoryQuery};
 
-    let store = Arc::new(MemoryCheckpointer::new());
-    let graph = chat(50, true)
-        .compile()
-        .unwrap()
-        .with_checkpointer(store.clone());
-    let cfg = RunConfig::new("t");
-    graph.invoke(human(0), &cfg).await.unwrap();
-    let head = graph
-        .invoke(human(1), &cfg)
-        .await
-        .unwrap()
-        .checkpoint_id
-        .unwrap();
-    // A command's update is stored on the head as an input (NULL-task) write, then applied.
-    let mut extra = Message::new(MessageType::Human, "only on the first branch");
-    extra.id = Some("m".into());
-    graph
-        .invoke(
-            Command::new().update(Update::new().set(&MESSAGES, vec![extra])),
-            &cfg,
-        )
-        .await
-        .unwrap();
-    // A new branch from that head: its run does not apply the command's write.
-    let forked = graph
-        .invoke(human(2), &cfg.clone().with_checkpoint(head))
-        .await
-        .unwrap();
-    let live = forked.values.get(&MESSAGES).cloned().unwrap();
-    assert!(live.iter().all(|m| m.id.as_deref() != Some("m")));
-    let cold = chat(50, true)
-        .compile()
-        .unwrap()
-        .with_checkpointer(store.clone())
-        .with_hot_cache(false);
-    let at = cfg
-        .clone()
-        .with_checkpoint(forked.checkpoint_id.clone().unwrap());
-    let state = cold.get_state(&at).await.unwrap().unwrap();
-    assert_eq!(
-        state.values.get(&MESSAGES),
-        Some(&live),
-        "cold read == live"
-    );
-    let page = cold
-        .get_state_history_with(&cfg, &HistoryQuery::limit(3))
-        .await
-        .unwrap();
-    assert_eq!(page[0].checkpoint_id, forked.checkpoint_id.unwrap());
-    assert_eq!(
-        page[0].values.get(&MESSAGES),
-        Some(&live),
-        "history == live"
-    );
+    // The in-process checkpointer and a delta-mode saver (whose history walk is the store's).
+    let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
+        antler_checkpoint::StoreConfig::delta(
+            antler_checkpoint::SnapshotFrequency::new(50).unwrap(),
+        ),
+    ));
+    for store in [
+        Arc::new(MemoryCheckpointer::new()) as Arc<dyn antler_graph::Checkpointer>,
+        Arc::new(antler_graph::SaverCheckpointer::new(saver)),
+    ] {
+        let graph = chat(50, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        graph.invoke(human(0), &cfg).await.unwrap();
+        let head = graph
+            .invoke(human(1), &cfg)
+            .await
+            .unwrap()
+            .checkpoint_id
+            .unwrap();
+        // A command's update is stored on the head as an input (NULL-task) write, then applied.
+        let mut extra = Message::new(MessageType::Human, "only on the first branch");
+        extra.id = Some("m".into());
+        graph
+            .invoke(
+                Command::new().update(Update::new().set(&MESSAGES, vec![extra])),
+                &cfg,
+            )
+            .await
+            .unwrap();
+        // The state shown for that checkpoint includes the update.
+        let at_head = cfg.clone().with_checkpoint(head.clone());
+        let shown = graph.get_state(&at_head).await.unwrap().unwrap();
+        let shown = shown.values.get(&MESSAGES).cloned().unwrap();
+        assert_eq!(
+            shown
+                .iter()
+                .filter(|m| m.id.as_deref() == Some("m"))
+                .count(),
+            1,
+            "{shown:?}"
+        );
+        // A replay of the checkpoint starts from that state.
+        let replayed = graph
+            .invoke(antler_graph::Input::Continue, &at_head)
+            .await
+            .unwrap();
+        let replayed = replayed.values.get(&MESSAGES).cloned().unwrap();
+        assert_eq!(replayed.get(..shown.len()), Some(shown.as_slice()));
+        // A new branch from it with new input: the update applied once, before the input.
+        let forked = graph.invoke(human(2), &at_head).await.unwrap();
+        let live = forked.values.get(&MESSAGES).cloned().unwrap();
+        assert_eq!(live.get(..shown.len()), Some(shown.as_slice()), "{live:?}");
+        assert_eq!(
+            live.iter().filter(|m| m.id.as_deref() == Some("m")).count(),
+            1,
+            "{live:?}"
+        );
+        let cold = chat(50, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let at = cfg
+            .clone()
+            .with_checkpoint(forked.checkpoint_id.clone().unwrap());
+        let state = cold.get_state(&at).await.unwrap().unwrap();
+        assert_eq!(
+            state.values.get(&MESSAGES),
+            Some(&live),
+            "cold read == live"
+        );
+        let page = cold
+            .get_state_history_with(&cfg, &HistoryQuery::limit(3))
+            .await
+            .unwrap();
+        assert_eq!(page[0].checkpoint_id, forked.checkpoint_id.unwrap());
+        assert_eq!(
+            page[0].values.get(&MESSAGES),
+            Some(&live),
+            "history == live"
+        );
+    }
 }
 
 /// A fork that changes nothing (an empty `update_state` on an old checkpoint) becomes the
@@ -2360,12 +2394,12 @@ async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
     assert_eq!(forks[0].checkpoint.parent.as_ref(), Some(&h));
 }
 
-/// A snapshot forced while the delta channel has no version (a fork dropping a command's
-/// update to a channel the branch has not written yet) waits for the branch's first write,
-/// and the wait is stored with the branch's checkpoints: a process that loads the branch cold
-/// and writes the channel still snapshots there, so no history walk replays the dropped update.
+/// A branch started (with new input) from a checkpoint that stores a command's update to a
+/// channel with no version there applies that update once, and a process that loads the
+/// branch cold and writes the channel reads and extends the same list: the history walk
+/// through the checkpoint replays the stored update once, not twice and not never.
 #[tokio::test]
-async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
+async fn a_branch_from_stored_input_on_an_unwritten_channel_reads_the_same_cold() {
     use antler_graph::Command;
     const OTHER: Key<i64> = Key::from_static("other");
     fn graph_with_other() -> StateGraph {
@@ -2398,9 +2432,10 @@ async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
         .unwrap()
         .checkpoint_id
         .unwrap();
-    // A command's update on the head: the channel's first write on this branch.
-    let mut m = Message::new(MessageType::Human, "dropped");
-    m.id = Some("dropped".into());
+    // A command's update on the head: the channel's first write; it runs no node and stays
+    // stored on the head as its input.
+    let mut m = Message::new(MessageType::Human, "stored");
+    m.id = Some("stored".into());
     graph
         .invoke(
             Command::new().update(Update::new().set(&MESSAGES, vec![m])),
@@ -2408,8 +2443,8 @@ async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
         )
         .await
         .unwrap();
-    // A new branch from the checkpoint the command's write is pending on; the channel has
-    // no version there, and the branch writes it only later, from a cold process.
+    // A new branch from the checkpoint the command's write is stored on; the channel has no
+    // version there, and the branch's nodes write it only later, from a cold process.
     graph
         .invoke(
             Update::new().set(&OTHER, 2),
@@ -2431,8 +2466,10 @@ async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
         .await
         .unwrap();
     let live = out.values.get(&MESSAGES).cloned().unwrap();
-    assert!(
-        live.iter().all(|m| m.id.as_deref() != Some("dropped")),
+    let ids: Vec<_> = live.iter().map(|m| m.id.as_deref()).collect();
+    assert_eq!(
+        ids,
+        [Some("stored"), Some("ai-5"), Some("ai-6")],
         "{live:?}"
     );
     let state = cold_writer.get_state(&cfg).await.unwrap().unwrap();
