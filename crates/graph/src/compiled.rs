@@ -688,9 +688,11 @@ impl HistoryQuery {
 /// A checkpoint as seen by `get_state`.
 #[derive(Clone, Debug)]
 pub struct StateSnapshot {
-    /// Stored values (writes of the pending step not included).
+    /// Stored values, with the checkpoint's input applied; for the thread's head (no checkpoint
+    /// id) also the results the next step's finished tasks stored.
     pub values: State,
-    /// Nodes of the next step in task order.
+    /// Nodes of the next step in task order; for the head, only those of tasks without a
+    /// stored result.
     pub next: Vec<NodeId>,
     /// Tasks of the next step in task order.
     pub tasks: Vec<TaskSnapshot>,
@@ -967,6 +969,13 @@ impl CompiledGraph {
     }
 
     /// The thread's latest checkpoint (or the configured one) with its next tasks.
+    ///
+    /// Without a checkpoint id (the thread's head) the values include the results the next
+    /// step's finished tasks stored (the siblings of an interrupted or failed task), and
+    /// `next` lists only the tasks still to run, as the reference's `get_state` does; when
+    /// those results cannot be applied together (the step failed at its barrier), the head
+    /// shows the checkpoint as stored. With a checkpoint id, and in the history, a snapshot
+    /// shows the checkpoint as stored and every task of its next step.
     pub async fn get_state(&self, config: &RunConfig) -> Result<Option<StateSnapshot>> {
         crate::run::get_state(
             &self.g,

@@ -2128,15 +2128,28 @@ fn error_message(e: &Error) -> String {
     }
 }
 
-/// Builds the snapshot of one stored checkpoint.
+/// Builds the snapshot of one stored checkpoint (see [`snapshot_from`] for `finished`).
 pub(crate) async fn snapshot_of(
     g: &Graph,
     cp: &dyn Checkpointer,
     scope: &Scope,
     t: &CheckpointTuple,
+    finished: Finished,
 ) -> Result<StateSnapshot> {
     let live = Live::load(g, cp, scope, &t.checkpoint).await?;
-    snapshot_from(g, scope, t, live)
+    snapshot_from(g, scope, t, live, finished)
+}
+
+/// What a snapshot does with the results its next step's finished tasks stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Finished {
+    /// Applies them to the values and leaves those tasks out of `next`: the thread's head, as
+    /// `get_state` without a checkpoint id shows it (the reference's `apply_pending_writes`):
+    /// the state a resume continues from, with the siblings of an interrupted or failed task.
+    Apply,
+    /// Shows the checkpoint's values as stored (plus its input): an addressed checkpoint and
+    /// every entry of the history.
+    Stored,
 }
 
 /// The snapshot of `t` from its live channels (loaded or from the hot cache).
@@ -2145,6 +2158,7 @@ fn snapshot_from(
     scope: &Scope,
     t: &CheckpointTuple,
     mut live: Live,
+    finished: Finished,
 ) -> Result<StateSnapshot> {
     let null_ch = null_writes(g, &t.pending_writes)?;
     if !null_ch.is_empty() {
@@ -2212,9 +2226,44 @@ fn snapshot_from(
             error,
         });
     }
+    let mut values = state;
+    let mut applied = false;
+    if finished == Finished::Apply {
+        // The finished tasks' stored results, in task order as the barrier applies them.
+        let mut done = Vec::new();
+        for task in &tasks {
+            if let Some(writes) = decode_writes(g, &t.pending_writes, &task.id)? {
+                done.push((task, writes));
+            }
+        }
+        if !done.is_empty() {
+            let batch: Vec<Applied<'_>> = done
+                .iter()
+                .map(|(task, writes)| Applied {
+                    name: g.nodes[task.node].id.as_str(),
+                    triggers: &task.triggers,
+                    bump: true,
+                    writes: writes.as_slice(),
+                })
+                .collect();
+            // Results the barrier refused together (two values for a last-value channel:
+            // the step failed there) cannot be shown applied; the snapshot then shows the
+            // checkpoint as stored, those tasks done and still next, instead of failing the
+            // read of a thread that needs inspecting most.
+            if apply_writes(g, &mut live, &batch).is_ok() {
+                values = live.state_view(g);
+                applied = true;
+            }
+        }
+    }
+    let next = snaps
+        .iter()
+        .filter(|s| !applied || s.status != TaskStatus::Done)
+        .map(|s| s.node.clone())
+        .collect();
     Ok(StateSnapshot {
-        values: state,
-        next: snaps.iter().map(|s| s.node.clone()).collect(),
+        values,
+        next,
         tasks: snaps,
         checkpoint_id: t.checkpoint.id.clone(),
         parent_id: t.checkpoint.parent.clone(),
@@ -2260,11 +2309,18 @@ pub(crate) async fn get_state(
             return Ok(None);
         };
         if let Some(live) = cache.peek(&scope, &head.checkpoint.id) {
-            return snapshot_from(g, &scope, &head, live).map(Some);
+            return snapshot_from(g, &scope, &head, live, Finished::Apply).map(Some);
         }
     }
     match cp.get_tuple(&scope, cfg.checkpoint_id.as_ref()).await? {
-        Some(t) => snapshot_of(g, cp, &scope, &t).await.map(Some),
+        Some(t) => {
+            let finished = if cfg.checkpoint_id.is_none() {
+                Finished::Apply
+            } else {
+                Finished::Stored
+            };
+            snapshot_of(g, cp, &scope, &t, finished).await.map(Some)
+        }
         None => Ok(None),
     }
 }
@@ -2364,10 +2420,16 @@ pub(crate) async fn history(
             },
         };
         if parents.contains(&t.checkpoint.id) {
-            out.push(snapshot_from(g, &scope, &t, live.clone())?);
+            out.push(snapshot_from(
+                g,
+                &scope,
+                &t,
+                live.clone(),
+                Finished::Stored,
+            )?);
             rebuilt.insert(t.checkpoint.id.clone(), (live, t.pending_writes));
         } else {
-            out.push(snapshot_from(g, &scope, &t, live)?);
+            out.push(snapshot_from(g, &scope, &t, live, Finished::Stored)?);
         }
     }
     out.reverse();

@@ -277,10 +277,17 @@ async fn last_value_concurrent_writes_are_invalid_update() {
         err.to_string()
             .starts_with("At key 'last': Can receive only one value per step.")
     );
-    // No checkpoint for the failed step; both tasks' writes stay pending (status done).
+    // No checkpoint for the failed step; both tasks' writes stay pending (status done). The
+    // head cannot show them applied (they are what failed), so it shows the checkpoint as
+    // stored, with both tasks still next, instead of failing the read.
     let snap = graph.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(snap.step, 0);
     assert!(snap.tasks.iter().all(|t| t.status == TaskStatus::Done));
+    assert_eq!(
+        snap.next.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(snap.values.get(&LAST), None);
 }
 
 /// Rule 9, the in-process store: a task's regular writes are insert-if-absent by position (a
@@ -572,9 +579,23 @@ async fn rule_10_new_input_abandons_interrupted_step_and_resume_continues_it() {
         &log(&["in", "in2", "other"]),
         "abandoned writes are not applied"
     );
-    // The stored head does not: `other`'s write waits on the checkpoint for the resume.
+    // So does the head's state; the checkpoint itself stores the step's start, with `other`'s
+    // write pending on it for the resume.
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
-    assert_eq!(head.values.get(&LOG).unwrap(), &log(&["in", "in2"]));
+    assert_eq!(
+        head.values.get(&LOG).unwrap(),
+        &log(&["in", "in2", "other"])
+    );
+    assert_eq!(
+        head.next.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["ask"]
+    );
+    let stored = graph
+        .get_state(&cfg.clone().with_checkpoint(head.checkpoint_id.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.values.get(&LOG).unwrap(), &log(&["in", "in2"]));
     // Resume: only `ask` re-runs; `other` keeps its saved writes.
     let out = graph
         .invoke(Command::resume(json!("ada")), &cfg)

@@ -309,10 +309,22 @@ async fn rule_07_snapshot_only_bump_does_not_refire_breakpoints() {
         "the replayed step is still pending"
     );
     assert_eq!(after.interrupts().len(), 1);
+    // `reply` finished: the head shows its result, and only `ask` is next; the checkpoint
+    // stores the step's start (its step waits on `ask`).
+    assert_eq!(after.values.get(&MESSAGES).map(Vec::len), Some(2));
     assert_eq!(
-        after.values.get(&MESSAGES).map(Vec::len),
+        after.next.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["ask"]
+    );
+    let stored = graph
+        .get_state(&cfg.clone().with_checkpoint(after.checkpoint_id.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.values.get(&MESSAGES).map(Vec::len),
         Some(1),
-        "`reply` has not been applied yet: its step waits on `ask`"
+        "`reply` has not been applied to the checkpoint: its step waits on `ask`"
     );
 }
 

@@ -127,9 +127,15 @@ async fn dropping_the_stream_stops_without_corrupting_the_thread() {
             snap.step, 0,
             "{durability:?}: no checkpoint for the interrupted step"
         );
+        // `fast` finished before the drop: its stored result shows on the head.
         assert_eq!(
             snap.values.get(&LOG).unwrap(),
-            &log(&["in"]),
+            &log(&["in", "fast"]),
+            "{durability:?}"
+        );
+        assert_eq!(
+            snap.next.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+            ["slow"],
             "{durability:?}"
         );
         assert!(snap.tasks.iter().all(|t| t.status != TaskStatus::Error));
@@ -327,8 +333,25 @@ async fn an_interrupted_step_streams_its_finished_siblings_values() {
             "done [\"in\", \"other\"]"
         ]
     );
+    // The head shows the finished sibling's result applied and only `ask` next, as the
+    // reference's `get_state` does (`apply_pending_writes`); the checkpoint addressed by id
+    // shows what it stores.
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
-    assert_eq!(head.values.get(&LOG), Some(&log(&["in"])));
+    assert_eq!(head.values.get(&LOG), Some(&log(&["in", "other"])));
+    assert_eq!(
+        head.next.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["ask"]
+    );
+    let stored = graph
+        .get_state(&cfg.clone().with_checkpoint(head.checkpoint_id.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.values.get(&LOG), Some(&log(&["in"])));
+    assert_eq!(
+        stored.next.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["ask", "other"]
+    );
 }
 
 /// `ask` (which stops on an interrupt, or fails) beside `other` (which writes the log), both
