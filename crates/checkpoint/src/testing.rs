@@ -684,7 +684,8 @@ pub async fn put_writes_idempotent(saver: &dyn Saver) {
     assert_eq!(json_of(&ws[0].value), json!("first"));
 }
 
-/// Control writes take fixed negative indexes and are upserts.
+/// Control writes take fixed negative indexes (`__error__` -1, `__scheduled__` -2,
+/// `__interrupt__` -3, `__resume__` -4) and are upserts.
 pub async fn put_writes_special_channels(saver: &dyn Saver) {
     let c = chain(saver, "t", "", 1, None).await.remove(0);
     write(saver, &c, "task1", "", &[("__error__", json!("boom"))]).await;
@@ -705,15 +706,34 @@ pub async fn put_writes_special_channels(saver: &dyn Saver) {
     )
     .await;
     write(saver, &c, "task2", "", &[("__resume__", json!("answer"))]).await;
+    // Every control write is an upsert, whatever else the batch holds: a second interrupt
+    // list and a second resume value of the same task replace the first.
+    write(
+        saver,
+        &c,
+        "task2",
+        "",
+        &[
+            ("__interrupt__", json!([{"value": "ask again"}])),
+            ("__resume__", json!("second answer")),
+        ],
+    )
+    .await;
+    write(saver, &c, "task3", "", &[("__scheduled__", json!(1))]).await;
+    write(saver, &c, "task3", "", &[("__scheduled__", json!(2))]).await;
     let ws = get(saver, &c).await.pending_writes;
     let by_channel: BTreeMap<String, (i64, Value)> = ws
         .iter()
         .map(|w| (w.channel.to_string(), (w.idx, json_of(&w.value))))
         .collect();
     assert_eq!(by_channel["__error__"], (-1, json!("boom again")));
-    assert_eq!(by_channel["__interrupt__"].0, -3);
-    assert_eq!(by_channel["__resume__"].0, -4);
-    assert_eq!(ws.len(), 3);
+    assert_eq!(by_channel["__scheduled__"], (-2, json!(2)));
+    assert_eq!(
+        by_channel["__interrupt__"],
+        (-3, json!([{"value": "ask again"}]))
+    );
+    assert_eq!(by_channel["__resume__"], (-4, json!("second answer")));
+    assert_eq!(ws.len(), 4);
 }
 
 /// Writes in one namespace are invisible in another.

@@ -1458,8 +1458,8 @@ async fn run_inner(
             force_snapshots(g, &mut live, null_writes.iter().map(|(c, _)| c.as_str()));
         }
         // They are stored on the loaded checkpoint, for a later run on the head to find, only
-        // when it is the newest: on an older one no run would load them, and the history walks
-        // of its children would replay them into branches that never saw them.
+        // when it is the newest: on an older one the history walks of its children would
+        // replay them into branches that never saw them.
         if !fork_saved
             && loaded_is_newest
             && let Some(id) = &ckpt_id

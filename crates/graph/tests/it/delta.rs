@@ -2406,6 +2406,106 @@ async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
     assert_eq!(forks[0].checkpoint.parent.as_ref(), Some(&h));
 }
 
+/// A snapshot forced while the delta channel has no version waits for the branch's first
+/// write, and the wait is stored with the branch's checkpoints (`__forced_snapshots__`): a
+/// process that loads the branch cold and writes the channel still snapshots there, so no
+/// history walk replays what the branch left out. Here `update_state` on an addressed
+/// checkpoint leaves out the command's update stored on it (the reference's update applies
+/// pending writes only on the head), on a channel the branch has not written yet.
+#[tokio::test]
+async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
+    use antler_graph::Command;
+    const OTHER: Key<i64> = Key::from_static("other");
+    fn graph_with_other() -> StateGraph {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+            .unwrap();
+        g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
+        // Writes messages only once `other` reaches 5.
+        g.add_node("reply", |s: State, _c| async move {
+            let n = s.get(&OTHER).copied().unwrap_or(0);
+            Ok(if n >= 5 {
+                Update::new().set(&MESSAGES, vec![ai(Some(&format!("ai-{n}")), "reply")])
+            } else {
+                Update::new()
+            })
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g
+    }
+    let store = Arc::new(Recording::default());
+    let graph = graph_with_other()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let p = graph
+        .invoke(Update::new().set(&OTHER, 1), &cfg)
+        .await
+        .unwrap()
+        .checkpoint_id
+        .unwrap();
+    // A command's update on the head: the channel's first write, stored on `p` as its input.
+    let mut m = Message::new(MessageType::Human, "left out");
+    m.id = Some("left out".into());
+    graph
+        .invoke(
+            Command::new().update(Update::new().set(&MESSAGES, vec![m])),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    // A new branch from `p` by an update, which leaves that input out; the channel has no
+    // version there, and the branch writes it only later, from a cold process.
+    graph
+        .update_state(
+            &cfg.clone().with_checkpoint(p),
+            Update::new().set(&OTHER, 2),
+            None,
+        )
+        .await
+        .unwrap();
+    // The update's checkpoint stores the wait for the channel.
+    let puts = store.puts();
+    let update = puts.last().unwrap();
+    assert_eq!(update.source, antler_graph::Source::Update);
+    assert!(
+        update
+            .versions_seen
+            .get("__forced_snapshots__")
+            .is_some_and(|w| w.contains_key("messages")),
+        "{:?}",
+        update.versions_seen
+    );
+    let before = puts.len();
+    let cold_writer = graph_with_other()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    cold_writer
+        .invoke(Update::new().set(&OTHER, 5), &cfg)
+        .await
+        .unwrap();
+    // The cold process's first write of the channel snapshots it.
+    let first = store.puts()[before..]
+        .iter()
+        .find(|r| r.versions.contains_key("messages"))
+        .cloned()
+        .unwrap();
+    assert!(first.values.contains_key("messages"), "{first:?}");
+    let out = cold_writer
+        .invoke(Update::new().set(&OTHER, 6), &cfg)
+        .await
+        .unwrap();
+    let live = out.values.get(&MESSAGES).cloned().unwrap();
+    let ids: Vec<_> = live.iter().map(|m| m.id.as_deref()).collect();
+    assert_eq!(ids, [Some("ai-5"), Some("ai-6")], "{live:?}");
+    let state = cold_writer.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(state.values.get(&MESSAGES), Some(&live));
+}
+
 /// A branch started (with new input) from a checkpoint that stores a command's update to a
 /// channel with no version there applies that update once, and a process that loads the
 /// branch cold and writes the channel reads and extends the same list: the history walk
