@@ -2592,6 +2592,36 @@ impl<B: Backend> Engine<B> {
         self.delete_unchanged(thread, all, doomed).await
     }
 
+    /// Adds to `keep` the checkpoints of `all` at `roots` and, transitively, every ancestor
+    /// they need to stay readable ([`Self::needed_ancestors`]): a kept ancestor may itself be
+    /// a relative record or need delta history of its own.
+    async fn keep_needed(
+        &self,
+        all: &[Decoded],
+        roots: impl IntoIterator<Item = usize>,
+        keep: &mut HashSet<(CheckpointNs, CheckpointId)>,
+    ) -> Result<()> {
+        let mut work: Vec<usize> = roots.into_iter().collect();
+        while let Some(i) = work.pop() {
+            let d = &all[i];
+            if !keep.insert((d.row.ns.clone(), d.row.id)) {
+                continue;
+            }
+            for id in self.needed_ancestors(d, all).await? {
+                match all
+                    .iter()
+                    .position(|x| x.row.ns == d.row.ns && x.row.id == id)
+                {
+                    Some(j) => work.push(j),
+                    None => {
+                        keep.insert((d.row.ns.clone(), id));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Fails with [`Error::WouldBreakDeltaHistory`] if a checkpoint of `all` outside `doomed`
     /// needs one inside it.
     async fn check_deletable(
@@ -2737,8 +2767,10 @@ impl<B: Backend> Engine<B> {
             Some(found) => found.into_iter().collect(),
             None => self.scan_run_threads(&runs).await?,
         };
-        // Every thread is checked before any is deleted: a run whose deletion would break a
-        // remaining checkpoint's history in one thread deletes nothing in the others. Each
+        // The runs' checkpoints that a remaining checkpoint needs to stay readable (its delta
+        // history, the parent chain of a relative record, and what those need in turn) are
+        // kept, as prune keeps them (runtime-spec §5.8: preserve what a remaining checkpoint
+        // needs); the others go. Every thread is read and decided before any is deleted. Each
         // thread is then deleted in its own transaction, checked again against what it read: a
         // checkpoint put meanwhile on a thread still to go fails that thread's delete after the
         // earlier threads went (the error names it; calling again finishes the job).
@@ -2746,11 +2778,18 @@ impl<B: Backend> Engine<B> {
         let mut checked = Vec::with_capacity(threads.len());
         for thread in threads {
             let all = self.decoded_thread(&thread).await?;
+            let of_runs =
+                |d: &Decoded| d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r));
+            let mut keep: HashSet<(CheckpointNs, CheckpointId)> = HashSet::new();
+            let remaining: Vec<usize> = (0..all.len()).filter(|&i| !of_runs(&all[i])).collect();
+            self.keep_needed(&all, remaining, &mut keep).await?;
             let doomed: HashSet<(CheckpointNs, CheckpointId)> = all
                 .iter()
-                .filter(|d| d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)))
+                .filter(|d| of_runs(d))
                 .map(|d| (d.row.ns.clone(), d.row.id))
+                .filter(|k| !keep.contains(k))
                 .collect();
+            // Kept by construction; checked as prune's deletes are.
             self.check_deletable(&thread, &all, &doomed).await?;
             checked.push((thread, all, doomed));
         }
@@ -2808,24 +2847,8 @@ impl<B: Backend> Engine<B> {
                     // Keep the latest checkpoints and, transitively, everything
                     // they need: a kept ancestor may itself be a relative record
                     // or need delta history of its own.
-                    let mut work: Vec<usize> = latest.values().copied().collect();
-                    while let Some(i) = work.pop() {
-                        let d = &all[i];
-                        if !keep.insert((d.row.ns.clone(), d.row.id)) {
-                            continue;
-                        }
-                        for id in self.needed_ancestors(d, &all).await? {
-                            match all
-                                .iter()
-                                .position(|x| x.row.ns == d.row.ns && x.row.id == id)
-                            {
-                                Some(j) => work.push(j),
-                                None => {
-                                    keep.insert((d.row.ns.clone(), id));
-                                }
-                            }
-                        }
-                    }
+                    self.keep_needed(&all, latest.values().copied(), &mut keep)
+                        .await?;
                     let doomed: HashSet<_> = all
                         .iter()
                         .map(|d| (d.row.ns.clone(), d.row.id))

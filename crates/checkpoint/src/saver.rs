@@ -403,10 +403,12 @@ pub trait Saver: Send + Sync {
     /// when the thread is written again (docs/checkpoint-format.md, "The message store").
     async fn delete_thread(&self, thread_id: &ThreadId) -> Result<()>;
 
-    /// Deletes the checkpoints (and their writes) written by the given runs.
+    /// Deletes the checkpoints (and their writes) written by the given runs, except those a
+    /// remaining checkpoint needs to stay readable (runtime-spec §5.8): the ancestors its
+    /// delta history replays from, the parent chain of a relative record, and, transitively,
+    /// what those need. Those stay, with their writes, as `prune` keeps them.
     ///
-    /// Every thread the runs wrote is checked first; one whose remaining checkpoints would lose
-    /// history fails the call before anything is deleted. The threads are then deleted one
+    /// Every thread the runs wrote is read and decided first. The threads are then deleted one
     /// transaction each: a checkpoint put meanwhile on a thread not yet deleted can fail that
     /// thread with [`Error::Conflict`](crate::Error::Conflict) after earlier threads were
     /// deleted. Calling again with the same runs finishes the job.

@@ -90,7 +90,7 @@ macro_rules! conformance_suite {
             antler_history_parent_cycle_is_error, antler_history_version_bump_without_value_keeps_older_seed,
             antler_history_null_value_is_a_seed, antler_history_unknown_checkpoint_is_error,
             antler_messages_blob_round_trips, antler_prune_keep_latest_keeps_delta_history,
-            antler_delete_for_runs_refuses_to_break_delta_history, antler_copy_thread_keeps_delta_history,
+            antler_delete_for_runs_keeps_what_remaining_checkpoints_need, antler_copy_thread_keeps_delta_history,
             antler_writes_sorted_by_task_path_then_task_id_then_idx,
             antler_put_writes_repeated_control_write_keeps_the_last,
             antler_put_same_version_with_another_value_is_a_conflict,
@@ -2172,38 +2172,60 @@ pub async fn antler_prune_keep_latest_keeps_delta_history(saver: &dyn Saver) {
     assert!(saver.get_tuple(&cs[0]).await.unwrap().is_none());
 }
 
-/// Deleting a run whose checkpoints a later delta checkpoint replays from fails and deletes nothing.
-pub async fn antler_delete_for_runs_refuses_to_break_delta_history(saver: &dyn Saver) {
-    // Run r1 also wrote thread `a`, checked before `t`: nothing of it is deleted either.
+/// Deleting a run keeps those of its checkpoints a remaining checkpoint needs to stay readable
+/// (runtime-spec §5.8: its delta history replays from them) and deletes the others: the
+/// remaining checkpoints read as before. Before, the call refused (`Conflict`) and deleted
+/// nothing, which on a thread the graph runtime wrote meant almost any run but the newest.
+pub async fn antler_delete_for_runs_keeps_what_remaining_checkpoints_need(saver: &dyn Saver) {
+    // Run r1 also wrote thread `a`, where nothing else remains: all of it goes.
     chain(saver, "a", "", 2, Some("r1")).await;
-    let mut out: Vec<CheckpointConfig> = Vec::new();
-    for (i, run) in ["r1", "r1", "r2", "r2"].iter().enumerate() {
-        let mut cp = Checkpoint::empty();
-        cp.channel_versions
-            .insert("m".into(), ChannelVersion::new(i as u64 + 1));
-        let parent = out.last().cloned().unwrap_or_else(|| cfg("t", "", None));
-        let c = saver
-            .put(
-                &parent,
-                cp,
-                metadata(CheckpointSource::Loop, i as i64, Some(run)),
-                &ChannelVersions::new(),
-            )
-            .await
-            .unwrap();
-        write(saver, &c, "task", "", &[("m", json!(i))]).await;
-        out.push(c);
+    // On `t` and `s`, r1 writes two checkpoints and r2 two after them. No checkpoint of `t`
+    // stores a value of `m` (each replays every write before it); on `s`, r2's first stores
+    // one, so r2's checkpoints need nothing of r1.
+    let mut lines: BTreeMap<&str, Vec<CheckpointConfig>> = BTreeMap::new();
+    for t in ["t", "s"] {
+        let mut out: Vec<CheckpointConfig> = Vec::new();
+        for (i, run) in ["r1", "r1", "r2", "r2"].iter().enumerate() {
+            let mut cp = Checkpoint::empty();
+            let v = ChannelVersion::new(i as u64 + 1);
+            cp.channel_versions.insert("m".into(), v);
+            let mut new_versions = ChannelVersions::new();
+            if t == "s" && i == 2 {
+                cp.channel_values
+                    .insert("m".into(), Blob::json(&json!([0, 1])).unwrap());
+                new_versions.insert("m".into(), v);
+            }
+            let parent = out.last().cloned().unwrap_or_else(|| cfg(t, "", None));
+            let c = saver
+                .put(
+                    &parent,
+                    cp,
+                    metadata(CheckpointSource::Loop, i as i64, Some(run)),
+                    &new_versions,
+                )
+                .await
+                .unwrap();
+            write(saver, &c, "task", "", &[("m", json!(i))]).await;
+            out.push(c);
+        }
+        lines.insert(t, out);
     }
-    let err = saver
-        .delete_for_runs(&[RunId::new("r1")])
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    let t_before = history(saver, &lines["t"][3], &["m"]).await;
+    let s_before = history(saver, &lines["s"][3], &["m"]).await;
+    saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("a")).await, 0);
+    // `t`: r2's checkpoints replay from r1's, which stay, writes included.
     assert_eq!(count(saver, ListQuery::thread("t")).await, 4);
-    assert_eq!(count(saver, ListQuery::thread("a")).await, 2);
+    assert_eq!(history(saver, &lines["t"][3], &["m"]).await, t_before);
+    // `s`: r1's checkpoints are needed by none and go.
+    assert_eq!(count(saver, ListQuery::thread("s")).await, 2);
+    assert!(saver.get_tuple(&lines["s"][0]).await.unwrap().is_none());
+    assert_eq!(history(saver, &lines["s"][3], &["m"]).await, s_before);
+    // r2's checkpoints are needed by none (r1's kept ones are their ancestors).
     saver.delete_for_runs(&[RunId::new("r2")]).await.unwrap();
     assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
-    assert_eq!(count(saver, ListQuery::thread("a")).await, 2);
+    assert!(saver.get_tuple(&lines["t"][1]).await.unwrap().is_some());
+    assert_eq!(count(saver, ListQuery::thread("s")).await, 0);
 }
 
 /// A copied delta thread has the same history.

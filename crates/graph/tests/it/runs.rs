@@ -28,6 +28,79 @@ fn input(item: &str) -> Update {
     Update::new().set(&LOG, log(&[item]))
 }
 
+/// Deleting older runs of a thread the runtime wrote, in either mode, keeps what the later
+/// runs' checkpoints need (the runtime's relative records name their parent; delta history
+/// replays from earlier checkpoints) and deletes the rest: the head and every checkpoint left
+/// read the same from a fresh process. Before, `delete_for_runs` refused (`Conflict`) and
+/// deleted nothing.
+#[tokio::test]
+async fn deleting_an_older_run_keeps_what_the_later_runs_need() {
+    for config in [
+        cp::StoreConfig::full(),
+        cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap()),
+    ] {
+        let saver: Arc<dyn cp::Saver> =
+            Arc::new(cp::SqliteSaver::open(":memory:", config).await.unwrap());
+        let graph = over(saver.clone());
+        for i in 1..=6 {
+            graph
+                .invoke(
+                    input(&format!("in{i}")),
+                    &RunConfig::new("t").with_run_id(format!("r{i}")),
+                )
+                .await
+                .unwrap();
+        }
+        let before = over(saver.clone())
+            .get_state(&RunConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        let count = || async { saver.list(&cp::ListQuery::thread("t")).await.unwrap().len() };
+        assert_eq!(count().await, 18);
+        saver
+            .delete_for_runs(&[
+                cp::RunId::new("r1"),
+                cp::RunId::new("r2"),
+                cp::RunId::new("r3"),
+            ])
+            .await
+            .unwrap();
+        let after = over(saver.clone())
+            .get_state(&RunConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            after.values.get(&LOG),
+            before.values.get(&LOG),
+            "{config:?}"
+        );
+        assert_eq!(after.values.get(&LOG).map(Vec::len), Some(12));
+        // The runtime stores a full record every eighth: the later runs' records reach back
+        // to the ninth record (r3's last), which stays; in delta mode the eight before it go.
+        // A full-mode store walks the cleared channels of records without the delta marker
+        // (`__start__`, branch channels) as history, as the reference's walk would take them,
+        // so there the ninth record keeps r1's and r2's too (docs/checkpoint-format.md).
+        let left = count().await;
+        let expected = if config.mode == cp::ChannelMode::Delta {
+            10
+        } else {
+            18
+        };
+        assert_eq!(left, expected, "{config:?}");
+        // Every checkpoint left reads, cold.
+        for t in saver.list(&cp::ListQuery::thread("t")).await.unwrap() {
+            let at = RunConfig::new("t")
+                .with_checkpoint(antler_graph::CheckpointId::new(t.checkpoint.id.to_string()));
+            assert!(
+                over(saver.clone()).get_state(&at).await.unwrap().is_some(),
+                "{config:?}"
+            );
+        }
+    }
+}
+
 /// Every checkpoint a run creates carries its run id and free metadata, where `list` filters and
 /// `delete_for_runs` find them; deleting the newest run leaves the thread at the previous one.
 #[tokio::test]
