@@ -2377,19 +2377,29 @@ impl<B: Backend> Engine<B> {
             }
             let mut decoded = Vec::with_capacity(rows.len());
             let mut expected = Some(start);
+            // A row the page read but that does not decode, or closes a parent cycle, fails
+            // the walk only if the walk gets there: the page reads on past the seed, and damage
+            // beyond it (like a missing row there) is not the history's.
+            let mut beyond: Option<Error> = None;
             for row in rows {
                 if expected != Some(row.id) {
                     break;
                 }
                 if !seen.insert(row.id) {
-                    return Err(Error::ParentCycle {
+                    beyond = Some(Error::ParentCycle {
                         thread_id: thread.clone(),
                         checkpoint_id: row.id,
                     });
+                    break;
                 }
                 expected = row.parent;
-                let d = self.decode_row(row)?;
-                decoded.push(d);
+                match self.decode_row(row) {
+                    Ok(d) => decoded.push(d),
+                    Err(e) => {
+                        beyond = Some(e);
+                        break;
+                    }
+                }
             }
             let keys: BTreeSet<(ChannelName, ChannelVersion)> = decoded
                 .iter()
@@ -2481,6 +2491,12 @@ impl<B: Backend> Engine<B> {
                     }
                     from = *id;
                 }
+            }
+            if let Some(e) = beyond {
+                if remaining.is_empty() {
+                    break;
+                }
+                return Err(e);
             }
             if expected.is_some() && decoded.len() < page && !remaining.is_empty() {
                 // The backend stopped before the page was full: the next parent is missing.

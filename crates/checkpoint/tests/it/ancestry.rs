@@ -135,3 +135,78 @@ fn damage_beyond_the_first_full_record_does_not_fail_the_read() {
         assert!(err.to_string().contains(&damaged.to_string()), "{err}");
     });
 }
+
+/// The history walk reads ancestors a page at a time, past the seed: a record damaged beyond
+/// the seed does not fail the walk, while damage on the walk's way still does (naming the
+/// damaged checkpoint). Before, every row of the page was decoded first, so damage anywhere in
+/// it failed the walk.
+#[test]
+fn damage_beyond_the_history_walk_s_seed_does_not_fail_it() {
+    use antler_checkpoint::{ChannelName, ErrorKind, PendingWrite};
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("ancestry", "walk.sqlite");
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        // c0 … c9, each with `m` at version i + 1 and a write to it; only c3 stores its value.
+        let mut cs: Vec<CheckpointConfig> = Vec::new();
+        for i in 0..10u64 {
+            let mut cp = Checkpoint::empty();
+            let v = ChannelVersion::new(i + 1);
+            cp.channel_versions.insert("m".into(), v);
+            let mut new_versions = ChannelVersions::new();
+            if i == 3 {
+                cp.channel_values
+                    .insert("m".into(), Blob::json(&"seed").unwrap());
+                new_versions.insert("m".into(), v);
+            }
+            let parent = cs
+                .last()
+                .cloned()
+                .unwrap_or_else(|| CheckpointConfig::latest("t"));
+            let at = saver
+                .put(&parent, cp, CheckpointMetadata::default(), &new_versions)
+                .await
+                .unwrap();
+            saver
+                .put_writes(
+                    &at,
+                    vec![("m".into(), Blob::json(&i).unwrap())],
+                    &"task".into(),
+                    &"".into(),
+                )
+                .await
+                .unwrap();
+            cs.push(at);
+        }
+        let damage = |id: antler_checkpoint::CheckpointId| {
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute(
+                    "UPDATE checkpoints SET metadata = x'2100000000' WHERE checkpoint_id = ?1",
+                    rusqlite::params![id.to_bytes()],
+                )
+                .unwrap();
+        };
+        let m = [ChannelName::new("m")];
+        let before = saver.delta_channel_history(&cs[9], &m).await.unwrap();
+        damage(cs[1].checkpoint_id.unwrap());
+        let after = saver.delta_channel_history(&cs[9], &m).await.unwrap();
+        assert_eq!(after, before);
+        let h = &after[&m[0]];
+        assert_eq!(h.seed_checkpoint, cs[3].checkpoint_id);
+        let replayed: Vec<i64> = h
+            .writes
+            .iter()
+            .map(|w: &PendingWrite| w.value.decode_json().unwrap())
+            .collect();
+        assert_eq!(replayed, [3, 4, 5, 6, 7, 8]);
+        // Damage the walk passes through fails it.
+        damage(cs[5].checkpoint_id.unwrap());
+        let err = saver.delta_channel_history(&cs[9], &m).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(
+            err.to_string()
+                .contains(&cs[5].checkpoint_id.unwrap().to_string()),
+            "{err}"
+        );
+    });
+}
