@@ -445,12 +445,8 @@ pub(crate) struct Task {
     pub(crate) start_input: Option<Update>,
 }
 
-/// A task's deterministic id (runtime-spec §2.3.2): a hash of the checkpoint id, the namespace
-/// the task runs in, the step, the node and the task's kind with its triggers or packet index.
-/// Checkpoint ids already differ between namespaces; the namespace is hashed as the spec says,
-/// so the ids do not depend on that.
-fn task_id(ckpt: &str, ns: &str, step: i64, node: &str, kind: &str, extra: &[String]) -> TaskId {
-    let mut key = format!("{ckpt}\u{0}{ns}\u{0}{step}\u{0}{node}\u{0}{kind}");
+fn task_id(ckpt: &str, step: i64, node: &str, kind: &str, extra: &[String]) -> TaskId {
+    let mut key = format!("{ckpt}\u{0}\u{0}{step}\u{0}{node}\u{0}{kind}");
     for e in extra {
         key.push('\u{0}');
         key.push_str(e);
@@ -467,7 +463,6 @@ pub(crate) fn prepare_tasks(
     g: &Graph,
     live: &Live,
     ckpt: &str,
-    ns: &str,
     step: i64,
     state: &State,
 ) -> Result<Vec<Task>> {
@@ -509,7 +504,7 @@ pub(crate) fn prepare_tasks(
             None
         };
         pull.push(Task {
-            id: task_id(ckpt, ns, step, spec.id.as_str(), "__pregel_pull", &trig),
+            id: task_id(ckpt, step, spec.id.as_str(), "__pregel_pull", &trig),
             node: n,
             kind: TaskKind::Pull,
             path: format!("~__pregel_pull, {}", spec.id),
@@ -534,7 +529,6 @@ pub(crate) fn prepare_tasks(
             tasks.push(Task {
                 id: task_id(
                     ckpt,
-                    ns,
                     step,
                     spec.id.as_str(),
                     "__pregel_push",
@@ -1144,16 +1138,10 @@ fn force_if_unfinished(live: &mut Live, tasks: &[Task]) {
 }
 
 /// The loaded checkpoint's next tasks, for [`force_if_unfinished`].
-fn next_tasks(
-    g: &Graph,
-    live: &Live,
-    ckpt: Option<&CheckpointId>,
-    ns: &str,
-    step: i64,
-) -> Result<Vec<Task>> {
+fn next_tasks(g: &Graph, live: &Live, ckpt: Option<&CheckpointId>, step: i64) -> Result<Vec<Task>> {
     let state = live.state_view(g);
     let ck = ckpt.map_or("", CheckpointId::as_str);
-    prepare_tasks(g, live, ck, ns, step, &state)
+    prepare_tasks(g, live, ck, step, &state)
 }
 
 /// Forces a snapshot of every delta channel the input stored on the loaded checkpoint (its
@@ -1372,7 +1360,7 @@ async fn run_inner(
     // The loaded checkpoint's next tasks, for a run addressed to a checkpoint (before any
     // command of the run changes the channels).
     let loaded_tasks = if explicit && matches!(input, Input::Continue | Input::Command(_)) {
-        next_tasks(g, &live, ckpt_id.as_ref(), &scope.ns, step)?
+        next_tasks(g, &live, ckpt_id.as_ref(), step)?
     } else {
         Vec::new()
     };
@@ -1563,7 +1551,7 @@ async fn run_inner(
         // `map_input` yields `("__start__", {})` for `{}`; only `None` is "no input").
         let state = live.state_view(g);
         let ck = ckpt_id.as_ref().map_or("", CheckpointId::as_str).to_owned();
-        let discard = prepare_tasks(g, &live, &ck, &scope.ns, step, &state)?;
+        let discard = prepare_tasks(g, &live, &ck, step, &state)?;
         force_if_unfinished(&mut live, &discard);
         let input_writes = vec![(g.start_chan, Write::Value(Arc::new(u.clone())))];
         let mut batch = vec![Applied {
@@ -1610,7 +1598,7 @@ async fn run_inner(
         }
         let state = live.state_view(g);
         let ck = ckpt_id.clone().unwrap_or_else(|| CheckpointId::new(""));
-        let mut tasks = prepare_tasks(g, &live, ck.as_str(), &scope.ns, step, &state)?;
+        let mut tasks = prepare_tasks(g, &live, ck.as_str(), step, &state)?;
         if tasks.is_empty() {
             break;
         }
@@ -2194,7 +2182,6 @@ fn snapshot_from(
         g,
         &live,
         t.checkpoint.id.as_str(),
-        &scope.ns,
         t.checkpoint.step + 1,
         &state,
     )?;
@@ -2498,13 +2485,7 @@ pub(crate) async fn update_state(
         // writes: the reference's traces show it (graph-programs g1-00000 and g1-00043, an
         // update on the head after a fan-out where one task stopped on an interrupt).
         force_unreplayed(g, &mut live, &t.pending_writes);
-        let tasks = next_tasks(
-            g,
-            &live,
-            Some(&t.checkpoint.id),
-            &cfg.checkpoint_ns,
-            t.checkpoint.step + 1,
-        )?;
+        let tasks = next_tasks(g, &live, Some(&t.checkpoint.id), t.checkpoint.step + 1)?;
         force_if_unfinished(&mut live, &tasks);
         if cfg.checkpoint_id.is_some() {
             // The input stored on an addressed checkpoint is not applied (below).
@@ -2650,9 +2631,7 @@ fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::task_id;
-
+mod jitter_tests {
     /// Draws lie in [0, 1) and differ: the jitter of processes that retry at once differs.
     #[test]
     fn unit_random_draws_differ_within_the_unit_interval() {
@@ -2662,22 +2641,5 @@ mod tests {
         assert!(distinct.len() > 190, "{} distinct of 200", distinct.len());
         // Both halves of the interval occur (a fixed or truncated draw would not).
         assert!(draws.iter().any(|d| *d < 0.5) && draws.iter().any(|d| *d >= 0.5));
-    }
-
-    /// Task ids hash the namespace the task runs in (runtime-spec §2.3.2), beside the
-    /// checkpoint id, step, node and kind; the root namespace keeps the ids it always had.
-    #[test]
-    fn task_ids_hash_the_namespace() {
-        let trig = ["branch:to:a".to_owned()];
-        let root = task_id("c1", "", 3, "a", "__pregel_pull", &trig);
-        let sub = task_id("c1", "sub:1", 3, "a", "__pregel_pull", &trig);
-        assert_ne!(root, sub);
-        assert_eq!(root, task_id("c1", "", 3, "a", "__pregel_pull", &trig));
-        // The root's key is the one before the namespace was hashed (an empty slot).
-        let before = uuid::Uuid::new_v5(
-            &uuid::Uuid::NAMESPACE_OID,
-            "c1\u{0}\u{0}3\u{0}a\u{0}__pregel_pull\u{0}branch:to:a".as_bytes(),
-        );
-        assert_eq!(root.as_str(), before.hyphenated().to_string());
     }
 }
