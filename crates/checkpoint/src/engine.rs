@@ -712,51 +712,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// index, which keeps the first number of a repeated body, and garbage collection).
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
     /// The rows `get_tuple` needs: the addressed (or latest) checkpoint row, its value blobs
-    /// (only `with_values`), its writes, and the message bodies those blobs and writes
-    /// reference, and the thread's epoch read before the bodies. A backend may override this
-    /// to read them in one transaction or one round trip; the default makes the five calls.
+    /// (only `with_values`), its writes, the message bodies those blobs and writes reference,
+    /// and the thread's epoch read before the bodies; `None` when there is no such checkpoint.
+    /// Each backend reads them so that a checkpoint deleted meanwhile is never returned
+    /// without the values and bodies it lists (one transaction, one lock, or a re-check, see
+    /// `BodyRead`); an addressed checkpoint deleted meanwhile is `None`, the latest is read again.
     async fn tuple_rows(
         &self,
         thread: &ThreadId,
         ns: &CheckpointNs,
         id: Option<CheckpointId>,
         with_values: bool,
-    ) -> Result<Option<TupleRows>> {
-        let epoch = self.thread_epoch(thread).await?;
-        let Some(row) = self.checkpoint(thread, ns, id).await? else {
-            return Ok(None);
-        };
-        let blobs = if with_values {
-            self.blobs(thread, ns, &record_keys(&row)).await?
-        } else {
-            Vec::new()
-        };
-        let writes = self.writes(thread, ns, &[row.id]).await?;
-        let runs = runs_of_rows(&blobs, &writes);
-        let bodies = if runs.is_empty() {
-            Vec::new()
-        } else {
-            let read = self.messages(thread, &runs, with_values).await?;
-            // Bodies from a later epoch belong to this row only if it was never deleted
-            // meanwhile (see `BodyRead`).
-            if read.epoch != Some(epoch)
-                && !self
-                    .existing(thread, ns, &[row.id])
-                    .await?
-                    .contains(&row.id)
-            {
-                return Ok(None);
-            }
-            read.rows
-        };
-        Ok(Some(TupleRows {
-            row,
-            blobs,
-            writes,
-            bodies,
-            epoch,
-        }))
-    }
+    ) -> Result<Option<TupleRows>>;
     /// The addressed (or latest) checkpoint row with its writes, the thread's epoch, and up to
     /// `limit` rows following parent pointers from its parent (stopping early at a missing
     /// row), for [`Engine::get_tuple_with_ancestry`]. A backend may override this to read them
@@ -2623,6 +2590,16 @@ impl<B: Backend> Engine<B> {
             if !keep.insert((d.row.ns.clone(), d.row.id)) {
                 continue;
             }
+            // A subgraph's checkpoint belongs to its enclosing graphs' checkpoints (its task's
+            // pending writes and the step it continues live there): they stay with it.
+            for (ns, id) in &d.metadata.parents {
+                match all.iter().position(|x| &x.row.ns == ns && x.row.id == *id) {
+                    Some(j) => work.push(j),
+                    None => {
+                        keep.insert((ns.clone(), *id));
+                    }
+                }
+            }
             for id in self.needed_ancestors(d, all).await? {
                 match all
                     .iter()
@@ -2805,8 +2782,7 @@ impl<B: Backend> Engine<B> {
                 .map(|d| (d.row.ns.clone(), d.row.id))
                 .filter(|k| !keep.contains(k))
                 .collect();
-            // Kept by construction; checked as prune's deletes are.
-            self.check_deletable(&thread, &all, &doomed).await?;
+            // Nothing left needs what goes (by construction, so no second check).
             checked.push((thread, all, doomed));
         }
         for (thread, all, doomed) in checked {

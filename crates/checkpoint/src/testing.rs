@@ -2226,6 +2226,40 @@ pub async fn antler_delete_for_runs_keeps_what_remaining_checkpoints_need(saver:
     assert_eq!(count(saver, ListQuery::thread("t")).await, 2);
     assert!(saver.get_tuple(&lines["t"][1]).await.unwrap().is_some());
     assert_eq!(count(saver, ListQuery::thread("s")).await, 0);
+
+    // Thread `g`: r1's root checkpoint `c`, where a subgraph task runs in namespace `sub`;
+    // r1 and then r3 (a resume that stored nothing at the root) wrote the subgraph's
+    // checkpoints, which name `c` as their enclosing checkpoint. Deleting r1 keeps `c` with
+    // the subgraph checkpoint r3's needs.
+    let c = chain(saver, "g", "", 1, Some("r1")).await.remove(0);
+    let mut below: Vec<CheckpointConfig> = Vec::new();
+    for (i, run) in ["r1", "r3"].iter().enumerate() {
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("m".into(), ChannelVersion::new(i as u64 + 1));
+        let mut meta = metadata(CheckpointSource::Loop, i as i64, Some(run));
+        meta.parents
+            .insert(CheckpointNs::root(), c.checkpoint_id.unwrap());
+        let parent = below
+            .last()
+            .cloned()
+            .unwrap_or_else(|| cfg("g", "sub", None));
+        let at = saver
+            .put(&parent, cp, meta, &ChannelVersions::new())
+            .await
+            .unwrap();
+        below.push(at);
+    }
+    saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+    assert!(
+        saver.get_tuple(&c).await.unwrap().is_some(),
+        "the enclosing checkpoint stays"
+    );
+    assert!(saver.get_tuple(&below[0]).await.unwrap().is_some());
+    // Once r3 goes, nothing holds them.
+    saver.delete_for_runs(&[RunId::new("r3")]).await.unwrap();
+    saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+    assert_eq!(count(saver, ListQuery::thread("g")).await, 0);
 }
 
 /// A copied delta thread has the same history.

@@ -692,7 +692,8 @@ pub struct StateSnapshot {
     /// id) also the results the next step's finished tasks stored.
     pub values: State,
     /// Nodes of the next step in task order; for the head, only those of tasks without a
-    /// stored result.
+    /// stored result (all of them when the head shows the checkpoint as stored, see
+    /// [`CompiledGraph::get_state`]).
     pub next: Vec<NodeId>,
     /// Tasks of the next step in task order.
     pub tasks: Vec<TaskSnapshot>,
@@ -973,8 +974,8 @@ impl CompiledGraph {
     /// Without a checkpoint id (the thread's head) the values include the results the next
     /// step's finished tasks stored (the siblings of an interrupted or failed task), and
     /// `next` lists only the tasks still to run, as the reference's `get_state` does; when
-    /// those results cannot be applied together (the step failed at its barrier), the head
-    /// shows the checkpoint as stored. With a checkpoint id, and in the history, a snapshot
+    /// those results cannot be decoded (a write to a channel a deploy removed) or applied
+    /// together (the step failed at its barrier), the head shows the checkpoint as stored. With a checkpoint id, and in the history, a snapshot
     /// shows the checkpoint as stored and every task of its next step.
     pub async fn get_state(&self, config: &RunConfig) -> Result<Option<StateSnapshot>> {
         crate::run::get_state(

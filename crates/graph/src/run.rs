@@ -2229,14 +2229,19 @@ fn snapshot_from(
     let mut values = state;
     let mut applied = false;
     if finished == Finished::Apply {
-        // The finished tasks' stored results, in task order as the barrier applies them.
+        // The finished tasks' stored results, in task order as the barrier applies them. One
+        // that does not decode (a write to a channel a deploy removed) fails the run that
+        // resumes the step, not this read: the snapshot then shows the checkpoint as stored.
         let mut done = Vec::new();
+        let mut decodes = true;
         for task in &tasks {
-            if let Some(writes) = decode_writes(g, &t.pending_writes, &task.id)? {
-                done.push((task, writes));
+            match decode_writes(g, &t.pending_writes, &task.id) {
+                Ok(Some(writes)) => done.push((task, writes)),
+                Ok(None) => {}
+                Err(_) => decodes = false,
             }
         }
-        if !done.is_empty() {
+        if decodes && !done.is_empty() {
             let batch: Vec<Applied<'_>> = done
                 .iter()
                 .map(|(task, writes)| Applied {
