@@ -443,14 +443,7 @@ fn two_message_checkpoint() -> antler_checkpoint::Checkpoint {
 /// on bodies that were collected meanwhile. A lock on `messages` stops the read there.
 #[test]
 fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
-    for read in [
-        Read::Tuple,
-        Read::List,
-        Read::ChannelValues,
-        Read::Ancestry,
-        Read::LatestAncestry,
-        Read::DeltaHistory,
-    ] {
+    for read in Read::WITH_BODIES {
         antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
             two_message_checkpoint(),
             "messages",
@@ -468,14 +461,7 @@ fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
 /// checkpoint with the other messages.
 #[test]
 fn bodies_stored_under_reused_numbers_are_not_read_as_a_deleted_checkpoint_s() {
-    for read in [
-        Read::Tuple,
-        Read::List,
-        Read::ChannelValues,
-        Read::Ancestry,
-        Read::LatestAncestry,
-        Read::DeltaHistory,
-    ] {
+    for read in Read::WITH_BODIES {
         antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
             two_message_checkpoint(),
             "messages",
@@ -515,6 +501,18 @@ enum Read {
     /// `delta_channel_history` of a child of the checkpoint (put for this read), which seeds
     /// from the checkpoint's value: an unknown-checkpoint error once the child is gone.
     DeltaHistory,
+}
+
+impl Read {
+    /// Every read that fetches message bodies.
+    const WITH_BODIES: [Self; 6] = [
+        Self::Tuple,
+        Self::List,
+        Self::ChannelValues,
+        Self::Ancestry,
+        Self::LatestAncestry,
+        Self::DeltaHistory,
+    ];
 }
 
 /// Puts `cp` on thread `t`, starts a `read` of it, lets the read stop on a lock on `table`

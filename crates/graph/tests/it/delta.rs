@@ -2115,16 +2115,7 @@ async fn a_history_page_walks_history_once_and_equals_cold_reads() {
 async fn a_run_addressed_to_a_checkpoint_applies_the_input_stored_on_it() {
     use antler_graph::{Command, HistoryQuery};
 
-    // The in-process checkpointer and a delta-mode saver (whose history walk is the store's).
-    let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
-        antler_checkpoint::StoreConfig::delta(
-            antler_checkpoint::SnapshotFrequency::new(50).unwrap(),
-        ),
-    ));
-    for store in [
-        Arc::new(MemoryCheckpointer::new()) as Arc<dyn antler_graph::Checkpointer>,
-        Arc::new(antler_graph::SaverCheckpointer::new(saver)),
-    ] {
+    for store in both_stores(50) {
         let graph = chat(50, true)
             .compile()
             .unwrap()
@@ -2209,15 +2200,7 @@ async fn a_run_addressed_to_a_checkpoint_applies_the_input_stored_on_it() {
 /// and through a saver, and the first branch still reads as it did.
 #[tokio::test]
 async fn a_fork_that_changes_nothing_keeps_its_branch_above_the_other_versions() {
-    let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
-        antler_checkpoint::StoreConfig::delta(
-            antler_checkpoint::SnapshotFrequency::new(3).unwrap(),
-        ),
-    ));
-    for store in [
-        Arc::new(MemoryCheckpointer::new()) as Arc<dyn antler_graph::Checkpointer>,
-        Arc::new(antler_graph::SaverCheckpointer::new(saver)),
-    ] {
+    for store in both_stores(3) {
         let graph = chat(3, true)
             .compile()
             .unwrap()
@@ -2406,6 +2389,69 @@ async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
     assert_eq!(forks[0].checkpoint.parent.as_ref(), Some(&h));
 }
 
+const OTHER: Key<i64> = Key::from_static("other");
+
+/// A delta `messages` channel and a last-value `other`; `reply` writes messages only once
+/// `other` reaches 5.
+fn graph_with_other() -> StateGraph {
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+        .expect("declared once");
+    g.channel(&OTHER, ChannelSpec::last_value())
+        .expect("declared once");
+    g.add_node("reply", |s: State, _c| async move {
+        let n = s.get(&OTHER).copied().unwrap_or(0);
+        Ok(if n >= 5 {
+            Update::new().set(&MESSAGES, vec![ai(Some(&format!("ai-{n}")), "reply")])
+        } else {
+            Update::new()
+        })
+    });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    g
+}
+
+/// Runs `graph_with_other` once (`other` = 1) and returns its head `p`, then gives a command
+/// whose update (a human message with id `id`) runs no node: the channel's first write, stored
+/// on `p` as its input.
+async fn input_stored_on_a_head(
+    graph: &antler_graph::CompiledGraph,
+    cfg: &RunConfig,
+    id: &str,
+) -> antler_graph::CheckpointId {
+    let p = graph
+        .invoke(Update::new().set(&OTHER, 1), cfg)
+        .await
+        .expect("the first run")
+        .checkpoint_id
+        .expect("a checkpoint");
+    let mut m = Message::new(MessageType::Human, id);
+    m.id = Some(id.into());
+    graph
+        .invoke(
+            antler_graph::Command::new().update(Update::new().set(&MESSAGES, vec![m])),
+            cfg,
+        )
+        .await
+        .expect("the command");
+    p
+}
+
+/// The in-process checkpointer and a delta-mode saver with snapshot frequency `f` (whose
+/// history walk is the store's own).
+fn both_stores(f: u32) -> [Arc<dyn antler_graph::Checkpointer>; 2] {
+    let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
+        antler_checkpoint::StoreConfig::delta(
+            antler_checkpoint::SnapshotFrequency::new(f).expect("a valid frequency"),
+        ),
+    ));
+    [
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(antler_graph::SaverCheckpointer::new(saver)),
+    ]
+}
+
 /// A snapshot forced while the delta channel has no version waits for the branch's first
 /// write, and the wait is stored with the branch's checkpoints (`__forced_snapshots__`): a
 /// process that loads the branch cold and writes the channel still snapshots there, so no
@@ -2414,48 +2460,13 @@ async fn a_command_on_an_addressed_checkpoint_leaves_its_children_alone() {
 /// pending writes only on the head), on a channel the branch has not written yet.
 #[tokio::test]
 async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
-    use antler_graph::Command;
-    const OTHER: Key<i64> = Key::from_static("other");
-    fn graph_with_other() -> StateGraph {
-        let mut g = StateGraph::new();
-        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
-            .unwrap();
-        g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
-        // Writes messages only once `other` reaches 5.
-        g.add_node("reply", |s: State, _c| async move {
-            let n = s.get(&OTHER).copied().unwrap_or(0);
-            Ok(if n >= 5 {
-                Update::new().set(&MESSAGES, vec![ai(Some(&format!("ai-{n}")), "reply")])
-            } else {
-                Update::new()
-            })
-        });
-        g.add_edge("__start__", "reply")
-            .add_edge("reply", "__end__");
-        g
-    }
     let store = Arc::new(Recording::default());
     let graph = graph_with_other()
         .compile()
         .unwrap()
         .with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
-    let p = graph
-        .invoke(Update::new().set(&OTHER, 1), &cfg)
-        .await
-        .unwrap()
-        .checkpoint_id
-        .unwrap();
-    // A command's update on the head: the channel's first write, stored on `p` as its input.
-    let mut m = Message::new(MessageType::Human, "left out");
-    m.id = Some("left out".into());
-    graph
-        .invoke(
-            Command::new().update(Update::new().set(&MESSAGES, vec![m])),
-            &cfg,
-        )
-        .await
-        .unwrap();
+    let p = input_stored_on_a_head(&graph, &cfg, "left out").await;
     // A new branch from `p` by an update, which leaves that input out; the channel has no
     // version there, and the branch writes it only later, from a cold process.
     graph
@@ -2512,49 +2523,13 @@ async fn a_forced_snapshot_waiting_for_a_first_write_survives_a_cold_load() {
 /// through the checkpoint replays the stored update once, not twice and not never.
 #[tokio::test]
 async fn a_branch_from_stored_input_on_an_unwritten_channel_reads_the_same_cold() {
-    use antler_graph::Command;
-    const OTHER: Key<i64> = Key::from_static("other");
-    fn graph_with_other() -> StateGraph {
-        let mut g = StateGraph::new();
-        g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
-            .unwrap();
-        g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
-        // Writes messages only once `other` reaches 5.
-        g.add_node("reply", |s: State, _c| async move {
-            let n = s.get(&OTHER).copied().unwrap_or(0);
-            Ok(if n >= 5 {
-                Update::new().set(&MESSAGES, vec![ai(Some(&format!("ai-{n}")), "reply")])
-            } else {
-                Update::new()
-            })
-        });
-        g.add_edge("__start__", "reply")
-            .add_edge("reply", "__end__");
-        g
-    }
     let store = Arc::new(MemoryCheckpointer::new());
     let graph = graph_with_other()
         .compile()
         .unwrap()
         .with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
-    let p = graph
-        .invoke(Update::new().set(&OTHER, 1), &cfg)
-        .await
-        .unwrap()
-        .checkpoint_id
-        .unwrap();
-    // A command's update on the head: the channel's first write; it runs no node and stays
-    // stored on the head as its input.
-    let mut m = Message::new(MessageType::Human, "stored");
-    m.id = Some("stored".into());
-    graph
-        .invoke(
-            Command::new().update(Update::new().set(&MESSAGES, vec![m])),
-            &cfg,
-        )
-        .await
-        .unwrap();
+    let p = input_stored_on_a_head(&graph, &cfg, "stored").await;
     // A new branch from the checkpoint the command's write is stored on; the channel has no
     // version there, and the branch's nodes write it only later, from a cold process.
     graph
