@@ -538,6 +538,22 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
     );
 }
 
+/// The error for a store that holds checkpoints but records its configuration in part or not
+/// at all (`mode`, `frequency`: the recorded values found).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers record a configuration")
+)]
+pub(crate) fn config_damaged(mode: Option<&str>, frequency: Option<&str>) -> Error {
+    let detail = match (mode, frequency) {
+        (None, None) => "missing".to_owned(),
+        (Some(m), None) => format!("incomplete (channel mode {m:?}, no snapshot frequency)"),
+        (None, Some(f)) => format!("incomplete (snapshot frequency {f:?}, no channel mode)"),
+        (Some(m), Some(f)) => format!("unreadable (channel mode {m:?}, snapshot frequency {f:?})"),
+    };
+    Error::StoreConfigDamaged { detail }
+}
+
 /// Whether the raw recorded configuration (`channel_mode`, `snapshot_frequency` values) is
 /// `expected` (`None`: not recorded, as `read_config` reads a store missing either key).
 #[cfg_attr(

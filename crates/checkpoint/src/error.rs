@@ -123,6 +123,16 @@ pub enum Error {
         /// The requested frequency.
         requested_frequency: SnapshotFrequency,
     },
+    /// The store holds checkpoints but records no configuration, or only half of one (its
+    /// record was removed or damaged): opening it would record the caller's configuration over
+    /// data written under an unknown one.
+    #[error(
+        "store holds checkpoints but its recorded configuration is {detail}; refusing to record a new one over data written under an unknown configuration"
+    )]
+    StoreConfigDamaged {
+        /// What is missing.
+        detail: String,
+    },
     /// The database schema is newer than this build understands.
     #[error(
         "store schema version {found} is newer than the supported version {supported}; upgrade antler"
@@ -214,7 +224,9 @@ impl Error {
             | Self::DamagedColumn { .. } => ErrorKind::Corrupt,
             Self::MissingParent { .. } | Self::UnknownCheckpoint { .. } => ErrorKind::NotFound,
             Self::CheckpointModeMismatch { .. } => ErrorKind::ModeMismatch,
-            Self::StoreConfigMismatch { .. } | Self::SchemaTooNew { .. } => ErrorKind::Config,
+            Self::StoreConfigMismatch { .. }
+            | Self::StoreConfigDamaged { .. }
+            | Self::SchemaTooNew { .. } => ErrorKind::Config,
             Self::WouldBreakDeltaHistory { .. } | Self::Conflict { .. } => ErrorKind::Conflict,
             Self::InvalidArgument(_) | Self::CheckpointIdRequired { .. } => ErrorKind::InvalidInput,
             Self::Serialization { .. } | Self::Reducer { .. } => ErrorKind::Serialization,

@@ -146,6 +146,17 @@ fn parent_from(thread: &str, child: CheckpointId, bytes: &[u8]) -> Result<Checkp
 
 use crate::engine::columns::{i64_of, u64_of};
 
+/// Refuses to drop the `public` schema (quoted as the backend keeps it), which other
+/// applications' tables share.
+fn droppable(quoted: &str) -> Result<()> {
+    if quoted == quote_ident("public") {
+        return Err(Error::InvalidArgument(
+            "postgres: refusing to drop the public schema, which other applications' tables share; drop_schema is for savers on a schema of their own".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
@@ -848,7 +859,23 @@ impl Backend for PgBackend {
                 .find(|r| r.get::<_, &str>(0) == k)
                 .map(|r| r.get::<_, String>(1))
         };
-        let (Some(mode), Some(freq)) = (get("channel_mode"), get("snapshot_frequency")) else {
+        let (mode, freq) = (get("channel_mode"), get("snapshot_frequency"));
+        let (Some(mode), Some(freq)) = (mode.clone(), freq.clone()) else {
+            // A new store records its configuration before its first checkpoint.
+            let data: bool = c
+                .query_one(
+                    &self.sql("SELECT EXISTS (SELECT 1 FROM {s}.checkpoints)"),
+                    &[],
+                )
+                .await
+                .map_err(pg_err("postgres: reading store configuration"))?
+                .get(0);
+            if data {
+                return Err(crate::engine::config_damaged(
+                    mode.as_deref(),
+                    freq.as_deref(),
+                ));
+            }
             return Ok(None);
         };
         let mode = ChannelMode::parse(&mode).ok_or_else(|| {
@@ -1990,9 +2017,12 @@ impl PostgresSaver {
 }
 
 impl PostgresSaver {
-    /// Drops the saver's schema and everything in it (`DROP SCHEMA … CASCADE`); for tests and benchmarks.
+    /// Drops the saver's schema and everything in it (`DROP SCHEMA … CASCADE`); for tests and
+    /// benchmarks, which give each saver a schema of its own.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for the `public` schema (the default, which other
+    /// applications' tables share: dropping it would take them too), nothing dropped;
     /// [`Error::Backend`] on SQL failure.
     pub async fn drop_schema(self) -> Result<()> {
         self.engine.backend.drop_schema().await
@@ -2001,6 +2031,7 @@ impl PostgresSaver {
 
 impl PgBackend {
     async fn drop_schema(&self) -> Result<()> {
+        droppable(&self.s)?;
         let c = self.client("dropping schema").await?;
         c.batch_execute(&self.sql("DROP SCHEMA IF EXISTS {s} CASCADE"))
             .await
@@ -3069,6 +3100,16 @@ mod tests {
         .await
         .expect("prepared statements")
         .get(0)
+    }
+
+    /// `drop_schema` refuses the shared `public` schema, and only it.
+    #[test]
+    fn the_public_schema_is_never_dropped() {
+        let err = droppable(&quote_ident("public")).expect_err("refused");
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("public schema"), "{err}");
+        assert!(droppable(&quote_ident("antler_test_x")).is_ok());
+        assert!(droppable(&quote_ident("Public")).is_ok());
     }
 
     /// A relative record read with its ancestry costs three statements: the row with its

@@ -644,8 +644,20 @@ impl Backend for SqliteBackend {
                 .optional()
                 .map_err(sql_err("sqlite: reading store configuration"))
             };
-            let (Some(mode), Some(freq)) = (get("channel_mode")?, get("snapshot_frequency")?)
-            else {
+            let (mode, freq) = (get("channel_mode")?, get("snapshot_frequency")?);
+            let (Some(mode), Some(freq)) = (mode.clone(), freq.clone()) else {
+                // A new store records its configuration before its first checkpoint.
+                let data: bool = c
+                    .query_row("SELECT EXISTS (SELECT 1 FROM checkpoints)", [], |r| {
+                        r.get(0)
+                    })
+                    .map_err(sql_err("sqlite: reading store configuration"))?;
+                if data {
+                    return Err(crate::engine::config_damaged(
+                        mode.as_deref(),
+                        freq.as_deref(),
+                    ));
+                }
                 return Ok(None);
             };
             let mode = ChannelMode::parse(&mode).ok_or_else(|| {

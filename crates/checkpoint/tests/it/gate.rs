@@ -215,8 +215,8 @@ async fn assert_gated(full: &dyn Saver, c: &CheckpointConfig, full_cp: &Checkpoi
     assert_eq!(err.kind(), ErrorKind::ModeMismatch);
 }
 
-/// A store without a recorded configuration (written before antler recorded one) that holds
-/// delta checkpoints, opened in full mode: every read and write fails closed.
+/// A store that records full mode but holds delta checkpoints (its record rewritten, say by a
+/// buggy tool), opened in full mode: every read and write fails closed.
 #[test]
 fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
     antler_checkpoint::testing::block_on(async {
@@ -244,7 +244,10 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
         };
         rusqlite::Connection::open(&path)
             .unwrap()
-            .execute("DELETE FROM antler_meta", [])
+            .execute(
+                "UPDATE antler_meta SET value = 'full' WHERE key = 'channel_mode'",
+                [],
+            )
             .unwrap();
         let full = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
         assert_gated(&full, &c, &full_cp).await;
@@ -259,8 +262,8 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
     });
 }
 
-/// [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on PostgreSQL: a schema whose
-/// recorded configuration is gone, opened in full mode, with a delta thread in it.
+/// [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on PostgreSQL: a schema that
+/// records full mode, opened in full mode, with a delta thread in it.
 #[test]
 fn r35_reads_and_writes_are_gated_in_a_full_mode_store_on_postgres() {
     antler_checkpoint::testing::block_on(async {
@@ -289,7 +292,9 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store_on_postgres() {
         let task = tokio::spawn(conn);
         let s = format!("\"{}\"", options.schema);
         client
-            .batch_execute(&format!("DELETE FROM {s}.antler_meta"))
+            .batch_execute(&format!(
+                "UPDATE {s}.antler_meta SET value = 'full' WHERE key = 'channel_mode'"
+            ))
             .await
             .unwrap();
         let full = antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::full())
@@ -410,4 +415,91 @@ fn snapshot_frequency_must_be_positive() {
     let err = SnapshotFrequency::new(0).unwrap_err();
     assert_eq!(err.to_string(), "snapshot frequency must be positive");
     assert_eq!(SnapshotFrequency::default().get(), 10);
+}
+
+/// A store that holds checkpoints but records no configuration, or half of one (its record
+/// removed or damaged), does not open: recording the caller's configuration over data written
+/// under an unknown one would defeat the open-time check. An empty store with half a record
+/// opens and records its configuration. Before, every such store opened and took the
+/// caller's configuration.
+#[test]
+fn a_store_with_data_and_no_whole_configuration_does_not_open() {
+    antler_checkpoint::testing::block_on(async {
+        for (i, remove) in [
+            "DELETE FROM antler_meta",
+            "DELETE FROM antler_meta WHERE key = 'snapshot_frequency'",
+            "DELETE FROM antler_meta WHERE key = 'channel_mode'",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let path = tmp(&format!("unrecorded-{i}.db"));
+            {
+                let saver = SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                    .await
+                    .unwrap();
+                put_delta_thread(&saver, "t").await;
+            }
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute(remove, [])
+                .unwrap();
+            for config in [StoreConfig::full(), StoreConfig::delta(f(50))] {
+                let Err(err) = SqliteSaver::open(&path, config).await else {
+                    panic!("{remove}: opened");
+                };
+                assert_eq!(err.kind(), ErrorKind::Config, "{remove}: {err}");
+                assert!(err.to_string().contains("holds checkpoints"), "{err}");
+            }
+            let left: i64 = rusqlite::Connection::open(&path)
+                .unwrap()
+                .query_row("SELECT COUNT(*) FROM antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')", [], |r| r.get(0))
+                .unwrap();
+            assert!(left < 2, "{remove}: nothing recorded");
+        }
+        // No data: a half record is rewritten.
+        let path = tmp("unrecorded-empty.db");
+        drop(
+            SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                .await
+                .unwrap(),
+        );
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute(
+                "DELETE FROM antler_meta WHERE key = 'snapshot_frequency'",
+                [],
+            )
+            .unwrap();
+        SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        // The same on PostgreSQL.
+        let Some((saver, options)) = crate::postgres::fresh(StoreConfig::delta(f(10))).await else {
+            return;
+        };
+        put_delta_thread(&saver, "t").await;
+        drop(saver);
+        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        client
+            .batch_execute(&format!(
+                "DELETE FROM \"{}\".antler_meta WHERE key = 'snapshot_frequency'",
+                options.schema
+            ))
+            .await
+            .unwrap();
+        let Err(err) =
+            antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::full()).await
+        else {
+            panic!("opened");
+        };
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", options.schema))
+            .await
+            .unwrap();
+        drop(client);
+        let _ = task.await;
+    });
 }

@@ -3012,10 +3012,14 @@ async fn r35_a_full_mode_write_on_an_old_checkpoint_checks_the_delta_head() {
             .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
         graph.invoke(human(2), &cfg).await.unwrap();
     }
-    // A full-mode process on a store that does not record its mode (as the reference's).
+    // A full-mode process on a store whose record says full mode (as a store that does not
+    // record its mode, the reference's, lets one open): the per-checkpoint gate decides.
     rusqlite::Connection::open(&path)
         .unwrap()
-        .execute("DELETE FROM antler_meta", [])
+        .execute_batch(
+            "UPDATE antler_meta SET value = 'full' WHERE key = 'channel_mode';
+             UPDATE antler_meta SET value = '10' WHERE key = 'snapshot_frequency';",
+        )
         .unwrap();
     let saver = Arc::new(
         cp::SqliteSaver::open(&path, cp::StoreConfig::full())
