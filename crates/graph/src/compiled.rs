@@ -478,6 +478,11 @@ pub enum Durability {
     Async,
     /// Nothing is stored during the run; the final checkpoint and pending writes at exit, or
     /// when the run is dropped (its stream dropped), the last finished step's.
+    ///
+    /// The saves of a dropped run (and an `Async` run's save in flight) run as tokio tasks of
+    /// their own: a runtime shut down right after the drop cancels them, and what they would
+    /// have stored is lost, so a program that drops a stream should keep its runtime until
+    /// the next call on the thread (which waits for them) or a short while.
     Exit,
 }
 
@@ -772,7 +777,7 @@ pub enum StreamEvent {
         /// run streamed them already).
         cached: bool,
     },
-    /// A custom event a node emitted (mode `custom`), delivered when its task finishes.
+    /// A custom event a node emitted (mode `custom`), delivered as the node emits it.
     Custom {
         /// Node.
         node: NodeId,
