@@ -493,7 +493,7 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
     let next = put(c2.clone(), 3).await;
     let fork = put(c1.clone(), 4).await;
     let err = e
-        .delete_checked(&t, read_at_start, &doomed)
+        .delete_unchanged(&t, read_at_start, &doomed)
         .await
         .expect_err("the delete is refused");
     assert!(matches!(err, Error::Conflict { .. }), "{err}");
@@ -521,7 +521,7 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
             .expect("each step of the scenario succeeds"),
     )]
     .into();
-    e.delete_checked(&f, read_at_start, &doomed)
+    e.delete_unchanged(&f, read_at_start, &doomed)
         .await
         .expect("each step of the scenario succeeds");
     assert!(
@@ -1878,11 +1878,7 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        Err(Error::Conflict {
-            thread_id: thread.clone(),
-            detail: "the thread's latest checkpoint was deleted while it was read, three times"
-                .into(),
-        })
+        Err(Error::latest_deleted_while_read(thread))
     }
 
     /// The values stored for `keys` (see [`Saver::get_channel_values`](crate::Saver)): the
@@ -2579,18 +2575,6 @@ impl<B: Backend> Engine<B> {
         r
     }
 
-    /// Deletes `doomed` checkpoints of one thread after checking that no remaining checkpoint
-    /// needs them.
-    async fn delete_checked(
-        &self,
-        thread: &ThreadId,
-        all: Vec<Decoded>,
-        doomed: &HashSet<(CheckpointNs, CheckpointId)>,
-    ) -> Result<()> {
-        self.check_deletable(thread, &all, doomed).await?;
-        self.delete_unchanged(thread, all, doomed).await
-    }
-
     /// Adds to `keep` the checkpoints of `all` at `roots` and, transitively, every ancestor
     /// they need to stay readable ([`Self::needed_ancestors`]): a kept ancestor may itself be
     /// a relative record or need delta history of its own.
@@ -2631,35 +2615,8 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// Fails with [`Error::WouldBreakDeltaHistory`] if a checkpoint of `all` outside `doomed`
-    /// needs one inside it.
-    async fn check_deletable(
-        &self,
-        thread: &ThreadId,
-        all: &[Decoded],
-        doomed: &HashSet<(CheckpointNs, CheckpointId)>,
-    ) -> Result<()> {
-        if doomed.is_empty() {
-            return Ok(());
-        }
-        for d in all
-            .iter()
-            .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
-        {
-            for needed in self.needed_ancestors(d, all).await? {
-                if doomed.contains(&(d.row.ns.clone(), needed)) {
-                    return Err(Error::WouldBreakDeltaHistory {
-                        thread_id: thread.clone(),
-                        checkpoint_id: d.row.id,
-                        needed_id: needed,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes `doomed` (checked against `all` by [`Self::check_deletable`]) in one
+    /// Deletes `doomed` (none of which a checkpoint of `all` left standing needs, see
+    /// [`Self::keep_needed`]) in one
     /// transaction, if the thread's checkpoints are still `all`; otherwise
     /// [`Error::Conflict`], nothing deleted.
     async fn delete_unchanged(
@@ -2862,7 +2819,7 @@ impl<B: Backend> Engine<B> {
                         .map(|d| (d.row.ns.clone(), d.row.id))
                         .filter(|k| !keep.contains(k))
                         .collect();
-                    self.delete_checked(thread, all, &doomed).await?;
+                    self.delete_unchanged(thread, all, &doomed).await?;
                 }
             }
         }

@@ -144,6 +144,10 @@ pub enum Error {
         supported: i64,
     },
     /// Deleting the requested checkpoints would make a remaining delta checkpoint unreadable.
+    ///
+    /// This crate's savers no longer return it: `prune` and `delete_for_runs` keep what a
+    /// remaining checkpoint needs instead of refusing (runtime-spec §5.8). It stays for other
+    /// [`Saver`](crate::Saver) implementations that refuse.
     #[error(
         "thread {thread_id}: checkpoint {checkpoint_id} replays history from checkpoint {needed_id}, which the operation would delete"
     )]
@@ -215,6 +219,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// A read of a thread's latest checkpoint that found it deleted mid-read on three tries in
+    /// a row (writers and deleters keep racing it): a [`Error::Conflict`] to retry.
+    pub(crate) fn latest_deleted_while_read(thread: &ThreadId) -> Self {
+        Self::Conflict {
+            thread_id: thread.clone(),
+            detail: "the thread's latest checkpoint was deleted while it was read, three times"
+                .into(),
+        }
+    }
+
     /// The coarse kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -1152,11 +1152,7 @@ impl Backend for PgBackend {
                 None => {}
             }
         }
-        Err(Error::Conflict {
-            thread_id: thread.clone(),
-            detail: "the thread's latest checkpoint was deleted while it was read, three times"
-                .into(),
-        })
+        Err(Error::latest_deleted_while_read(thread))
     }
 
     async fn head_chain(

@@ -527,10 +527,7 @@ pub async fn get_tuple_with_ancestry_default<S: Saver + ?Sized>(
             inherited,
         }));
     }
-    Err(Error::Conflict {
-        thread_id: config.thread_id.clone(),
-        detail: "the thread's latest checkpoint was deleted while it was read, three times".into(),
-    })
+    Err(Error::latest_deleted_while_read(&config.thread_id))
 }
 
 /// The greatest channel version in `tuples` (0 for none).
