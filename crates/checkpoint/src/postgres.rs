@@ -28,36 +28,42 @@ use crate::ids::{
 use crate::mode::{ChannelMode, SnapshotFrequency, StoreConfig};
 
 /// Schema migrations; index + 1 = the version recorded after applying it. `{s}` is the schema.
+///
+/// Each runs once per schema (under the migration lock, recorded in the same transaction), so
+/// its tables must not exist yet: a plain `CREATE TABLE` fails on a table of that name that
+/// something else created (another system's `checkpoints` in a shared schema), where `IF NOT
+/// EXISTS` adopted it and failed later on a missing column, after locking it against its own
+/// writers.
 const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS {s}.antler_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-     CREATE TABLE IF NOT EXISTS {s}.checkpoints (
+    "CREATE TABLE {s}.antler_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+     CREATE TABLE {s}.checkpoints (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BYTEA NOT NULL,
         parent_id BYTEA, record BYTEA NOT NULL, metadata BYTEA NOT NULL,
         PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
-     CREATE TABLE IF NOT EXISTS {s}.blobs (
+     CREATE TABLE {s}.blobs (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, channel TEXT NOT NULL, version BIGINT NOT NULL,
         data BYTEA NOT NULL,
         PRIMARY KEY (thread_id, checkpoint_ns, channel, version));
-     CREATE TABLE IF NOT EXISTS {s}.writes (
+     CREATE TABLE {s}.writes (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id BYTEA NOT NULL,
         task_id TEXT NOT NULL, idx BIGINT NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL,
         value BYTEA NOT NULL,
         PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
-     CREATE TABLE IF NOT EXISTS {s}.messages (
+     CREATE TABLE {s}.messages (
         thread_id TEXT NOT NULL, seq BIGINT NOT NULL, body BYTEA NOT NULL,
         PRIMARY KEY (thread_id, seq));",
     // 2: message-store epochs (engine::IndexGuard).
-    "CREATE TABLE IF NOT EXISTS {s}.thread_epochs (thread_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);",
+    "CREATE TABLE {s}.thread_epochs (thread_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);",
     // 3: version marks (Saver::max_channel_version; NULL: unknown), filled from the existing
     // records in the same transaction.
-    "CREATE TABLE IF NOT EXISTS {s}.version_marks (
+    "CREATE TABLE {s}.version_marks (
         thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, version BIGINT,
         PRIMARY KEY (thread_id, checkpoint_ns));",
     // 4: the run index (`delete_for_runs` finds a run's threads without scanning the store),
     // filled from the existing records in the same transaction.
-    "CREATE TABLE IF NOT EXISTS {s}.run_threads (run_id TEXT NOT NULL, thread_id TEXT NOT NULL,
+    "CREATE TABLE {s}.run_threads (run_id TEXT NOT NULL, thread_id TEXT NOT NULL,
         PRIMARY KEY (run_id, thread_id));
-     CREATE INDEX IF NOT EXISTS run_threads_by_thread ON {s}.run_threads (thread_id);",
+     CREATE INDEX run_threads_by_thread ON {s}.run_threads (thread_id);",
 ];
 
 /// The migration that adds version marks.
@@ -2282,9 +2288,17 @@ impl PgBackend {
             .skip(usize::try_from(current).unwrap_or(0))
         {
             let v = i as i64 + 1;
-            tx.batch_execute(&self.sql(sql))
-                .await
-                .map_err(pg_err(format!("postgres: migration {v}")))?;
+            tx.batch_execute(&self.sql(sql)).await.map_err(|e| {
+                let hint = if e.code() == Some(&SqlState::DUPLICATE_TABLE) {
+                    format!(
+                        " (schema {} already holds a table of that name that antler did not create: give antler a schema of its own)",
+                        self.s
+                    )
+                } else {
+                    String::new()
+                };
+                Error::backend(format!("postgres: migration {v}{hint}"), e)
+            })?;
             if v == MARKS_MIGRATION {
                 self.backfill_marks(&tx).await?;
             }

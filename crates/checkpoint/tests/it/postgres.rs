@@ -754,3 +754,46 @@ fn a_version_3_store_gets_its_run_index_from_its_records() {
         saver.drop_schema().await.unwrap();
     });
 }
+
+/// A schema that already holds a `checkpoints` table antler did not create (another system's,
+/// in a shared schema) is not adopted: opening fails at the migration, naming the schema and
+/// telling to give antler one of its own, and the foreign table is left as it was. Before,
+/// `CREATE TABLE IF NOT EXISTS` adopted it and a later migration failed on a missing column,
+/// after locking the table against its own writers.
+#[test]
+fn a_foreign_checkpoints_table_is_not_adopted() {
+    use antler_checkpoint::{ErrorKind, PostgresOptions, PostgresSaver, StoreConfig};
+    antler_checkpoint::testing::block_on(async {
+        let Some(url) = database_url() else {
+            return;
+        };
+        let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
+        let (client, task) = connect(&url).await;
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema};
+                 CREATE TABLE {schema}.checkpoints (thread_id TEXT, checkpoint JSONB);
+                 INSERT INTO {schema}.checkpoints VALUES ('theirs', '{{}}');"
+            ))
+            .await
+            .unwrap();
+        let options = PostgresOptions::new(url).with_schema(schema.clone());
+        let Err(err) = PostgresSaver::connect(options, StoreConfig::full()).await else {
+            panic!("opened over a foreign table");
+        };
+        assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+        assert!(err.to_string().contains("schema of its own"), "{err}");
+        let theirs: i64 = client
+            .query_one(&format!("SELECT COUNT(*) FROM {schema}.checkpoints"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(theirs, 1);
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+        drop(client);
+        task.abort();
+    });
+}
