@@ -1497,6 +1497,19 @@ impl<B: Backend> Engine<B> {
     ) -> Result<CheckpointConfig> {
         let thread = &config.thread_id;
         let id = checkpoint.id;
+        // Versions are keys of the databases' signed 64-bit columns: every saver refuses a
+        // greater one alike, before anything is written.
+        if let Some((channel, version)) = checkpoint
+            .channel_versions
+            .iter()
+            .chain(new_versions.iter())
+            .find(|(_, v)| i64::try_from(v.get()).is_err())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "thread {thread}: checkpoint {id}: channel {channel} has version {version}, above the largest a store keeps ({})",
+                i64::MAX
+            )));
+        }
         self.gate(thread, id, &metadata)?;
         self.gate_before_write(config).await?;
         let mut stored: Vec<(ChannelName, ChannelVersion, &Blob)> = Vec::new();

@@ -94,6 +94,7 @@ macro_rules! conformance_suite {
             antler_writes_sorted_by_task_path_then_task_id_then_idx,
             antler_put_writes_repeated_control_write_keeps_the_last,
             antler_put_same_version_with_another_value_is_a_conflict,
+            antler_put_a_version_beyond_what_stores_keep_is_invalid_input,
             antler_get_tuple_without_values_is_get_tuple_minus_values,
             antler_get_tuple_without_values_absent_is_none,
             antler_get_tuple_without_values_is_mode_gated,
@@ -155,7 +156,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 137;
+pub const CASE_COUNT: usize = 138;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2361,6 +2362,42 @@ pub async fn antler_put_same_version_with_another_value_is_a_conflict(saver: &dy
         saver,
         root,
         checkpoint(&[("a", 7, json!("branch a"))]),
+        CheckpointMetadata::default(),
+    )
+    .await;
+}
+
+/// A channel version above `i64::MAX` (what the databases' version columns hold) is refused by
+/// every saver alike, before anything is written, with an error naming the thread, the
+/// checkpoint and the channel. Before, the memory saver stored it, and the database savers
+/// refused it with a message naming neither thread nor checkpoint.
+pub async fn antler_put_a_version_beyond_what_stores_keep_is_invalid_input(saver: &dyn Saver) {
+    let root = chain(saver, "t", "", 1, None).await.remove(0);
+    let big = u64::try_from(i64::MAX).unwrap() + 1;
+    let cp = checkpoint(&[("huge", big, json!(1))]);
+    let id = cp.id;
+    let versions = cp.channel_versions.clone();
+    let err = saver
+        .put(&root, cp, CheckpointMetadata::default(), &versions)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let text = err.to_string();
+    for part in ["t", &id.to_string(), "huge", &big.to_string()] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", Some(id)))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The largest version a store keeps is stored.
+    put_all(
+        saver,
+        root,
+        checkpoint(&[("huge", big - 1, json!(1))]),
         CheckpointMetadata::default(),
     )
     .await;
