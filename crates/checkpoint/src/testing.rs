@@ -2408,6 +2408,16 @@ pub async fn antler_put_a_version_beyond_what_stores_keep_is_invalid_input(saver
 /// Bytes that no stored payload can be: a known tag (JSON blob) with a wrong checksum.
 const DAMAGE: &[u8] = &[0x32, 0, 0, 0, 0, b'x'];
 
+/// Marks every checkpoint of thread `t` as written in delta mode (kernel-spec R32), the way a
+/// delta-mode process would have, for the mode-gate cases.
+async fn mark_delta(saver: &dyn Saver, t: &str) {
+    let delta = CheckpointMetadata {
+        channel_mode: Some(crate::mode::ChannelMode::Delta),
+        ..CheckpointMetadata::default()
+    };
+    tamper(saver, t, Tamper::Metadata(delta)).await;
+}
+
 async fn tamper(saver: &dyn Saver, t: &str, what: Tamper) {
     assert!(
         saver
@@ -2547,11 +2557,7 @@ pub async fn antler_get_tuple_without_values_absent_is_none(saver: &dyn Saver) {
 /// with the same error; a delta-mode store reads it.
 pub async fn antler_get_tuple_without_values_is_mode_gated(saver: &dyn Saver) {
     let cs = valued_thread(saver, "t").await;
-    let delta = CheckpointMetadata {
-        channel_mode: Some(crate::mode::ChannelMode::Delta),
-        ..CheckpointMetadata::default()
-    };
-    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    mark_delta(saver, "t").await;
     for at in [&cs[1], &cfg("t", "", None)] {
         if saver.store_config().mode == crate::mode::ChannelMode::Full {
             let full = saver.get_tuple(at).await.unwrap_err();
@@ -3017,11 +3023,7 @@ pub async fn antler_ancestors_damaged_metadata_is_error(saver: &dyn Saver) {
 /// checkpoints with the error `get_tuple_without_values` gives; a delta-mode store reads them.
 pub async fn antler_ancestors_are_mode_gated(saver: &dyn Saver) {
     let cs = valued_thread(saver, "t").await;
-    let delta = CheckpointMetadata {
-        channel_mode: Some(crate::mode::ChannelMode::Delta),
-        ..CheckpointMetadata::default()
-    };
-    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    mark_delta(saver, "t").await;
     for s in [saver, &Defaults(saver)] {
         for at in [&cs[1], &cfg("t", "", None)] {
             if saver.store_config().mode == crate::mode::ChannelMode::Full {
@@ -3058,11 +3060,7 @@ pub async fn antler_delta_history_is_mode_gated(saver: &dyn Saver) {
         }
         h
     };
-    let delta = CheckpointMetadata {
-        channel_mode: Some(crate::mode::ChannelMode::Delta),
-        ..CheckpointMetadata::default()
-    };
-    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    mark_delta(saver, "t").await;
     for (i, at) in [&cs[1], &cfg("t", "", None)].into_iter().enumerate() {
         if saver.store_config().mode == crate::mode::ChannelMode::Full {
             let single = saver.get_tuple(at).await.unwrap_err();
@@ -3307,11 +3305,7 @@ pub async fn antler_channel_values_are_mode_gated(saver: &dyn Saver) {
     let want = [key("a", 1), key("b", 2)];
     let before = saver.get_channel_values(&cs[2], &want).await.unwrap();
     assert_eq!(before.as_ref().map(BTreeMap::len), Some(2));
-    let delta = CheckpointMetadata {
-        channel_mode: Some(crate::mode::ChannelMode::Delta),
-        ..CheckpointMetadata::default()
-    };
-    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    mark_delta(saver, "t").await;
     for s in [saver, &Defaults(saver)] {
         for at in [&cs[2], &cfg("t", "", None)] {
             if saver.store_config().mode == crate::mode::ChannelMode::Full {
@@ -3619,11 +3613,7 @@ pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
 /// with the same error; a delta-mode store reads it.
 pub async fn antler_ancestry_is_mode_gated(saver: &dyn Saver) {
     let cs = relative_records(saver, "t").await;
-    let delta = CheckpointMetadata {
-        channel_mode: Some(crate::mode::ChannelMode::Delta),
-        ..CheckpointMetadata::default()
-    };
-    tamper(saver, "t", Tamper::Metadata(delta)).await;
+    mark_delta(saver, "t").await;
     for s in [saver, &Defaults(saver)] {
         for at in [&cs[5], &cfg("t", "", None)] {
             if saver.store_config().mode == crate::mode::ChannelMode::Full {
