@@ -539,19 +539,44 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
 }
 
 /// The error for a store that holds checkpoints but records its configuration in part or not
-/// at all (`mode`, `frequency`: the recorded values found).
+/// at all, or records one that does not parse (`mode`, `frequency`: the recorded values
+/// found; both present means unreadable).
 #[cfg_attr(
     not(any(feature = "sqlite", feature = "postgres")),
     allow(dead_code, reason = "only the database savers record a configuration")
 )]
 pub(crate) fn config_damaged(mode: Option<&str>, frequency: Option<&str>) -> Error {
     let detail = match (mode, frequency) {
-        (None, None) => "missing".to_owned(),
-        (Some(m), None) => format!("incomplete (channel mode {m:?}, no snapshot frequency)"),
-        (None, Some(f)) => format!("incomplete (snapshot frequency {f:?}, no channel mode)"),
+        (None, None) => "missing although the store holds checkpoints".to_owned(),
+        (Some(m), None) => format!(
+            "incomplete (channel mode {m:?}, no snapshot frequency) although the store holds checkpoints"
+        ),
+        (None, Some(f)) => format!(
+            "incomplete (snapshot frequency {f:?}, no channel mode) although the store holds checkpoints"
+        ),
         (Some(m), Some(f)) => format!("unreadable (channel mode {m:?}, snapshot frequency {f:?})"),
     };
     Error::StoreConfigDamaged { detail }
+}
+
+/// The recorded configuration (`channel_mode`, `snapshot_frequency` values), parsed; values
+/// no build writes (an unknown mode, a frequency that is not a positive `u32`) are a damaged
+/// record ([`Error::StoreConfigDamaged`], kind `Config`), not the caller's bad argument.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, reason = "only the database savers record a configuration")
+)]
+pub(crate) fn parse_config(
+    mode: &str,
+    frequency: &str,
+) -> Result<(ChannelMode, SnapshotFrequency)> {
+    let parsed = ChannelMode::parse(mode).zip(
+        frequency
+            .parse::<u32>()
+            .ok()
+            .and_then(|f| SnapshotFrequency::new(f).ok()),
+    );
+    parsed.ok_or_else(|| config_damaged(Some(mode), Some(frequency)))
 }
 
 /// Whether the raw recorded configuration (`channel_mode`, `snapshot_frequency` values) is
@@ -785,14 +810,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         messages: Vec<MessageRow>,
         guard: IndexGuard,
     ) -> Result<()>;
-    /// The threads that hold (or held) checkpoints of `runs`, from the backend's run index;
-    /// `None` for a backend without one (the engine then scans every checkpoint). A superset
-    /// is fine: a pair stays until its thread is deleted (dropping it when the run's
-    /// checkpoints go could race a put of the same run); a missing thread is not.
-    async fn run_threads(&self, runs: &[RunId]) -> Result<Option<Vec<ThreadId>>> {
-        let _ = runs;
-        Ok(None)
-    }
+    /// The threads that hold (or held) checkpoints of `runs`, from the backend's run index
+    /// (every backend keeps one, so damage in another thread's records never fails a
+    /// `delete_for_runs`). A superset is fine: a pair stays until its thread is deleted
+    /// (dropping it when the run's checkpoints go could race a put of the same run); a
+    /// missing thread is not.
+    async fn run_threads(&self, runs: &[RunId]) -> Result<Vec<ThreadId>>;
     /// The version mark of a thread's namespace: the greatest channel version any record put
     /// there had since the thread was last deleted, or `None` when it is not known: no mark
     /// (nothing put since), or an unknown one (a record the migration that added marks could
@@ -2739,13 +2762,14 @@ impl<B: Backend> Engine<B> {
             return Ok(());
         }
         let runs: HashSet<&RunId> = run_ids.iter().collect();
-        // The database savers index the threads of each run; without an index, run ids live
-        // in the metadata payload only, so finding the runs' threads scans the store, in pages
-        // (memory stays bounded) in primary-key order (each page is an index range).
-        let threads: BTreeSet<ThreadId> = match self.backend.run_threads(run_ids).await? {
-            Some(found) => found.into_iter().collect(),
-            None => self.scan_run_threads(&runs).await?,
-        };
+        // The run index names the runs' threads: only those are read, so damage in another
+        // thread's records does not fail the call.
+        let threads: BTreeSet<ThreadId> = self
+            .backend
+            .run_threads(run_ids)
+            .await?
+            .into_iter()
+            .collect();
         // The runs' checkpoints that a remaining checkpoint needs to stay readable (its delta
         // history, the parent chain of a relative record, and what those need in turn) are
         // kept, as prune keeps them (runtime-spec §5.8: preserve what a remaining checkpoint
@@ -2775,33 +2799,6 @@ impl<B: Backend> Engine<B> {
             self.delete_unchanged(&thread, all, &doomed).await?;
         }
         Ok(())
-    }
-
-    /// The threads with a checkpoint of one of `runs`, by a scan of every checkpoint.
-    async fn scan_run_threads(&self, runs: &HashSet<&RunId>) -> Result<BTreeSet<ThreadId>> {
-        let mut threads = BTreeSet::new();
-        let mut last: Option<(CheckpointId, ThreadId, CheckpointNs)> = None;
-        loop {
-            let scan = RowScan {
-                after: last.as_ref().map(|(id, t, n)| (id, t, n)),
-                limit: Some(LIST_PAGE),
-                order: ScanOrder::Key,
-                ..RowScan::default()
-            };
-            let rows = self.backend.checkpoints(scan).await?;
-            let fetched = rows.len();
-            for row in rows {
-                last = Some((row.id, row.thread_id.clone(), row.ns.clone()));
-                let thread = row.thread_id.clone();
-                let d = self.decode_row(row)?;
-                if d.metadata.run_id.as_ref().is_some_and(|r| runs.contains(r)) {
-                    threads.insert(thread);
-                }
-            }
-            if fetched < LIST_PAGE {
-                return Ok(threads);
-            }
-        }
     }
 
     pub(crate) async fn prune(
@@ -3717,10 +3714,11 @@ mod tests {
         assert_eq!(e.backend.thread_epoch(&thread).await.unwrap(), epoch);
     }
 
-    /// `delete_for_runs` scans the store in pages and finds a run whose checkpoints are
-    /// beyond the first page (the oldest of the store).
+    /// `delete_for_runs` finds a run through the run index, however many checkpoints other
+    /// threads hold, and reads only its threads' rows (before, the memory saver scanned the
+    /// whole store in pages).
     #[tokio::test]
-    async fn delete_for_runs_finds_runs_past_the_first_page() {
+    async fn delete_for_runs_reads_only_the_runs_threads() {
         let e = engine();
         let put = |run: &'static str, parent: CheckpointConfig| {
             let e = &e;
@@ -3742,13 +3740,16 @@ mod tests {
         for _ in 0..LIST_PAGE + 10 {
             at = put("r2", at).await;
         }
-        let before = e.backend.scans.load(Ordering::Relaxed);
+        let (scans, rows) = (
+            e.backend.scans.load(Ordering::Relaxed),
+            e.backend.rows_listed.load(Ordering::Relaxed),
+        );
         e.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
         assert!(e.get_tuple(&old).await.unwrap().is_none());
         assert!(e.get_tuple(&at).await.unwrap().is_some());
-        // Two pages of the store, then the old thread's own rows.
-        assert_eq!(e.backend.scans.load(Ordering::Relaxed) - before, 3);
-        assert!(e.backend.largest_scan.load(Ordering::Relaxed) <= LIST_PAGE);
+        // One read of the old thread's one row; the other thread is not read.
+        assert_eq!(e.backend.scans.load(Ordering::Relaxed) - scans, 1);
+        assert_eq!(e.backend.rows_listed.load(Ordering::Relaxed) - rows, 1);
     }
 
     /// Body collection keeps every body when a payload of the thread cannot be read (damaged,

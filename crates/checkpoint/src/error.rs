@@ -123,14 +123,15 @@ pub enum Error {
         /// The requested frequency.
         requested_frequency: SnapshotFrequency,
     },
-    /// The store holds checkpoints but records no configuration, or only half of one (its
-    /// record was removed or damaged): opening it would record the caller's configuration over
-    /// data written under an unknown one.
+    /// The store's recorded configuration does not parse (a mode or frequency no build
+    /// writes), or the store holds checkpoints but records no configuration or only half of
+    /// one (its record was removed or damaged): opening it would read data, or record the
+    /// caller's configuration over data, written under an unknown one.
     #[error(
-        "store holds checkpoints but its recorded configuration is {detail}; refusing to record a new one over data written under an unknown configuration"
+        "store's recorded configuration is {detail}; refusing to open a store written under an unknown configuration"
     )]
     StoreConfigDamaged {
-        /// What is missing.
+        /// What is missing or unreadable.
         detail: String,
     },
     /// The database schema is newer than this build understands.
@@ -171,7 +172,8 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
     /// A key or number column of a stored row holds a value no build writes (a negative
-    /// sequence number or epoch, a checkpoint id of the wrong length): the store was damaged.
+    /// sequence number or epoch, a checkpoint id of the wrong length, on SQLite a value of
+    /// another type than the column's): the store was damaged.
     #[error("{context}: damaged column: {detail}")]
     DamagedColumn {
         /// Which backend, thread and column.

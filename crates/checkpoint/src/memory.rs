@@ -3,7 +3,7 @@
 //! Useful for tests and ephemeral graphs; it measures stored bytes exactly like the
 //! database savers because it stores the same encoded rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
@@ -37,6 +37,9 @@ struct Tables {
     epochs: BTreeMap<ThreadId, u64>,
     /// Version marks (`Backend::version_mark`; `None`: unknown).
     marks: BTreeMap<(ThreadId, CheckpointNs), Option<u64>>,
+    /// The run index (`Backend::run_threads`): each run with a thread it put a checkpoint on,
+    /// kept until the thread is deleted, as the database savers keep theirs.
+    runs: BTreeSet<(crate::ids::RunId, ThreadId)>,
 }
 
 /// The map-backed row store.
@@ -394,8 +397,7 @@ impl Backend for MemoryBackend {
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
-        // No run index: `delete_for_runs` scans the (in-process) checkpoints.
-        _run: Option<crate::ids::RunId>,
+        run: Option<crate::ids::RunId>,
         mark: u64,
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
@@ -451,11 +453,25 @@ impl Backend for MemoryBackend {
             }
         };
         t.marks.insert(key, raised);
+        if let Some(run) = run {
+            t.runs.insert((run, row.thread_id.clone()));
+        }
         t.checkpoints.insert(
             (row.thread_id, row.ns, row.id),
             (row.parent, row.record, row.metadata),
         );
         Ok(())
+    }
+
+    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Vec<ThreadId>> {
+        let t = self.lock();
+        let found: BTreeSet<ThreadId> = t
+            .runs
+            .iter()
+            .filter(|(run, _)| runs.contains(run))
+            .map(|(_, th)| th.clone())
+            .collect();
+        Ok(found.into_iter().collect())
     }
 
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
@@ -511,6 +527,7 @@ impl Backend for MemoryBackend {
         t.writes.retain(|k, _| &k.0 != thread);
         t.messages.retain(|k, _| &k.0 != thread);
         t.marks.retain(|k, _| &k.0 != thread);
+        t.runs.retain(|(_, th)| th != thread);
         *t.epochs.entry(thread.clone()).or_insert(0) += 1;
         Ok(())
     }
@@ -628,6 +645,13 @@ impl Backend for MemoryBackend {
             };
             t.marks.insert(key, merged);
         }
+        let runs: Vec<_> = t
+            .runs
+            .iter()
+            .filter(|(_, th)| th == source)
+            .map(|(run, _)| (run.clone(), target.clone()))
+            .collect();
+        t.runs.extend(runs);
         t.checkpoints.extend(cps);
         t.blobs.extend(blobs);
         t.writes.extend(writes);

@@ -884,16 +884,7 @@ impl Backend for PgBackend {
             }
             return Ok(None);
         };
-        let mode = ChannelMode::parse(&mode).ok_or_else(|| {
-            Error::InvalidArgument(format!("store records unknown channel mode {mode:?}"))
-        })?;
-        let freq = freq
-            .parse::<u32>()
-            .map_err(|_| {
-                Error::InvalidArgument(format!("store records invalid snapshot frequency {freq:?}"))
-            })
-            .and_then(SnapshotFrequency::new)?;
-        Ok(Some((mode, freq)))
+        crate::engine::parse_config(&mode, &freq).map(Some)
     }
 
     async fn write_config(
@@ -1432,7 +1423,7 @@ impl Backend for PgBackend {
         tx.commit().await.map_err(deadlock_or(thread, ctx))
     }
 
-    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Option<Vec<ThreadId>>> {
+    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Vec<ThreadId>> {
         let ctx = "postgres: reading the run index";
         let c = self.client(ctx).await?;
         let runs: Vec<&str> = runs.iter().map(crate::ids::RunId::as_str).collect();
@@ -1445,11 +1436,10 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(pg_err(ctx))?;
-        Ok(Some(
-            rows.iter()
-                .map(|r| ThreadId::new(r.get::<_, String>(0)))
-                .collect(),
-        ))
+        Ok(rows
+            .iter()
+            .map(|r| ThreadId::new(r.get::<_, String>(0)))
+            .collect())
     }
 
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
@@ -2874,8 +2864,7 @@ mod tests {
         let paired = b
             .run_threads(std::slice::from_ref(&run))
             .await
-            .expect("index")
-            .unwrap_or_default();
+            .expect("index");
         assert!(
             left.is_empty() || paired.contains(&ThreadId::new("t")),
             "{} checkpoints of the run left without their pair",

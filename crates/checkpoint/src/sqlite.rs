@@ -64,8 +64,26 @@ const RUNS_MIGRATION: usize = 4;
 /// The schema version this build writes.
 pub const SQLITE_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// A SQLite error with its context. A stored value of a type or range no build writes (SQLite
+/// columns take any type whatever the schema says: a TEXT checkpoint id, a REAL sequence
+/// number) is damage, [`Error::DamagedColumn`] (kind `Corrupt`), not a backend failure a
+/// caller might retry; PostgreSQL's typed columns cannot hold such values.
 fn sql_err(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error {
-    move |e| Error::backend(context, e)
+    move |e| match e {
+        rusqlite::Error::InvalidColumnType(_, column, found) => Error::DamagedColumn {
+            context: context.into(),
+            detail: format!("column {column} holds a value of type {found}"),
+        },
+        rusqlite::Error::IntegralValueOutOfRange(i, v) => Error::DamagedColumn {
+            context: context.into(),
+            detail: format!("column {i} holds {v}, out of range"),
+        },
+        rusqlite::Error::FromSqlConversionFailure(i, found, source) => Error::DamagedColumn {
+            context: context.into(),
+            detail: format!("column {i} holds a {found} value that does not convert: {source}"),
+        },
+        e => Error::backend(context, e),
+    }
 }
 
 fn id_bytes(id: CheckpointId) -> [u8; 16] {
@@ -637,21 +655,25 @@ const ROW_COLS: &str = "checkpoint_id, parent_id, record, metadata, thread_id, c
 impl Backend for SqliteBackend {
     async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>> {
         self.run(|c| {
+            let ctx = "sqlite: reading store configuration";
+            // One read transaction: its reads see one snapshot, so a record another process
+            // rewrites meanwhile is read whole, before or after (as PostgreSQL's one statement).
+            let tx = c.transaction().map_err(sql_err(ctx))?;
             let get = |k: &str| -> Result<Option<String>> {
-                c.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
+                tx.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
                     r.get(0)
                 })
                 .optional()
-                .map_err(sql_err("sqlite: reading store configuration"))
+                .map_err(sql_err(ctx))
             };
             let (mode, freq) = (get("channel_mode")?, get("snapshot_frequency")?);
             let (Some(mode), Some(freq)) = (mode.clone(), freq.clone()) else {
                 // A new store records its configuration before its first checkpoint.
-                let data: bool = c
+                let data: bool = tx
                     .query_row("SELECT EXISTS (SELECT 1 FROM checkpoints)", [], |r| {
                         r.get(0)
                     })
-                    .map_err(sql_err("sqlite: reading store configuration"))?;
+                    .map_err(sql_err(ctx))?;
                 if data {
                     return Err(crate::engine::config_damaged(
                         mode.as_deref(),
@@ -660,18 +682,7 @@ impl Backend for SqliteBackend {
                 }
                 return Ok(None);
             };
-            let mode = ChannelMode::parse(&mode).ok_or_else(|| {
-                Error::InvalidArgument(format!("store records unknown channel mode {mode:?}"))
-            })?;
-            let freq = freq
-                .parse::<u32>()
-                .map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "store records invalid snapshot frequency {freq:?}"
-                    ))
-                })
-                .and_then(SnapshotFrequency::new)?;
-            Ok(Some((mode, freq)))
+            crate::engine::parse_config(&mode, &freq).map(Some)
         })
         .await
     }
@@ -1016,7 +1027,7 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Option<Vec<ThreadId>>> {
+    async fn run_threads(&self, runs: &[crate::ids::RunId]) -> Result<Vec<ThreadId>> {
         let runs: Vec<String> = runs.iter().map(|r| r.as_str().to_owned()).collect();
         self.run(move |c| {
             let ctx = "sqlite: reading the run index";
@@ -1031,7 +1042,7 @@ impl Backend for SqliteBackend {
                     .map_err(sql_err(ctx))?;
                 threads.extend(found.into_iter().map(ThreadId::new));
             }
-            Ok(Some(threads.into_iter().collect()))
+            Ok(threads.into_iter().collect())
         })
         .await
     }

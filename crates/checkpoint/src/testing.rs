@@ -113,6 +113,7 @@ macro_rules! conformance_suite {
             antler_list_without_values_is_list_minus_values_and_writes,
             antler_list_pages_agree_with_the_whole_list,
             antler_delete_for_runs_pages_through_a_large_store,
+            antler_delete_for_runs_reads_only_the_runs_threads,
             antler_channel_values_are_read_by_key_wherever_stored,
             antler_channel_values_reach_past_records_that_do_not_list_the_channel,
             antler_channel_values_are_mode_gated,
@@ -156,7 +157,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 138;
+pub const CASE_COUNT: usize = 139;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2735,9 +2736,8 @@ pub async fn antler_list_pages_agree_with_the_whole_list(saver: &dyn Saver) {
 }
 
 /// `delete_for_runs` finds a run's checkpoints however many other checkpoints the store
-/// holds (the memory saver scans it in pages of 1,024 rows; the database savers look the run
-/// up in their index): the run's thread is the oldest and sorts last, so it is on the second
-/// page in list order and in key order.
+/// holds (every saver looks the run up in its index): the run's thread is the oldest and
+/// sorts last, so it is on the second page in list order and in key order.
 pub async fn antler_delete_for_runs_pages_through_a_large_store(saver: &dyn Saver) {
     let doomed = chain(saver, "zz", "", 2, Some("doomed")).await;
     chain(saver, "zz", "sub", 3, Some("other")).await;
@@ -2753,6 +2753,33 @@ pub async fn antler_delete_for_runs_pages_through_a_large_store(saver: &dyn Save
     }
     assert_eq!(count(saver, ListQuery::thread("zz")).await, 3);
     assert_eq!(count(saver, ListQuery::default()).await, 1043);
+}
+
+/// `delete_for_runs` reads only the threads its runs put checkpoints on, and the copies
+/// `copy_thread` made of them: damaged records in another thread do not fail it, and stay.
+pub async fn antler_delete_for_runs_reads_only_the_runs_threads(saver: &dyn Saver) {
+    let doomed = chain(saver, "runs-a", "", 2, Some("r1")).await;
+    chain(saver, "runs-b", "", 2, Some("other")).await;
+    saver
+        .copy_thread(&thread("runs-a"), &thread("runs-c"))
+        .await
+        .unwrap();
+    // The metadata tag with a wrong checksum: any read of runs-b's records fails.
+    tamper(
+        saver,
+        "runs-b",
+        Tamper::MetadataBytes(vec![0x21, 0, 0, 0, 0, b'x']),
+    )
+    .await;
+    saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+    for c in &doomed {
+        assert!(saver.get_tuple(c).await.unwrap().is_none());
+    }
+    for t in ["runs-a", "runs-c"] {
+        assert_eq!(count(saver, ListQuery::thread(t)).await, 0, "{t}");
+    }
+    let err = saver.get_tuple(&cfg("runs-b", "", None)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
 }
 
 // ---- get_ancestors_without_values ----------------------------------------------------------

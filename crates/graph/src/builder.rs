@@ -134,13 +134,20 @@ impl RetryOn {
     /// The rule of a policy without a predicate: every failure is retried except this
     /// runtime's own deterministic errors coming up from a subgraph node (a recursion limit,
     /// an invalid update, a refused input, a reducer's or a build error, a value that does
-    /// not (de)serialize, a missing checkpoint), which another attempt would only repeat;
-    /// a failed node inside the subgraph or a store error is retried.
+    /// not (de)serialize, a missing checkpoint) and panics, which another attempt would only
+    /// repeat; a node inside the subgraph that failed with an error of its own, or a store
+    /// error, is retried. A failure passed up through nested subgraphs is judged by what the
+    /// innermost node failed with, however deep.
     pub fn default_rule(e: &(dyn std::error::Error + 'static)) -> bool {
-        use crate::error::ErrorKind;
-        match e.downcast_ref::<crate::error::Error>() {
-            Some(g) => matches!(g.kind(), ErrorKind::Node | ErrorKind::Storage),
-            None => true,
+        use crate::error::{Error, ErrorKind};
+        let mut e = e;
+        loop {
+            match e.downcast_ref::<Error>() {
+                // A subgraph's node failed: its own failure decides, not the wrapping.
+                Some(Error::NodeFailed { source, .. }) => e = source.as_ref(),
+                Some(g) => return g.kind() == ErrorKind::Storage,
+                None => return true,
+            }
         }
     }
 }

@@ -338,6 +338,38 @@ fn a_damaged_ancestor_fails_the_chain_naming_it() {
     });
 }
 
+/// SQLite columns take a value of any type whatever the schema says: a stored value of a type
+/// no build writes is damage (kind `Corrupt`), as on PostgreSQL, whose typed columns refuse
+/// it. Before, it surfaced as a backend error, which a caller might retry.
+#[test]
+fn a_value_of_another_type_in_a_sqlite_column_is_damage() {
+    antler_checkpoint::testing::block_on(async {
+        for edit in [
+            "UPDATE checkpoints SET record = CAST(record AS TEXT)",
+            "UPDATE messages SET seq = seq + 0.5",
+            "UPDATE writes SET idx = 'first'",
+        ] {
+            let (saver, fx) = fixture().await;
+            drop(saver);
+            rusqlite::Connection::open(&fx.path)
+                .unwrap()
+                .execute(edit, [])
+                .unwrap();
+            let saver = SqliteSaver::open(
+                &fx.path,
+                StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+            )
+            .await
+            .unwrap();
+            let err = read(&saver, fx.configs.last().unwrap())
+                .await
+                .expect_err(edit);
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{edit}: {err}");
+            assert!(err.to_string().contains("damaged column"), "{edit}: {err}");
+        }
+    });
+}
+
 #[test]
 fn a_deleted_message_body_is_an_error_not_a_shorter_list() {
     antler_checkpoint::testing::block_on(async {

@@ -503,3 +503,131 @@ fn a_store_with_data_and_no_whole_configuration_does_not_open() {
         let _ = task.await;
     });
 }
+
+/// A recorded configuration that does not parse (a mode or frequency no build writes) is a
+/// damaged record, kind `Config`, whether or not the store holds checkpoints; before, it was
+/// `InvalidInput`, and a frequency of 0 read as the caller's own bad argument.
+#[test]
+fn an_unreadable_recorded_configuration_is_a_damaged_store() {
+    antler_checkpoint::testing::block_on(async {
+        let edits = [
+            "UPDATE antler_meta SET value = '0' WHERE key = 'snapshot_frequency'",
+            "UPDATE antler_meta SET value = 'ten' WHERE key = 'snapshot_frequency'",
+            "UPDATE antler_meta SET value = 'sideways' WHERE key = 'channel_mode'",
+        ];
+        for (i, edit) in edits.iter().enumerate() {
+            for data in [false, true] {
+                let path = tmp(&format!("unreadable-{i}-{data}.db"));
+                {
+                    let saver = SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                        .await
+                        .unwrap();
+                    if data {
+                        put_delta_thread(&saver, "t").await;
+                    }
+                }
+                rusqlite::Connection::open(&path)
+                    .unwrap()
+                    .execute(edit, [])
+                    .unwrap();
+                let Err(err) = SqliteSaver::open(&path, StoreConfig::delta(f(10))).await else {
+                    panic!("{edit}: opened");
+                };
+                assert_eq!(err.kind(), ErrorKind::Config, "{edit}: {err}");
+                assert!(err.to_string().contains("unreadable"), "{err}");
+            }
+        }
+        // The same on PostgreSQL.
+        let Some((saver, options)) = crate::postgres::fresh(StoreConfig::delta(f(10))).await else {
+            return;
+        };
+        drop(saver);
+        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        client
+            .batch_execute(&format!(
+                "UPDATE \"{}\".antler_meta SET value = '0' WHERE key = 'snapshot_frequency'",
+                options.schema
+            ))
+            .await
+            .unwrap();
+        let Err(err) =
+            antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::delta(f(10)))
+                .await
+        else {
+            panic!("opened");
+        };
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(err.to_string().contains("unreadable"), "{err}");
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", options.schema))
+            .await
+            .unwrap();
+        drop(client);
+        let _ = task.await;
+    });
+}
+
+/// SQLite reads the recorded configuration in one snapshot: while another process rewrites
+/// the record between (full, 10) and (delta, 20), every open with (full, 20) fails naming one
+/// of the two, never a mix of them. Before, the two keys were read by two statements, each in
+/// its own snapshot: an open could read (full, 20), open a delta store in full mode, or name
+/// a configuration that never existed.
+#[test]
+fn the_sqlite_configuration_is_read_in_one_snapshot() {
+    antler_checkpoint::testing::block_on(async {
+        let path = tmp("torn-config.db");
+        drop(SqliteSaver::open(&path, StoreConfig::full()).await.unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (path, stop) = (path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let c = rusqlite::Connection::open(&path).unwrap();
+                c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+                let mut rewrites = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (mode, frequency) = if rewrites.is_multiple_of(2) {
+                        ("delta", "20")
+                    } else {
+                        ("full", "10")
+                    };
+                    c.execute_batch(&format!(
+                        "BEGIN IMMEDIATE;
+                         UPDATE antler_meta SET value = '{mode}' WHERE key = 'channel_mode';
+                         UPDATE antler_meta SET value = '{frequency}' WHERE key = 'snapshot_frequency';
+                         COMMIT;"
+                    ))
+                    .unwrap();
+                    rewrites += 1;
+                }
+                rewrites
+            })
+        };
+        let requested = StoreConfig {
+            mode: ChannelMode::Full,
+            snapshot_frequency: f(20),
+            ..StoreConfig::full()
+        };
+        for _ in 0..400 {
+            match SqliteSaver::open(&path, requested).await {
+                Ok(_) => panic!("opened with (full, 20), which the store never recorded"),
+                Err(antler_checkpoint::Error::StoreConfigMismatch {
+                    stored_mode,
+                    stored_frequency,
+                    ..
+                }) => assert!(
+                    matches!(
+                        (stored_mode, stored_frequency.get()),
+                        (ChannelMode::Full, 10) | (ChannelMode::Delta, 20)
+                    ),
+                    "read a configuration never recorded: ({stored_mode}, {stored_frequency})"
+                ),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(writer.join().unwrap() > 0, "the record was rewritten");
+    });
+}

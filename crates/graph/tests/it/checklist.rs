@@ -1195,15 +1195,71 @@ async fn retry_waits_that_are_not_durations_do_not_panic() {
 /// with `retry_on` only what the predicate accepts.
 #[tokio::test(start_paused = true)]
 async fn a_retry_policy_retries_only_what_its_rule_accepts() {
+    // The subgraph that fails is the retried node itself (depth 1) or a node one plain
+    // subgraph further down (depth 2): the rule classifies what the innermost node failed
+    // with, not the subgraph node that passed the failure up.
+    for depth in [1, 2] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut inner = graph();
+        let r = runs.clone();
+        inner.add_node("spin", move |_s: State, _c| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Update::new().set(&LOG, log(&["spin"]))) }
+        });
+        inner.add_edge("__start__", "spin");
+        inner.add_router("spin", None, |_s: &State| vec!["spin".into()]);
+        let mut failing = inner.compile().unwrap();
+        if depth == 2 {
+            let mut middle = graph();
+            middle.add_subgraph("inner", failing);
+            middle
+                .add_edge("__start__", "inner")
+                .add_edge("inner", "__end__");
+            failing = middle.compile().unwrap();
+        }
+        let mut outer = graph();
+        outer.add_subgraph_with(
+            "sub",
+            failing,
+            antler_graph::NodeOptions {
+                retry: Some(antler_graph::RetryPolicy::default()),
+                ..Default::default()
+            },
+        );
+        outer
+            .add_edge("__start__", "sub")
+            .add_edge("sub", "__end__");
+        let err = memory(outer)
+            .invoke(
+                Update::new().set(&LOG, log(&["in"])),
+                &RunConfig::new("t").with_recursion_limit(4),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("Recursion limit"), "{err}");
+        let spins = runs.load(Ordering::SeqCst);
+        assert!(
+            spins <= 5,
+            "depth {depth}: one attempt of the subgraph, not three: {spins} runs"
+        );
+    }
+
+    // A panic inside a subgraph is not retried either, as a panic of the node's own is not.
     let runs = Arc::new(AtomicUsize::new(0));
     let mut inner = graph();
     let r = runs.clone();
-    inner.add_node("spin", move |_s: State, _c| {
+    inner.add_node("boom", move |_s: State, _c| {
         r.fetch_add(1, Ordering::SeqCst);
-        async { Ok(Update::new().set(&LOG, log(&["spin"]))) }
+        async {
+            if true {
+                panic!("a bug, not a transient failure");
+            }
+            Ok(Update::new())
+        }
     });
-    inner.add_edge("__start__", "spin");
-    inner.add_router("spin", None, |_s: &State| vec!["spin".into()]);
+    inner
+        .add_edge("__start__", "boom")
+        .add_edge("boom", "__end__");
     let mut outer = graph();
     outer.add_subgraph_with(
         "sub",
@@ -1217,18 +1273,11 @@ async fn a_retry_policy_retries_only_what_its_rule_accepts() {
         .add_edge("__start__", "sub")
         .add_edge("sub", "__end__");
     let err = memory(outer)
-        .invoke(
-            Update::new().set(&LOG, log(&["in"])),
-            &RunConfig::new("t").with_recursion_limit(4),
-        )
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("Recursion limit"), "{err}");
-    let spins = runs.load(Ordering::SeqCst);
-    assert!(
-        spins <= 5,
-        "one attempt of the subgraph, not three: {spins} runs"
-    );
+    assert!(err.to_string().contains("panicked"), "{err}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the panic was not retried");
 
     let never = antler_graph::RetryPolicy {
         retry_on: Some(antler_graph::RetryOn::new(|_| false)),
@@ -2041,4 +2090,75 @@ async fn a_resume_addressed_to_the_newest_checkpoint_is_a_run_on_the_head() {
         results.push(format!("{:?}", out.values.get(&LOG)));
     }
     assert_eq!(results[0], results[1]);
+}
+
+/// A live write the compiled graph cannot take fails the task with a typed error naming it,
+/// where the reference drops it with at most a warning (runtime-spec §2.4 step 5, §2.3): an
+/// update of an undeclared channel, a goto or `Send` to an unknown node, and a subgraph's
+/// command for its parent that updates a channel only the subgraph declares. Dropping them
+/// would lose the node's output without a sign.
+#[tokio::test]
+async fn live_writes_to_an_undeclared_channel_or_node_fail_the_task() {
+    use antler_graph::{ErrorKind, MemoryCheckpointer, Send as Packet, StateGraph};
+    const UNDECLARED: Key<String> = Key::from_static("undeclared");
+    let run = |g: antler_graph::StateGraph| async move {
+        memory(g)
+            .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+            .await
+            .unwrap_err()
+    };
+    let single = |out: fn() -> Command| {
+        let mut g = graph();
+        g.add_node("a", move |_s: State, _c| std::future::ready(Ok(out())));
+        g.add_edge("__start__", "a").add_edge("a", "__end__");
+        g
+    };
+    for (what, g, named) in [
+        (
+            "update",
+            single(|| Command::new().update(Update::new().set(&UNDECLARED, "x".to_owned()))),
+            "undeclared",
+        ),
+        ("goto", single(|| Command::new().goto("nowhere")), "nowhere"),
+        (
+            "send",
+            single(|| Command::new().goto(Packet::new("nowhere"))),
+            "nowhere",
+        ),
+    ] {
+        let e = run(g).await;
+        assert_eq!(e.kind(), ErrorKind::InvalidUpdate, "{what}: {e}");
+        assert!(e.to_string().contains(named), "{what}: {e}");
+    }
+    // A subgraph's command for its parent, updating a channel the parent does not declare.
+    let mut inner = graph();
+    inner
+        .channel(&UNDECLARED, ChannelSpec::last_value())
+        .expect("declared once");
+    inner.add_node("escalate", |_s: State, _c| async {
+        Ok(Command::new()
+            .update(Update::new().set(&UNDECLARED, "child only".to_owned()))
+            .to_parent())
+    });
+    inner
+        .add_edge("__start__", "escalate")
+        .add_edge("escalate", "__end__");
+    let mut outer = StateGraph::new();
+    outer
+        .channel(&LOG, ChannelSpec::last_value())
+        .expect("declared once");
+    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let e = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidUpdate, "{e}");
+    assert!(e.to_string().contains("undeclared"), "{e}");
 }
