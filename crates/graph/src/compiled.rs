@@ -1029,6 +1029,11 @@ impl CompiledGraph {
     /// after `__start__` run next (a thread seeded without running anything). Without
     /// `as_node`, the node that ran last is taken, `__start__` included, and `__start__` when
     /// nothing ran ([`Error::AmbiguousAsNode`] when several ran last together).
+    ///
+    /// Empty `values` as `__end__` clear the pending step instead: its tasks are consumed as if
+    /// they had run, the results its finished tasks stored are applied, and an interrupted,
+    /// failed or unstarted task will not run (what the applied results trigger is next). This
+    /// is how a pending interrupt is dropped. Values as `__end__` are refused.
     pub async fn update_state(
         &self,
         config: &RunConfig,

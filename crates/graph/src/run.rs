@@ -2485,6 +2485,10 @@ pub(crate) async fn update_state(
         // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).
         live.floor = thread_max_version(cp, &cfg.scope()).await?;
     }
+    // No values as `__end__`: the update clears the pending step instead (the reference's
+    // `bulk_update_state` branch for it): see `clear_pending`.
+    let clear = values.is_empty() && as_node.as_ref().is_some_and(|n| n.as_str() == END);
+    let mut pending = Vec::new();
     if let Some(t) = &saved {
         // update_state does not apply the head's pending step, not even its finished tasks'
         // writes: the reference's traces show it (graph-programs g1-00000 and g1-00043, an
@@ -2492,15 +2496,20 @@ pub(crate) async fn update_state(
         force_unreplayed(g, &mut live, &t.pending_writes);
         let tasks = next_tasks(g, &live, Some(&t.checkpoint.id), t.checkpoint.step + 1)?;
         force_if_unfinished(&mut live, &tasks);
-        if cfg.checkpoint_id.is_some() {
+        if cfg.checkpoint_id.is_some() && !clear {
             // The input stored on an addressed checkpoint is not applied (below).
             force_stored_input(g, &mut live, &t.pending_writes);
         }
+        pending = tasks;
     }
     // The input stored on the head (a command's update) is applied first, as a run on the head
     // would; not on an addressed checkpoint, as the reference's update applies pending writes
-    // only when no checkpoint is addressed (a run addressed to it applies that input).
-    if let Some(t) = saved.as_ref().filter(|_| cfg.checkpoint_id.is_none()) {
+    // only when no checkpoint is addressed (a run addressed to it applies that input). A clear
+    // applies it on an addressed checkpoint too, as the reference's does.
+    if let Some(t) = saved
+        .as_ref()
+        .filter(|_| cfg.checkpoint_id.is_none() || clear)
+    {
         let null_ch = null_writes(g, &t.pending_writes)?;
         if !null_ch.is_empty() {
             apply_writes(
@@ -2515,44 +2524,11 @@ pub(crate) async fn update_state(
             )?;
         }
     }
-    let node = match as_node {
-        // `__start__` too (node 0): its writers take the values as input and trigger the
-        // nodes after it, which is how a thread is seeded without running anything.
-        Some(n) => *g.node_idx.get(&n).ok_or_else(|| Error::AmbiguousAsNode {
-            reason: format!("unknown node '{n}'"),
-        })?,
-        None => infer_as_node(g, &live)?,
+    let updated = if clear {
+        clear_pending(g, &mut live, saved.as_ref(), &pending)?
+    } else {
+        update_as_node(g, &mut live, values, as_node)?
     };
-    // `as_node`'s router runs here: a panic in it is the update's error, as a router's panic
-    // in a run is the task's, not one that unwinds into the caller.
-    let command = Command::from(values);
-    let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        resolve(g, node, &command, &live)
-    }))
-    .unwrap_or_else(|p| {
-        Err(Error::NodePanicked {
-            node: g.nodes[node].id.clone(),
-            message: panic_message(p.as_ref()),
-        })
-    })?;
-    // The update's writes are not stored as task writes anywhere a history walk would find them:
-    // the update checkpoint snapshots every delta channel it writes (spec §8, §5.4).
-    for (c, _) in &resolved.writes {
-        if let Some(d) = live.chans[*c].delta() {
-            d.forced = true;
-        }
-    }
-    let name = g.nodes[node].id.as_str();
-    let updated = apply_writes(
-        g,
-        &mut live,
-        &[Applied {
-            name,
-            triggers: &[],
-            bump: true,
-            writes: &resolved.writes,
-        }],
-    )?;
     live.updated = Some(updated);
     let id = new_checkpoint_id();
     let mut rec = live.checkpoint_record(
@@ -2587,6 +2563,89 @@ pub(crate) async fn update_state(
     )
     .await?;
     Ok(id)
+}
+
+/// Clears the loaded checkpoint's pending step (`update_state` with no values as `__end__`,
+/// runtime-spec §8's update, the reference's branch for it): every task of the step is
+/// consumed as if it had run, with the results the finished ones stored applied in task
+/// order as the barrier applies them, and nothing for the others (an interrupted or failed
+/// task, or one that never ran); the update checkpoint then has no pending step left, unless
+/// those results trigger nodes of their own. A stored result that does not decode fails the
+/// update, as it fails a run that resumes the step.
+fn clear_pending(
+    g: &Graph,
+    live: &mut Live,
+    saved: Option<&CheckpointTuple>,
+    tasks: &[Task],
+) -> Result<BTreeSet<usize>> {
+    let Some(t) = saved else {
+        return Ok(BTreeSet::new());
+    };
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(decode_writes(g, &t.pending_writes, &task.id)?.unwrap_or_default());
+    }
+    let batch: Vec<Applied<'_>> = tasks
+        .iter()
+        .zip(&results)
+        .map(|(task, writes)| Applied {
+            name: g.nodes[task.node].id.as_str(),
+            triggers: &task.triggers,
+            bump: true,
+            writes: writes.as_slice(),
+        })
+        .collect();
+    if batch.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    apply_writes(g, live, &batch)
+}
+
+/// Applies `values` as `as_node`'s writes (its writers and router run), as `update_state` does.
+fn update_as_node(
+    g: &Graph,
+    live: &mut Live,
+    values: Update,
+    as_node: Option<NodeId>,
+) -> Result<BTreeSet<usize>> {
+    let node = match as_node {
+        // `__start__` too (node 0): its writers take the values as input and trigger the
+        // nodes after it, which is how a thread is seeded without running anything.
+        Some(n) => *g.node_idx.get(&n).ok_or_else(|| Error::AmbiguousAsNode {
+            reason: format!("unknown node '{n}'"),
+        })?,
+        None => infer_as_node(g, live)?,
+    };
+    // `as_node`'s router runs here: a panic in it is the update's error, as a router's panic
+    // in a run is the task's, not one that unwinds into the caller.
+    let command = Command::from(values);
+    let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        resolve(g, node, &command, live)
+    }))
+    .unwrap_or_else(|p| {
+        Err(Error::NodePanicked {
+            node: g.nodes[node].id.clone(),
+            message: panic_message(p.as_ref()),
+        })
+    })?;
+    // The update's writes are not stored as task writes anywhere a history walk would find them:
+    // the update checkpoint snapshots every delta channel it writes (spec §8, §5.4).
+    for (c, _) in &resolved.writes {
+        if let Some(d) = live.chans[*c].delta() {
+            d.forced = true;
+        }
+    }
+    let name = g.nodes[node].id.as_str();
+    apply_writes(
+        g,
+        live,
+        &[Applied {
+            name,
+            triggers: &[],
+            bump: true,
+            writes: &resolved.writes,
+        }],
+    )
 }
 
 /// A graph whose `messages` channel is a delta channel does not write to a full-mode store: the

@@ -3656,3 +3656,85 @@ async fn a_resume_with_goto_on_a_finished_older_checkpoint_forks() {
         assert_eq!(got, before, "sqlite: {sqlite}: the older child, read cold");
     }
 }
+
+/// `update_state` with no values as `__end__` clears the pending step (the reference's
+/// branch of its update for it): the interrupted task will not run, the finished sibling's
+/// result is applied, and what that result triggers is next. On a delta `messages` channel,
+/// through both stores; a cold read shows what the live graph shows. Values as `__end__`
+/// are refused, and a clear on a fresh thread stores an empty update checkpoint. Before, every
+/// `__end__` update was refused as an unknown node.
+#[tokio::test]
+async fn an_update_as_end_without_values_clears_the_pending_step() {
+    use antler_graph::{Context, Error};
+    let build = || {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(2))
+            .expect("declared once");
+        g.add_node("a", |_s: State, _c| async {
+            Ok(Update::new().set(&MESSAGES, vec![ai(Some("a"), "from a")]))
+        });
+        g.add_node("after_a", |_s: State, _c| async {
+            Ok(Update::new().set(&MESSAGES, vec![ai(Some("after"), "after a")]))
+        });
+        g.add_node("ask", |_s: State, ctx: Context| async move {
+            let answer = ctx.interrupt(serde_json::json!("go on?"))?;
+            Ok(Update::new().set(&MESSAGES, vec![ai(Some("asked"), &answer.to_string())]))
+        });
+        g.add_edge("__start__", "a")
+            .add_edge("__start__", "ask")
+            .add_edge("a", "after_a")
+            .add_edge("after_a", "__end__")
+            .add_edge("ask", "__end__");
+        g
+    };
+    let ids = |s: &antler_graph::StateSnapshot| -> Vec<String> {
+        s.values
+            .get(&MESSAGES)
+            .map(|m| m.iter().filter_map(|m| m.id.clone()).collect())
+            .unwrap_or_default()
+    };
+    for store in both_stores(2) {
+        let graph = build().compile().unwrap().with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        let out = graph.invoke(human(0), &cfg).await.unwrap();
+        assert_eq!(out.interrupts.len(), 1);
+        let end = Some(antler_graph::NodeId::from("__end__"));
+        let refused = graph
+            .update_state(&cfg, human(1), end.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, Error::AmbiguousAsNode { .. }),
+            "{refused}"
+        );
+        graph
+            .update_state(&cfg, Update::new(), end.clone())
+            .await
+            .unwrap();
+        let cleared = graph.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(ids(&cleared), ["h-0", "a"]);
+        assert_eq!(cleared.next, [antler_graph::NodeId::from("after_a")]);
+        assert!(cleared.tasks.iter().all(|t| t.interrupts.is_empty()));
+        let cold = build()
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone())
+            .with_hot_cache(false);
+        let read = cold.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!((ids(&read), read.next), (ids(&cleared), cleared.next));
+        // The run goes on from the cleared step: `after_a` runs, `ask` does not.
+        let done = graph.invoke(Input::Continue, &cfg).await.unwrap();
+        assert!(done.interrupts.is_empty());
+        let last = graph.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(ids(&last), ["h-0", "a", "after"]);
+        assert!(last.next.is_empty());
+        // A fresh thread: an empty update checkpoint, nothing next.
+        let fresh = RunConfig::new("fresh");
+        graph
+            .update_state(&fresh, Update::new(), end)
+            .await
+            .unwrap();
+        let s = graph.get_state(&fresh).await.unwrap().unwrap();
+        assert!(ids(&s).is_empty() && s.next.is_empty());
+    }
+}
