@@ -240,6 +240,10 @@ impl PromotedState {
 /// `merge_promoted` (R11): same catalog hash accumulates names, a different
 /// (or missing) hash replaces wholesale so stale names cannot leak across a
 /// catalog change; a null or empty (`{}`) write keeps the existing value.
+///
+/// An existing value without a `catalog_hash` key is malformed and never
+/// matches (R11.2), not even a new value whose hash is `null` or missing: its
+/// names would otherwise survive the write.
 pub fn merge_promoted(
     existing: Option<PromotedState>,
     new: Option<PromotedState>,
@@ -251,14 +255,18 @@ pub fn merge_promoted(
     let new_hash = new.hash().map(str::to_owned);
     let new_names = new.names.flatten().unwrap_or_default();
     let names = match existing {
-        Some(existing) if existing.hash() == new_hash.as_deref() => dedup_first(
-            existing
-                .names
-                .flatten()
-                .unwrap_or_default()
-                .into_iter()
-                .chain(new_names),
-        ),
+        Some(existing)
+            if existing.catalog_hash.is_some() && existing.hash() == new_hash.as_deref() =>
+        {
+            dedup_first(
+                existing
+                    .names
+                    .flatten()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(new_names),
+            )
+        }
         _ => dedup_first(new_names),
     };
     Some(PromotedState {

@@ -81,8 +81,18 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// A field that is present, `null` included: `Some(None)` for `null` (a
+/// missing field is `None` through the struct's `default`).
+fn present<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Some(Option::<T>::deserialize(d)?))
+}
+
 /// The persisted state of a DeerFlow thread (R2). `None` means the field was
-/// never written.
+/// never written (or, except for `promoted`, written `null`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ThreadState {
@@ -115,9 +125,14 @@ pub struct ThreadState {
     /// Viewed images (`merge_viewed_images`).
     #[serde(deserialize_with = "null_as_empty")]
     pub viewed_images: ViewedImages,
-    /// Deferred-tool promotions (`merge_promoted`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub promoted: Option<PromotedState>,
+    /// Deferred-tool promotions (`merge_promoted`): `None` never written,
+    /// `Some(None)` written `null`. The two differ here, unlike in the other
+    /// optional fields: a channel holding `null` passes the next write through
+    /// the reducer (R42), and `merge_promoted(null, new)` de-duplicates `new`'s
+    /// names and keeps `null` for an empty `{}`, where an empty channel stores
+    /// the first write as given.
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub promoted: Option<Option<PromotedState>>,
     /// Delegation ledger (`merge_delegations`).
     #[serde(deserialize_with = "null_as_empty")]
     pub delegations: Vec<DelegationEntry>,
@@ -225,7 +240,12 @@ pub fn apply_updates(
     optional!(goal, |a, b| Ok(merge_goal(a, b)));
     last_value!(uploaded_files, field::UPLOADED_FILES);
     always_present!(viewed_images, merge_viewed_images);
-    optional!(promoted, |a, b| Ok(merge_promoted(a, b)));
+    // `promoted` keeps a written `null` apart from an empty channel (see the
+    // field): the fold starts from what the field holds, `null` included.
+    let (promoted, _) = fold_reducer_writes(state.promoted.take(), collect!(promoted), |a, b| {
+        Ok(merge_promoted(a, b))
+    })?;
+    state.promoted = promoted;
     always_present!(delegations, merge_delegations);
     always_present!(skill_context, merge_skill_context);
     last_value!(summary_text, field::SUMMARY_TEXT);

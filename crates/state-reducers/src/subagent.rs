@@ -33,7 +33,8 @@ pub struct SubagentResult {
 fn non_blank<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     map.get(key)
         .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
+        // Python's `str.strip()`, which also strips U+001C–U+001F.
+        .filter(|s| !s.chars().all(crate::pytext::is_py_space))
 }
 
 fn is_sha256(s: &str) -> bool {
@@ -91,6 +92,25 @@ mod tests {
 
     fn read(v: Value) -> Option<SubagentResult> {
         read_subagent_result_metadata(v.as_object().expect("object"))
+    }
+
+    /// A brief is blank as Python's `str.strip()` sees it, which also strips the
+    /// ASCII information separators U+001C–U+001F (Rust's `trim` does not): a
+    /// legacy max-turns result with such a brief failed, and so does an error
+    /// text of them count as none. Before, the brief counted and the result read
+    /// as completed.
+    #[test]
+    fn r24_a_brief_of_python_whitespace_is_blank() {
+        let r = read(json!({
+            "subagent_status": LEGACY_MAX_TURNS_STATUS,
+            "subagent_result_brief": "\u{1f} \u{1c}",
+        }))
+        .expect("a result");
+        assert_eq!(r.status, "failed");
+        assert_eq!(r.result_brief, None);
+        let r = read(json!({"subagent_status": "failed", "subagent_error": "\u{1d}"}))
+            .expect("a result");
+        assert_eq!(r.error, None);
     }
 
     #[test]

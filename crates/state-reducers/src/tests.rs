@@ -88,6 +88,42 @@ fn r3_untouched_fields_stay() {
     assert_eq!(s, state);
 }
 
+/// `promoted` written `null` holds `null`, not nothing (R42): the next write goes through
+/// `merge_promoted(null, new)`, which de-duplicates its names and keeps `null` for an empty
+/// `{}`, where a never-written channel stores the first write as given. The state keeps the
+/// `null` through JSON. Before, a `null` write emptied the field and the next write was stored
+/// as given.
+#[test]
+fn r42_promoted_written_null_passes_the_next_write_through_the_reducer() {
+    let write = |v: Value| ThreadStateUpdate {
+        promoted: Some(ChannelWrite::Value(serde_json::from_value(v).unwrap())),
+        ..Default::default()
+    };
+    let nulled = apply_updates(ThreadState::default(), vec![write(Value::Null)]).unwrap();
+    assert_eq!(nulled.promoted, Some(None));
+    let json = serde_json::to_value(&nulled).unwrap();
+    assert_eq!(json["promoted"], Value::Null);
+    assert!(json.as_object().unwrap().contains_key("promoted"));
+    let read: ThreadState = serde_json::from_value(json).unwrap();
+    assert_eq!(read, nulled);
+    let dup = json!({"catalog_hash": "h", "names": ["a", "a"]});
+    let s = apply_updates(nulled.clone(), vec![write(dup.clone())]).unwrap();
+    assert_eq!(
+        serde_json::to_value(s.promoted.flatten().unwrap()).unwrap(),
+        json!({"catalog_hash": "h", "names": ["a"]})
+    );
+    let s = apply_updates(nulled, vec![write(json!({}))]).unwrap();
+    assert_eq!(s.promoted, Some(None));
+    // Never written: the first write is stored as given.
+    let s = apply_updates(ThreadState::default(), vec![write(dup.clone())]).unwrap();
+    assert_eq!(
+        serde_json::to_value(s.promoted.flatten().unwrap()).unwrap(),
+        dup
+    );
+    let missing: ThreadState = serde_json::from_value(json!({})).unwrap();
+    assert_eq!(missing.promoted, None);
+}
+
 // ---- R6 sandbox ----------------------------------------------------------
 
 #[test]
@@ -238,9 +274,24 @@ fn r11_promoted_scoped_by_catalog_hash() {
     );
     let malformed: PromotedState = serde_json::from_value(json!({"names": ["x"]})).unwrap();
     assert_eq!(
-        merge_promoted(Some(malformed), Some(p("h1", &["y"]))),
+        merge_promoted(Some(malformed.clone()), Some(p("h1", &["y"]))),
         Some(p("h1", &["y"]))
     );
+    // A malformed existing value (no `catalog_hash` key) is a mismatch even for a write whose
+    // hash is null or missing (R11.2): its stale names go. Before, both hashes read as null
+    // and the names were accumulated.
+    for (write, names) in [
+        (json!({"catalog_hash": null, "names": ["y"]}), json!(["y"])),
+        (json!({"names": ["y", "y"]}), json!(["y"])),
+        (json!({"catalog_hash": null}), json!([])),
+    ] {
+        let write: PromotedState = serde_json::from_value(write).unwrap();
+        let merged = merge_promoted(Some(malformed.clone()), Some(write)).unwrap();
+        assert_eq!(
+            serde_json::to_value(&merged).unwrap(),
+            json!({"catalog_hash": null, "names": names})
+        );
+    }
     // A write whose keys are null is not the empty write: its hash (null) differs, so it
     // replaces wholesale and the stale names go (R11.1 ignores only null and `{}`).
     for write in [

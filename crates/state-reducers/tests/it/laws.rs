@@ -5,7 +5,8 @@
 //!   (R22), and equals folding `add_messages` write by write;
 //! - every field reducer is idempotent for a repeated write
 //!   (`merge(merge(a, b), b) == merge(a, b)`), artifacts only from a present
-//!   value (below);
+//!   value, skill context only for descriptions that normalise to themselves
+//!   (below);
 //! - `merge_todos`, `merge_goal` and `merge_sandbox` are associative (for the
 //!   sandbox: both groupings succeed or both fail, and a success is the same
 //!   whole value; the error names a different conflicting pair in each
@@ -25,7 +26,11 @@
 //!   writes that name each id once (a repeated id inherits `run_id` from its
 //!   own earlier copy on the second application);
 //! - `merge_skill_context` is not associative when the existing list holds
-//!   duplicate paths (a null write keeps them, a merge folds them).
+//!   duplicate paths (a null write keeps them, a merge folds them); and it is
+//!   idempotent only for descriptions that normalise to themselves: each call
+//!   normalises every entry once (R16), and a cut at 500 characters can leave
+//!   a trailing space that the next call trims (`documented_non_associativity`
+//!   pins the case; the generated descriptions here are too short for it).
 
 use antler_state_reducers::{
     DelegationEntry, Error, IdSource, Message, MessageIndex, MessageWrite, PromotedState,
@@ -363,6 +368,19 @@ fn documented_non_associativity() {
         )),
     );
     assert_ne!(left, right);
+    // Skill context is not idempotent for a description whose cut at 500 characters ends in
+    // a space: the repeated write's merge normalises the kept entry again and trims it.
+    let kept = vec![SkillEntry::new(
+        "s",
+        "/s/1",
+        &format!("{} b", "a".repeat(499)),
+        1,
+    )];
+    let write = Some(vec![SkillEntry::new("s", "/s/2", "x", 1)]);
+    let once = merge_skill_context(Some(kept), write.clone());
+    let twice = merge_skill_context(Some(once.clone()), write);
+    assert_eq!(once[0].description, format!("{} ", "a".repeat(499)));
+    assert_eq!(twice[0].description, "a".repeat(499));
     // Promoted: a catalog change in the middle.
     let p = |h: &str, n: &str| Some(PromotedState::new(h, vec![n.to_owned()]));
     let left = merge_promoted(merge_promoted(p("h0", "a"), p("h1", "b")), p("h0", "c"));
