@@ -408,9 +408,21 @@ impl Live {
     }
 
     pub(crate) fn state_view(&self, g: &Graph) -> State {
+        self.view(g, true)
+    }
+
+    /// The state a run shows outside itself (its outcome and its `values` events): without
+    /// untracked channels, which are the run's private values, never stored, so never in what
+    /// a read of the thread shows either (runtime-spec §3; a middleware's `jump_to`, kernel-spec
+    /// R1).
+    pub(crate) fn output_view(&self, g: &Graph) -> State {
+        self.view(g, false)
+    }
+
+    fn view(&self, g: &Graph, untracked: bool) -> State {
         let mut m = HashMap::new();
         for (i, def) in g.chans.iter().enumerate() {
-            if !matches!(def.kind, ChanKind::User) {
+            if !matches!(def.kind, ChanKind::User) || (!untracked && g.is_untracked(i)) {
                 continue;
             }
             if let (Some(v), Some(spec)) = (self.chans[i].get(), g.schema.get(&def.name))
@@ -1061,6 +1073,8 @@ fn task_event(g: &Graph, t: &Task, writes: &[(usize, Write)], step: i64) -> Resu
     let mut sends = Vec::new();
     for (c, w) in writes {
         match g.chans[*c].kind {
+            // An untracked channel's writes are the run's private values (see `output_view`).
+            ChanKind::User if g.is_untracked(*c) => {}
             ChanKind::User => user.push((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)),
             ChanKind::Tasks => {
                 if let Write::Value(v) = w
@@ -1544,7 +1558,7 @@ async fn run_inner(
         // A resumed run starts by streaming the state it resumes from, as the reference's
         // first tick does.
         if em.modes.values {
-            em.send(StreamEvent::Values(live.state_view(g)));
+            em.send(StreamEvent::Values(live.output_view(g)));
         }
     } else if let Input::Values(u) = &input {
         // Any value input maps to a write of `__start__`, an empty one too (the reference's
@@ -1713,12 +1727,12 @@ async fn run_inner(
             // stay pending on the checkpoint for the resume.
             let mut scratch = live.clone();
             let updated = apply_writes(g, &mut scratch, &batch)?;
-            let values = scratch.state_view(g);
+            let values = scratch.output_view(g);
             // A last `values` event when they changed the state, as the reference emits one.
             if em.modes.values
                 && updated
                     .iter()
-                    .any(|c| matches!(g.chans[*c].kind, ChanKind::User))
+                    .any(|c| matches!(g.chans[*c].kind, ChanKind::User) && !g.is_untracked(*c))
             {
                 em.send(StreamEvent::Values(values.clone()));
             }
@@ -1760,7 +1774,7 @@ async fn run_inner(
         .await?;
         dirty = false;
         if em.modes.values {
-            em.send(StreamEvent::Values(live.state_view(g)));
+            em.send(StreamEvent::Values(live.output_view(g)));
         }
         ckpt_id = Some(id);
         if persist.durability != Durability::Exit {
@@ -1788,7 +1802,7 @@ fn finish(
     paused: bool,
 ) -> (RunOutcome, Option<(CheckpointId, Live)>) {
     let outcome = RunOutcome {
-        values: live.state_view(g),
+        values: live.output_view(g),
         interrupts,
         checkpoint_id: ckpt_id.clone(),
         paused,

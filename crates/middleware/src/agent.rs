@@ -32,7 +32,8 @@ use crate::tool::{Tool, ToolOutcome, ToolRequest};
 /// The conversation channel of an agent.
 pub const MESSAGES: Key<Vec<Message>> = Key::from_static("messages");
 
-/// The ephemeral channel a hook's jump travels in (never persisted past its step).
+/// The channel a hook's jump travels in: untracked, so never persisted (neither stored in a
+/// checkpoint nor kept in a stored write) and never part of a run's output (kernel-spec R1).
 pub const JUMP_TO: Key<String> = Key::from_static("jump_to");
 
 /// The model node's name.
@@ -119,7 +120,9 @@ impl AgentGraph {
         let mut g = StateGraph::new();
         g.channel(&MESSAGES, (self.messages)())
             .map_err(Error::Graph)?;
-        g.channel(&JUMP_TO, ChannelSpec::ephemeral())
+        // Untracked (R1): the jump lives only in the run that made it; every node that does not
+        // jump clears the jump it inherited (`clear_inherited_jump`), so it lasts one step.
+        g.channel(&JUMP_TO, ChannelSpec::untracked())
             .map_err(Error::Graph)?;
         for m in self.chain.entries() {
             for field in m.state_fields() {
@@ -372,10 +375,11 @@ fn pending_tool_calls(state: &State) -> Vec<antler_state_reducers::ToolCall> {
         .collect()
 }
 
-/// A jump lives in an ephemeral channel that is only cleared at the end of
-/// the following step, while that step's router already runs; so every node
-/// that does not jump clears a jump it inherited, and routers only ever see
-/// the jump of the node they route.
+/// A jump lives in an untracked channel, which nothing clears by itself
+/// (and an ephemeral one would be cleared only at the end of the following
+/// step, while that step's router already runs); so every node that does not
+/// jump clears a jump it inherited, and routers only ever see the jump of the
+/// node they route.
 fn clear_inherited_jump(state: &State, update: &mut Update) {
     if state.get(&JUMP_TO).is_some_and(|j| !j.is_empty()) {
         update.push(&JUMP_TO, String::new());

@@ -1898,8 +1898,13 @@ fn scratch_graph(
 /// Runtime-spec §3, `UntrackedValue`: never stored, and its writes are left out of the
 /// persisted writes (of a `Send` packet too). So a run or `get_state` served from the hot cache
 /// sees it as a cold load does: gone after the run that wrote it (before, the cache kept it).
+/// Nor does a run show it outside itself: not in its outcome, nor in its `values`, `updates`
+/// or debug events, which match what a read of the thread shows (before 2026-12-01 they
+/// carried it, so a middleware's `jump_to` reached the caller, against kernel-spec R1).
 #[tokio::test]
 async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
+    use antler_graph::{StreamEvent, StreamItem, StreamModes};
+    use futures::StreamExt;
     let store: Arc<dyn antler_graph::Checkpointer> =
         Arc::new(antler_graph::MemoryCheckpointer::new());
     let warm = scratch_graph(store.clone(), false);
@@ -1909,6 +1914,7 @@ async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
             .invoke(Update::new().set(&LOG, log(&[&format!("in {turn}")])), &cfg)
             .await
             .unwrap();
+        assert_eq!(out.values.get(&SCRATCH), None, "turn {turn}");
         let cold = scratch_graph(store.clone(), false).with_hot_cache(false);
         let hot = warm.get_state(&cfg).await.unwrap().unwrap();
         let fresh = cold.get_state(&cfg).await.unwrap().unwrap();
@@ -1944,6 +1950,34 @@ async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
         }
     }
     assert_eq!(packets, 2, "each turn persisted its packet");
+    // The stream shows no more than the outcome does.
+    let items: Vec<_> = warm
+        .stream(
+            Update::new().set(&LOG, log(&["streamed"])),
+            &RunConfig::new("streamed"),
+            StreamModes::all(),
+        )
+        .collect()
+        .await;
+    let mut seen = 0;
+    for item in items {
+        match item.unwrap() {
+            StreamItem::Event(StreamEvent::Values(v)) => {
+                seen += 1;
+                assert_eq!(v.get(&SCRATCH), None);
+            }
+            StreamItem::Event(StreamEvent::Updates { node, writes, .. }) => {
+                seen += 1;
+                assert!(writes.iter().all(|(c, _)| c != "scratch"), "{node}");
+            }
+            StreamItem::Event(StreamEvent::Task(t)) => {
+                assert!(t.writes.iter().all(|(c, _)| c != "scratch"), "{t:?}");
+            }
+            StreamItem::Done(out) => assert_eq!(out.values.get(&SCRATCH), None),
+            _ => {}
+        }
+    }
+    assert!(seen > 0, "the stream carried values and updates");
 }
 
 /// Untracked input is applied in the run it is given to, a `Send` packet's untracked value

@@ -612,6 +612,56 @@ async fn r49_a_tool_wrapper_may_short_circuit_and_end_the_run() {
     assert_eq!(ids, ["h", "ai-1", "clar"]);
 }
 
+/// Kernel-spec R1: `jump_to` is never persisted and never part of the output. A run whose
+/// tool wrapper ends it (a jump to the end, the value still set when the run ends) returns no
+/// `jump_to`, and no checkpoint of the thread holds it, as a value or as a stored write.
+/// Before 2026-12-01 the channel was an ordinary ephemeral one: the run's outcome showed
+/// `jump_to = "end"` and the checkpoints stored it.
+#[tokio::test]
+async fn r1_jump_to_is_never_persisted_nor_output() {
+    use antler_graph::{Checkpointer, MemoryCheckpointer};
+    use antler_middleware::JUMP_TO;
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["ask_clarification"])]),
+        log: Log::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(EndOnAsk));
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&JUMP_TO), None);
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.values.get(&JUMP_TO), None);
+    let scope = cfg.scope();
+    let stored = store.list(&scope).await.unwrap();
+    assert!(stored.len() > 2, "the run stored its steps");
+    for t in stored {
+        let full = store
+            .get_tuple(&scope, Some(&t.checkpoint.id))
+            .await
+            .unwrap()
+            .unwrap();
+        let record = format!("{:?}", full.checkpoint.values);
+        assert!(!record.contains("jump_to"), "{record}");
+        for w in &full.pending_writes {
+            assert_ne!(w.channel, JUMP_TO.name(), "{w:?}");
+        }
+    }
+}
+
 /// Contributes `messages` with a reducer that would duplicate every write,
 /// and a `trail` field.
 struct Contributor {
