@@ -191,6 +191,24 @@ impl NodeError {
     pub fn is_interrupt(&self) -> bool {
         matches!(self.0, NodeErrorKind::Interrupt(_) | NodeErrorKind::Paused)
     }
+    /// The failure this error carries (`None` for an interrupt or a pause), for code that
+    /// decides on it: a wrapper retrying a model call by the error's type, downcasting it.
+    pub fn failure(&self) -> Option<&(dyn std::error::Error + std::marker::Send + Sync + 'static)> {
+        match &self.0 {
+            NodeErrorKind::Failed(e) => Some(e.as_ref()),
+            NodeErrorKind::Interrupt(_) | NodeErrorKind::Paused => None,
+        }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            NodeErrorKind::Interrupt(i) => write!(f, "interrupted ({} interrupt(s))", i.len()),
+            NodeErrorKind::Paused => f.write_str("paused at a subgraph's breakpoint"),
+            NodeErrorKind::Failed(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 impl<E: std::error::Error + std::marker::Send + Sync + 'static> From<E> for NodeError {

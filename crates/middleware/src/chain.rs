@@ -112,18 +112,15 @@ pub struct ChainBuilder {
     /// The extension that placed an entry ([`place_from`](Self::place_from)), named by an
     /// ordering violation the entry takes part in (R124).
     sources: Vec<(MiddlewareId, String)>,
+    /// Ids given again while already in the chain ([`push`](Self::push),
+    /// [`place`](Self::place)): [`build`](Self::build) refuses them.
+    repeated: Vec<MiddlewareId>,
 }
 
 impl ChainBuilder {
     /// An empty builder.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    fn remove_id(&mut self, id: &MiddlewareId) {
-        self.entries.retain(|e| e.id() != *id);
-        self.placed.retain(|p| p != id);
-        self.sources.retain(|(p, _)| p != id);
     }
 
     fn source_of(&self, id: &MiddlewareId) -> Option<&str> {
@@ -133,9 +130,24 @@ impl ChainBuilder {
             .map(|(_, s)| s.as_str())
     }
 
-    /// Appends `m` as the innermost entry so far.
+    fn contains(&self, id: &MiddlewareId) -> bool {
+        self.entries.iter().any(|e| e.id() == *id)
+    }
+
+    /// The error for `id` given while already in the chain.
+    fn already_in(id: &MiddlewareId) -> Error {
+        Error::DuplicateMiddleware { id: id.to_string() }
+    }
+
+    /// Appends `m` as the innermost entry so far. A middleware whose id is already in the
+    /// chain is not added, and [`build`](Self::build) fails with
+    /// [`Error::DuplicateMiddleware`]: replacing the earlier one would drop configuration
+    /// without a word (two instances of one kind take distinct instance labels).
     pub fn push(&mut self, m: Entry) -> &mut Self {
-        self.remove_id(&m.id());
+        if self.contains(&m.id()) {
+            self.repeated.push(m.id());
+            return self;
+        }
         self.entries.push(m);
         self
     }
@@ -156,8 +168,10 @@ impl ChainBuilder {
         m: Entry,
         offset: usize,
     ) -> Result<&mut Self> {
+        if self.contains(&m.id()) {
+            return Err(Self::already_in(&m.id()));
+        }
         let mut entries = self.entries.clone();
-        entries.retain(|e| e.id() != m.id());
         let Some(i) = entries.iter().position(|e| matches(e, anchor)) else {
             return Err(Error::AnchorNotFound {
                 anchor: anchor.to_string(),
@@ -176,8 +190,19 @@ impl ChainBuilder {
     /// the reference resolves every contribution against the stack before
     /// them), and contributions that land on the same spot keep their order:
     /// the first placed is the outermost.
+    ///
+    /// A middleware whose id is already in the chain is not placed (the diagnostic names
+    /// where it is), and [`build`](Self::build) fails with [`Error::DuplicateMiddleware`].
     pub fn place(&mut self, m: Entry, rules: &[PlacementRule]) -> PlacementDiagnostic {
-        self.remove_id(&m.id());
+        if let Some(index) = self.entries.iter().position(|e| e.id() == m.id()) {
+            self.repeated.push(m.id());
+            return PlacementDiagnostic {
+                middleware: m.id(),
+                rule: None,
+                degraded: true,
+                index,
+            };
+        }
         let base: Vec<Entry> = self
             .entries
             .iter()
@@ -262,7 +287,12 @@ impl ChainBuilder {
         // id was given before (the chain is keyed by id), so the first extra at fault, and the
         // spec's error for it, is what is reported.
         let mut ids = std::collections::HashSet::new();
+        let in_chain: std::collections::HashSet<MiddlewareId> =
+            self.entries.iter().map(|e| e.id()).collect();
         let duplicate = |ids: &mut std::collections::HashSet<MiddlewareId>, e: &Entry| {
+            if in_chain.contains(&e.id()) {
+                return Err(Self::already_in(&e.id()));
+            }
             if ids.insert(e.id()) {
                 Ok(())
             } else {
@@ -316,10 +346,8 @@ impl ChainBuilder {
             });
         }
 
+        // No extra is in the chain already (checked above).
         let mut entries = self.entries.clone();
-        for e in unanchored.iter().chain(anchored.iter().map(|a| &a.entry)) {
-            entries.retain(|x| x.id() != e.id());
-        }
         let at = entries
             .iter()
             .position(|e| matches(e, &kinds::CLARIFICATION))
@@ -376,6 +404,9 @@ impl ChainBuilder {
     /// Resolves the order: checks every declared [`OrderingConstraint`] and
     /// freezes the chain.
     pub fn build(self) -> Result<Chain> {
+        if let Some(id) = self.repeated.first() {
+            return Err(Self::already_in(id));
+        }
         // The declared constraints, then the core one every chain keeps (R124): tool progress
         // is reported outside the error handling, so it sees the errors it turns into results.
         let core = OrderingConstraint {

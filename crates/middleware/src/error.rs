@@ -27,6 +27,17 @@ pub enum Error {
         /// The extra's name.
         name: String,
     },
+    /// A middleware was added while one with its id is in the chain already: replacing
+    /// the earlier one would drop configuration without a word, as keeping both would make
+    /// the id ambiguous (the reference's agent refuses duplicate middlewares too). Two
+    /// instances of one kind take distinct instance labels.
+    #[error(
+        "middleware {id} is already in the chain; give a second instance of its kind its own label"
+    )]
+    DuplicateMiddleware {
+        /// The repeated id.
+        id: String,
+    },
     /// Two extras of one call have the same id: the chain is keyed by id, so one would
     /// silently replace the other.
     #[error("extra middleware {id} is given twice")]
@@ -34,8 +45,9 @@ pub enum Error {
         /// The repeated id.
         id: String,
     },
-    /// Two extras claim the same anchor in the same direction (R53).
-    #[error("Conflict: {first} and {second} both @{direction}({anchor})")]
+    /// Two extras claim the same anchor in the same direction (R53); the text names the extra
+    /// that claimed it again first, as the reference's does.
+    #[error("Conflict: {second} and {first} both @{direction}({anchor})")]
     DuplicateAnchor {
         /// The extra that claimed the anchor first.
         first: String,
@@ -46,9 +58,10 @@ pub enum Error {
         /// The anchor's name.
         anchor: String,
     },
-    /// Two extras anchor to one middleware in opposite directions (R53).
+    /// Two extras anchor to one middleware in opposite directions (R53); the text names the
+    /// later extra first, as the reference's does.
     #[error(
-        "Conflict: {first} is @{first_direction}({anchor}) and {second} is @{second_direction}({anchor}); use cross-anchoring between extras instead"
+        "Conflict: {second} @{second_direction}({anchor}) and {first} @{first_direction}({anchor}) — use cross-anchoring between extras instead"
     )]
     OppositeAnchors {
         /// The extra that claimed the anchor first.
@@ -150,29 +163,11 @@ pub enum Error {
         /// The hook.
         hook: &'static str,
     },
-    /// A chat model call failed.
+    /// A chat model's stream ended without a message. (A model's, a tool's or a hook's own
+    /// failure is passed on as it is, unwrapped: a wrapper finds it with
+    /// `NodeError::failure`, a caller as the source of the graph's `Error::NodeFailed`.)
     #[error("model call failed: {0}")]
     Model(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// A tool call failed.
-    #[error("tool `{tool}` failed: {source}")]
-    Tool {
-        /// The tool's name.
-        tool: String,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A hook failed.
-    #[error("middleware {middleware} failed in {hook}: {source}")]
-    Hook {
-        /// The middleware.
-        middleware: String,
-        /// The hook.
-        hook: &'static str,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
 }
 
 impl Error {
@@ -180,8 +175,6 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Model(_)
-            | Error::Tool { .. }
-            | Error::Hook { .. }
             | Error::UndeclaredJump { .. }
             | Error::JumpWrittenDirectly { .. }
             | Error::RefusedToolCommand { .. } => ErrorKind::Runtime,

@@ -281,6 +281,10 @@ pub trait Middleware: Send + Sync + 'static {
 }
 
 /// The inner layers of a model call: the remaining wrappers, then the model.
+///
+/// A wrapper may call [`run`](Self::run) more than once (a retry of a failed call) or not at
+/// all (a short circuit); it is a cheap copy of references.
+#[derive(Clone, Copy)]
 pub struct ModelNext<'a> {
     pub(crate) rest: &'a [Arc<dyn Middleware>],
     pub(crate) model: &'a dyn ChatModel,
@@ -307,7 +311,7 @@ impl<'a> ModelNext<'a> {
     }
 
     /// Passes `request` to the next layer inward.
-    pub async fn run(self, request: ModelRequest) -> Result<ModelResponse, NodeError> {
+    pub async fn run(&self, request: ModelRequest) -> Result<ModelResponse, NodeError> {
         match self.rest.split_first() {
             Some((outer, rest)) => {
                 let next = ModelNext {
@@ -347,6 +351,10 @@ impl<'a> ModelNext<'a> {
 }
 
 /// The inner layers of a tool call: the remaining wrappers, then the tool.
+///
+/// A wrapper may call [`run`](Self::run) more than once or not at all, as with
+/// [`ModelNext`].
+#[derive(Clone, Copy)]
 pub struct ToolNext<'a> {
     pub(crate) rest: &'a [Arc<dyn Middleware>],
     pub(crate) tool: Option<&'a dyn Tool>,
@@ -375,7 +383,7 @@ impl<'a> ToolNext<'a> {
     }
 
     /// Passes `request` to the next layer inward.
-    pub async fn run(self, request: ToolRequest) -> Result<ToolOutcome, NodeError> {
+    pub async fn run(&self, request: ToolRequest) -> Result<ToolOutcome, NodeError> {
         match self.rest.split_first() {
             Some((outer, rest)) => {
                 let next = ToolNext {

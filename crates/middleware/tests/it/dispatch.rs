@@ -1131,3 +1131,106 @@ async fn hook_node_names_are_graph_safe_and_distinct() {
         ["acme.ext:Audit", "__Hidden", "A#x", "A#x"]
     );
 }
+
+/// A transient model failure, which [`RetryOnce`] retries.
+#[derive(Debug)]
+struct Transient;
+
+impl std::fmt::Display for Transient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("transient")
+    }
+}
+
+impl std::error::Error for Transient {}
+
+/// Fails with `failures` in turn, then answers `ok`.
+struct Flaky {
+    failures: Mutex<Vec<BoxError>>,
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl ChatModel for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+    async fn invoke(&self, _: &ModelRequest) -> Result<Message, BoxError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut failures = self.failures.lock().unwrap();
+        if failures.is_empty() {
+            return Ok(Message::ai("ok").with_id("ok"));
+        }
+        Err(failures.remove(0))
+    }
+}
+
+/// Calls the inner layers again once when they failed with [`Transient`] (the shape of the
+/// model-error handling middleware of kernel-spec R118 item 8).
+struct RetryOnce;
+
+#[async_trait]
+impl Middleware for RetryOnce {
+    fn kind(&self) -> MiddlewareKind {
+        MiddlewareKind::new("RetryOnce")
+    }
+    fn node_hooks(&self) -> NodeHooks {
+        NodeHooks::NONE
+    }
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: ModelNext<'_>,
+    ) -> Result<ModelResponse, NodeError> {
+        match next.run(request.clone()).await {
+            Err(e) if e.failure().is_some_and(|f| f.is::<Transient>()) => next.run(request).await,
+            other => other,
+        }
+    }
+}
+
+/// A wrap hook may call the inner handler more than once and decide on the failure it got:
+/// the wrapper retries a transient model failure once, and passes any other failure on with
+/// its text. Before 2026-12-01 `ModelNext::run` consumed the handler, and a failure offered
+/// nothing but its `Debug` form.
+#[tokio::test]
+async fn a_wrap_hook_may_call_the_inner_handler_again_and_inspect_its_failure() {
+    let run = |failures: Vec<BoxError>| async move {
+        let model = Arc::new(Flaky {
+            failures: Mutex::new(failures),
+            calls: AtomicUsize::new(0),
+        });
+        let mut chain = ChainBuilder::new();
+        chain.push(Arc::new(RetryOnce));
+        let graph = AgentGraph::new(chain.build().unwrap(), model.clone())
+            .build()
+            .unwrap()
+            .compile()
+            .unwrap();
+        let out = graph
+            .invoke(
+                Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+                &RunConfig::new("t"),
+            )
+            .await;
+        (out, model.calls.load(Ordering::SeqCst))
+    };
+    let (out, calls) = run(vec![Box::new(Transient)]).await;
+    assert_eq!(calls, 2, "retried once");
+    let ids: Vec<_> = out
+        .unwrap()
+        .values
+        .get(&MESSAGES)
+        .unwrap()
+        .iter()
+        .map(|m| m.id.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(ids, ["h", "ok"]);
+    let (out, calls) = run(vec!["permanent".into()]).await;
+    assert_eq!(calls, 1, "not retried");
+    let err = out.unwrap_err();
+    assert!(err.to_string().contains("permanent"), "{err}");
+    let failure = NodeError::failed(Transient);
+    assert_eq!(failure.to_string(), "transient");
+    assert!(failure.failure().is_some_and(|f| f.is::<Transient>()));
+}

@@ -256,11 +256,11 @@ fn r53_both_anchors_is_an_error() {
 fn r53_duplicate_anchor_is_an_error() {
     check(
         vec![next("X", "TitleMiddleware"), next("Y", "TitleMiddleware")],
-        expect!["error: Conflict: X and Y both @Next(TitleMiddleware)"],
+        expect!["error: Conflict: Y and X both @Next(TitleMiddleware)"],
     );
     check(
         vec![prev("X", "TitleMiddleware"), prev("Y", "TitleMiddleware")],
-        expect!["error: Conflict: X and Y both @Prev(TitleMiddleware)"],
+        expect!["error: Conflict: Y and X both @Prev(TitleMiddleware)"],
     );
 }
 
@@ -269,7 +269,7 @@ fn r53_opposite_directions_is_an_error() {
     check(
         vec![next("X", "TitleMiddleware"), prev("Y", "TitleMiddleware")],
         expect![
-            "error: Conflict: X is @Next(TitleMiddleware) and Y is @Prev(TitleMiddleware); use cross-anchoring between extras instead"
+            "error: Conflict: Y @Prev(TitleMiddleware) and X @Next(TitleMiddleware) — use cross-anchoring between extras instead"
         ],
     );
 }
@@ -316,20 +316,44 @@ fn errors_have_the_order_kind() {
     assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
 }
 
+/// A middleware whose id is already in the chain is refused, however it is added: replacing
+/// the earlier one would drop its configuration without a word (the reference's agent refuses
+/// duplicate middlewares too). Two instances of one kind take instance labels. Before
+/// 2026-12-01 the new entry replaced the old one (a push moved it to the end).
 #[test]
-fn reinserting_an_entry_moves_it_and_instances_are_distinct() {
+fn an_id_already_in_the_chain_is_refused_and_instances_are_distinct() {
+    let refused = |e: antler_middleware::Error| {
+        assert_eq!(e.kind(), antler_middleware::ErrorKind::Order);
+        assert!(
+            e.to_string()
+                .starts_with("middleware A is already in the chain"),
+            "{e}"
+        );
+    };
     let mut b = ChainBuilder::new();
     b.push(mw("A")).push(mw("B")).push(mw("A"));
+    refused(b.build().unwrap_err());
+    let mut b = ChainBuilder::new();
+    b.push(mw("A")).push(mw("B"));
+    refused(b.insert_before(&k("B"), mw("A")).err().unwrap());
+    refused(b.insert_after(&k("B"), mw("A")).err().unwrap());
+    refused(b.insert_extras(vec![mw("A")]).err().unwrap());
+    let placed = b.place(mw("A"), &[]);
+    assert_eq!(placed.index, 0, "the diagnostic names where A is");
+    refused(b.build().unwrap_err());
+
+    let mut b = ChainBuilder::new();
+    b.push(mw("A")).push(mw("B"));
     let guard = |l| labelled("Guardrail", l);
     b.push(guard("authz")).push(guard("explicit"));
     b.insert_before(&k("B"), mw("C")).unwrap();
     b.insert_after(&k("B"), mw("D")).unwrap();
     expect![[r#"
         Chain [
-           0 C
-           1 B
-           2 D
-           3 A
+           0 A
+           1 C
+           2 B
+           3 D
            4 Guardrail#authz
            5 Guardrail#explicit
         ]"#]]
