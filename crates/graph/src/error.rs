@@ -207,6 +207,17 @@ pub enum Error {
         /// Pending interrupts.
         count: usize,
     },
+    /// A command's goto `Send` on a thread whose pending step has `Send` packets queued: the
+    /// queue takes one step's packets, so the new ones would replace the queued ones, and a
+    /// packet's task id depends on its position only, so a new packet's task would take the
+    /// stored results of the old packet at its position.
+    #[error(
+        "a command's goto Send would replace the {queued} Send packet(s) queued on the pending step (and take their tasks' stored results); continue the step first, or start anew with new input"
+    )]
+    SendOverQueuedPackets {
+        /// The packets queued.
+        queued: usize,
+    },
     /// A `Command` addressed to the parent graph reached the top level.
     #[error("there is no parent graph for a Command addressed to the parent")]
     NoParentGraph,
@@ -283,6 +294,7 @@ impl Error {
             Self::EmptyInput { .. }
             | Self::EmptyCommand
             | Self::AmbiguousResume { .. }
+            | Self::SendOverQueuedPackets { .. }
             | Self::NoParentGraph
             | Self::ParentCommand(_)
             | Self::NoCheckpointer

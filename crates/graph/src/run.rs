@@ -1437,6 +1437,12 @@ async fn run_inner(
     if let Input::Command(cmd) = &input {
         let mut null_writes = Vec::new();
         let resolved = resolve_input_command(g, cmd)?;
+        // The Send queue holds one step's packets and a write replaces them; a packet's task
+        // id is its position, so a new packet would take an old one's id and stored results.
+        let queued = live.chans[g.tasks_chan].packets().len();
+        if queued > 0 && resolved.iter().any(|(c, _)| *c == g.tasks_chan) {
+            return Err(Error::SendOverQueuedPackets { queued });
+        }
         // Applied in this run as given (untracked values included); stored without what is
         // never persisted.
         let mut stored = ser_writes(g, &resolved)?;

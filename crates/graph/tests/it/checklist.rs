@@ -2037,6 +2037,52 @@ async fn untracked_input_is_applied_in_its_run_and_queued_packets_forget_it() {
     assert_eq!(out.values.get(&LOG), hot.values.get(&LOG));
 }
 
+/// A command's goto `Send` on a thread whose pending step has packets queued is refused: the
+/// queue takes one step's packets, so the new packet would replace the queued one and, as a
+/// packet's task id is its position, take that task's id and stored results. A command without
+/// a `Send`, and continuing the step, still work. Before 2026-12-01 the new packet silently
+/// replaced the queued one.
+#[tokio::test]
+async fn a_command_send_over_queued_packets_is_refused() {
+    use antler_graph::{ErrorKind, Send as Packet};
+    let store: Arc<dyn antler_graph::Checkpointer> =
+        Arc::new(antler_graph::MemoryCheckpointer::new());
+    let graph = scratch_graph(store, true);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert!(out.paused, "stopped before worker, its packet queued");
+    let e = graph
+        .invoke(
+            Command::new().goto(Packet::new("worker").with(&SCRATCH, "replacement".to_owned())),
+            &cfg,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::SendOverQueuedPackets { queued: 1 }),
+        "{e}"
+    );
+    assert_eq!(e.kind(), ErrorKind::Input);
+    // Nothing was stored: the step is still pending with its packet.
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.next, [antler_graph::NodeId::from("worker")]);
+    let out = graph
+        .invoke(
+            Command::new().update(Update::new().set(&LOG, log(&["noted"]))),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    let text = format!("{:?}", out.values.get(&LOG));
+    assert!(
+        text.contains("noted") && text.contains("worker saw"),
+        "{text}"
+    );
+}
+
 /// Values input with an untracked value: the run's nodes see it, and the input checkpoint
 /// stores `__start__`'s value without it (runtime-spec §3: untracked values are never stored).
 #[tokio::test]
