@@ -659,12 +659,23 @@ impl Backend for SqliteBackend {
             // One read transaction: its reads see one snapshot, so a record another process
             // rewrites meanwhile is read whole, before or after (as PostgreSQL's one statement).
             let tx = c.transaction().map_err(sql_err(ctx))?;
+            // Read as any SQLite value: a value of another type than text (which no build
+            // writes) is a damaged record of the configuration, kind `Config`, as an
+            // unparseable text is, not a damaged column.
             let get = |k: &str| -> Result<Option<String>> {
-                tx.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(sql_err(ctx))
+                let v = tx
+                    .query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
+                        r.get::<_, rusqlite::types::Value>(0)
+                    })
+                    .optional()
+                    .map_err(sql_err(ctx))?;
+                match v {
+                    None => Ok(None),
+                    Some(rusqlite::types::Value::Text(s)) => Ok(Some(s)),
+                    Some(other) => Err(Error::StoreConfigDamaged {
+                        detail: format!("unreadable ({k} holds a {} value)", other.data_type()),
+                    }),
+                }
             };
             let (mode, freq) = (get("channel_mode")?, get("snapshot_frequency")?);
             let (Some(mode), Some(freq)) = (mode.clone(), freq.clone()) else {

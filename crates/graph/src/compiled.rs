@@ -621,6 +621,9 @@ pub struct RunOutcome {
     /// breakpoint (`interrupt_before`/`interrupt_after`, where `interrupts` is empty): resuming
     /// the thread continues it.
     pub paused: bool,
+    /// The state as the run's own nodes see it: `values` plus the untracked channels, which a
+    /// subgraph's run passes to its parent task within the enclosing run.
+    pub(crate) run_values: State,
 }
 
 /// Kind of a task.

@@ -1082,7 +1082,9 @@ fn task_event(g: &Graph, t: &Task, writes: &[(usize, Write)], step: i64) -> Resu
                 {
                     let mut m = serde_json::Map::new();
                     for (k, v) in &p.arg {
-                        if let Some(spec) = g.schema.get(k) {
+                        // A packet's untracked values are the run's own, as stored packets
+                        // leave them out.
+                        if let Some(spec) = g.schema.get(k).filter(|s| !s.is_untracked()) {
                             m.insert(k.to_string(), spec.value_to_json(v)?);
                         }
                     }
@@ -1734,6 +1736,7 @@ async fn run_inner(
             let mut scratch = live.clone();
             let updated = apply_writes(g, &mut scratch, &batch)?;
             let values = scratch.output_view(g);
+            let run_values = scratch.state_view(g);
             // A last `values` event when they changed the state, as the reference emits one.
             if em.modes.values
                 && updated
@@ -1748,6 +1751,7 @@ async fn run_inner(
             }
             let (mut outcome, head) = finish(g, live, ckpt_id, dirty, interrupts, true);
             outcome.values = values;
+            outcome.run_values = run_values;
             return Ok((outcome, head));
         }
         let updated = apply_writes(g, &mut live, &batch)?;
@@ -1809,6 +1813,7 @@ fn finish(
 ) -> (RunOutcome, Option<(CheckpointId, Live)>) {
     let outcome = RunOutcome {
         values: live.output_view(g),
+        run_values: live.state_view(g),
         interrupts,
         checkpoint_id: ckpt_id.clone(),
         paused,

@@ -108,7 +108,9 @@ impl Node for SubgraphNode {
         if out.paused {
             return Err(NodeError(NodeErrorKind::Paused));
         }
-        Ok(Command::from(project(&out.values, &ctx_schema(&ctx))))
+        // The values the subgraph's nodes saw, untracked ones included: they stay within the
+        // enclosing run, whose parent task takes them as its result.
+        Ok(Command::from(project(&out.run_values, &ctx_schema(&ctx))))
     }
 }
 

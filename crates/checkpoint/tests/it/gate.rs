@@ -514,6 +514,8 @@ fn an_unreadable_recorded_configuration_is_a_damaged_store() {
             "UPDATE antler_meta SET value = '0' WHERE key = 'snapshot_frequency'",
             "UPDATE antler_meta SET value = 'ten' WHERE key = 'snapshot_frequency'",
             "UPDATE antler_meta SET value = 'sideways' WHERE key = 'channel_mode'",
+            // A value of another type than text, which SQLite's columns take.
+            "UPDATE antler_meta SET value = x'3130' WHERE key = 'snapshot_frequency'",
         ];
         for (i, edit) in edits.iter().enumerate() {
             for data in [false, true] {

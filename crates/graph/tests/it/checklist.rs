@@ -1972,6 +1972,10 @@ async fn untracked_values_are_never_stored_and_the_hot_cache_forgets_them() {
             }
             StreamItem::Event(StreamEvent::Task(t)) => {
                 assert!(t.writes.iter().all(|(c, _)| c != "scratch"), "{t:?}");
+                assert!(
+                    t.sends.iter().all(|(_, p)| p.get("scratch").is_none()),
+                    "{t:?}"
+                );
             }
             StreamItem::Done(out) => assert_eq!(out.values.get(&SCRATCH), None),
             _ => {}
@@ -2035,6 +2039,49 @@ async fn untracked_input_is_applied_in_its_run_and_queued_packets_forget_it() {
     let cold = scratch_graph(store, true).with_hot_cache(false);
     let out = cold.invoke(Input::Continue, &cold_cfg).await.unwrap();
     assert_eq!(out.values.get(&LOG), hot.values.get(&LOG));
+}
+
+/// A subgraph's untracked values reach its parent task within the enclosing run (its nodes'
+/// state, not the run's output, is the task's result), while the parent's own outcome leaves
+/// them out, as every run's does.
+#[tokio::test]
+async fn a_subgraphs_untracked_values_reach_its_parent_task() {
+    const OUT: Key<String> = Key::from_static("out");
+    let mut inner = antler_graph::StateGraph::new();
+    inner
+        .channel(&SCRATCH, ChannelSpec::untracked())
+        .expect("declared once");
+    inner.add_node("set", |_s: State, _c| async {
+        Ok(Update::new().set(&SCRATCH, "from the subgraph".to_owned()))
+    });
+    inner
+        .add_edge("__start__", "set")
+        .add_edge("set", "__end__");
+    let mut outer = graph();
+    outer
+        .channel(&SCRATCH, ChannelSpec::untracked())
+        .expect("declared once");
+    outer
+        .channel(&OUT, ChannelSpec::last_value())
+        .expect("declared once");
+    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+    outer.add_node("copy", |s: State, _c| async move {
+        let seen = s.get(&SCRATCH).cloned().unwrap_or_else(|| "nothing".into());
+        Ok(Update::new().set(&OUT, seen))
+    });
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "copy")
+        .add_edge("copy", "__end__");
+    let out = memory(outer)
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.values.get(&OUT).map(String::as_str),
+        Some("from the subgraph")
+    );
+    assert_eq!(out.values.get(&SCRATCH), None);
 }
 
 /// A command's goto `Send` on a thread whose pending step has packets queued is refused: the
