@@ -12,10 +12,9 @@
 //! checkpoint, so its storage grows with T²: at T = 2000 that is about 2 GB per saver, and
 //! that driver runs full mode only up to `--full-max-turns` (default 1000; 2000 for the
 //! graph driver, whose full-mode lists reference message bodies stored once). The snapshot
-//! frequency does not apply to full mode, which runs once per T. No plot is drawn: the
-//! table carries the same numbers, and a plotting dependency would cost more build time
-//! than it is worth here. A small dependency-free SVG (`write-amp.svg`: amplification against
-//! T, log scale, one line per saver/mode/F) is drawn by hand instead.
+//! frequency does not apply to full mode, which runs once per T. The plot (`write-amp.svg`:
+//! amplification against T, log scale, one line per saver/mode/F) is a small SVG drawn by
+//! hand: a plotting dependency would cost more build time than it is worth here.
 //!
 //! `cargo xtask bench flatness [--runs N]` checks the flatness target of the graph workload
 //! (delta mode, F = 10): per saver, N runs at T = 100 and N at T = 2000, interleaved so that
@@ -35,10 +34,35 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 /// Dispatches `cargo xtask bench <name>`.
+/// Refuses any argument but `switches` and `options` (each followed by its value): a typo
+/// such as `--quik` would otherwise run the whole sweep.
+fn check_args(args: &[String], switches: &[&str], options: &[&str]) -> anyhow::Result<()> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if switches.contains(&a.as_str()) {
+            continue;
+        }
+        if options.contains(&a.as_str()) {
+            if it.next().is_none() {
+                bail!("{a} needs a value");
+            }
+            continue;
+        }
+        bail!("unknown argument `{a}`");
+    }
+    Ok(())
+}
+
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
-        Some("write-amp") => write_amp(root, &args[1..]),
-        Some("flatness") => flatness(root, &args[1..]),
+        Some("write-amp") => {
+            check_args(&args[1..], &["--quick"], &["--driver", "--full-max-turns"])?;
+            write_amp(root, &args[1..])
+        }
+        Some("flatness") => {
+            check_args(&args[1..], &[], &["--runs"])?;
+            flatness(root, &args[1..])
+        }
         Some(name) => bail!("unknown benchmark `{name}`; available: write-amp, flatness"),
         None => bail!(
             "usage: cargo xtask bench write-amp [--quick] [--driver graph|saver] [--full-max-turns N]\n       cargo xtask bench flatness [--runs N]"

@@ -1,6 +1,6 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
-//! - `ci`: everything CI checks, in the order a failure is cheapest to see.
+//! - `ci`: everything CI checks: formatting, lints, tests (doc tests included), docs, tidy.
 //! - `tidy`: layering and hygiene rules that the compiler cannot check.
 //! - `bench write-amp`: the write-amplification sweep of `shared/bench/write-amp.md`.
 //! - `bench flatness`: the invoke-latency flatness check of the same workload (medians over runs).
@@ -20,8 +20,8 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
     match args.first().map(String::as_str) {
-        Some("ci") => ci::run(&root),
-        Some("tidy") => tidy::run(&root),
+        Some("ci") if args.len() == 1 => ci::run(&root),
+        Some("tidy") if args.len() == 1 => tidy::run(&root),
         Some("bench") => bench::run(&root, &args[1..]),
         _ => {
             eprintln!(

@@ -30,10 +30,11 @@ use serde_json::json;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub(crate) const USAGE: &str =
-    "usage: antler bench write-amp --saver memory|sqlite|postgres --mode full|delta \
+    "usage: antler bench write-amp [--saver memory|sqlite|postgres] [--mode full|delta] \
 [--snapshot-frequency F] [--turns T] [--db PATH_OR_URL] [--driver graph|saver] [--json]
 
 Runs the write-amplification workload (shared/bench/write-amp.md) against one saver.
+Defaults: --saver memory, --mode delta, --snapshot-frequency 10, --turns 100.
 --driver graph (default) runs the workload's graph through the runtime; --driver saver drives
 the saver directly with the workload's checkpoint/write sequence (no runtime).
 --db: SQLite file (default: a temporary file, deleted afterwards) or PostgreSQL URL
@@ -255,12 +256,13 @@ impl Store {
     /// Peak memory of one cold `get_state` (graph driver), measured in a fresh process of this
     /// binary (`antler bench cold-peak`): there, nothing the workload or the earlier reads
     /// allocated and freed is reused, so the resident set's rise during the read is what the
-    /// read needed. `None` for the memory saver, whose data lives only in this process.
+    /// read needed. `None` for the memory saver, whose data lives only in this process;
+    /// `Some(None)` where the child could not measure it (see [`PeakRss`]).
     fn peak_in_fresh_process(
         &self,
         o: &Options,
         thread: &ThreadId,
-    ) -> Result<Option<u64>, BoxError> {
+    ) -> Result<Option<Option<u64>>, BoxError> {
         let (saver, db, schema) = match self {
             Store::Memory(_) => return Ok(None),
             Store::Sqlite(_, path, _) => ("sqlite", path.display().to_string(), None),
@@ -297,10 +299,11 @@ impl Store {
         }
         let line = String::from_utf8_lossy(&out.stdout);
         let v: serde_json::Value = serde_json::from_str(line.trim())?;
-        let bytes = v
-            .get("peak_bytes")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or("cold-peak child printed no peak_bytes")?;
+        let bytes = match v.get("peak_bytes") {
+            Some(serde_json::Value::Null) => None,
+            Some(b) => Some(b.as_u64().ok_or("cold-peak child printed no peak_bytes")?),
+            None => return Err("cold-peak child printed no peak_bytes".into()),
+        };
         let messages = v.get("messages").and_then(serde_json::Value::as_u64);
         if messages != Some(2 * o.turns as u64) {
             return Err(format!("cold-peak child read {messages:?} messages").into());
@@ -472,19 +475,21 @@ fn rss_kib(field: &str) -> Option<u64> {
 }
 
 /// The peak resident set of one call: `start` resets the kernel's high-water mark and notes
-/// the resident set; `bytes` is how far the mark rose above it (0 where `/proc` has no such files).
+/// the resident set; `bytes` is how far the mark rose above it, `None` where the mark could not
+/// be reset or read (no such `/proc` files): the mark would then be the whole process's, not
+/// the call's.
 struct PeakRss(Option<u64>);
 
 impl PeakRss {
     fn start() -> Self {
-        let _ = std::fs::write("/proc/self/clear_refs", "5");
-        Self(rss_kib("VmRSS:"))
+        let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        Self(rss_kib("VmRSS:").filter(|_| reset))
     }
 
-    fn bytes(&self) -> u64 {
+    fn bytes(&self) -> Option<u64> {
         match (self.0, rss_kib("VmHWM:")) {
-            (Some(before), Some(peak)) => peak.saturating_sub(before) * 1024,
-            _ => 0,
+            (Some(before), Some(peak)) => Some(peak.saturating_sub(before) * 1024),
+            _ => None,
         }
     }
 }
@@ -588,7 +593,11 @@ struct Measured {
     cold: Vec<f64>,
     /// Saver driver only: the part of a cold read spent in the saver.
     cold_storage: Option<Vec<f64>>,
-    peak_bytes: u64,
+    /// Opening the fresh saver of each cold read (outside the cold figure: on PostgreSQL it
+    /// includes preparing and running the read statements once on the new connection).
+    cold_open: Vec<f64>,
+    /// `None`: the peak could not be measured here (written as `null`).
+    peak_bytes: Option<u64>,
     /// Where `peak_bytes` was measured: `fresh-process` or `in-process`.
     peak_source: &'static str,
     max_replayed: usize,
@@ -700,6 +709,53 @@ fn replay_window(o: &Options) -> usize {
         .min(64)
 }
 
+/// How many of the thread's deepest checkpoints by their delta counters are walked besides
+/// the window.
+const DEEPEST_BY_COUNTERS: usize = 3;
+
+/// The checkpoints whose replay depth is walked: the newest [`replay_window`], plus the
+/// [`DEEPEST_BY_COUNTERS`] whose `messages` counters since the last snapshot are the highest
+/// anywhere in the thread. The counters find the deepest replays without walking every
+/// checkpoint (a snapshot cycle of F = 50 spans more checkpoints than the window, so for T not
+/// a multiple of F the window alone missed the cycle's deepest); the walk, not the counter,
+/// gives the figure.
+async fn replay_candidates(
+    saver: &dyn Saver,
+    thread: &ThreadId,
+    o: &Options,
+) -> Result<Vec<antler::checkpoint::CheckpointTuple>, BoxError> {
+    let mut out = saver
+        .list(&ListQuery {
+            limit: Some(replay_window(o)),
+            ..ListQuery::thread(thread.clone())
+        })
+        .await?;
+    let all = saver
+        .list_without_values(&ListQuery::thread(thread.clone()))
+        .await?;
+    let channel = ChannelName::new(MESSAGES);
+    let updates = |t: &antler::checkpoint::CheckpointTuple| {
+        t.metadata
+            .counters_since_delta_snapshot
+            .get(&channel)
+            .map_or(0, |c| c.updates)
+    };
+    let mut deepest: Vec<&antler::checkpoint::CheckpointTuple> = all.iter().collect();
+    deepest.sort_by_key(|t| std::cmp::Reverse(updates(t)));
+    for t in deepest.into_iter().take(DEEPEST_BY_COUNTERS) {
+        if out
+            .iter()
+            .any(|w| w.config.checkpoint_id == t.config.checkpoint_id)
+        {
+            continue;
+        }
+        if let Some(full) = saver.get_tuple(&t.config).await? {
+            out.push(full);
+        }
+    }
+    Ok(out)
+}
+
 /// The workload's two messages of turn `t`.
 fn turn_messages(t: usize) -> Vec<Message> {
     vec![
@@ -710,10 +766,40 @@ fn turn_messages(t: usize) -> Vec<Message> {
 
 async fn run_async(o: &Options, allocator: crate::alloc::Settings) -> Result<(), BoxError> {
     let store = Store::open(o).await?;
+    // The store is closed (its temporary file or schema removed) whether or not measuring
+    // succeeded; a failed measurement is the error reported.
+    let measured = measure(&store, o, allocator).await;
+    let closed = store.close().await;
+    let out = match (measured, closed) {
+        (Ok(out), closed) => {
+            closed?;
+            out
+        }
+        (Err(e), Err(close)) => {
+            eprintln!("antler bench write-amp: removing the store also failed: {close}");
+            return Err(e);
+        }
+        (Err(e), Ok(())) => return Err(e),
+    };
+    let line = serde_json::Value::Object(out);
+    if o.json {
+        println!("{line}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&line)?);
+    }
+    Ok(())
+}
+
+/// Runs the configuration over `store` and renders its figures.
+async fn measure(
+    store: &Store,
+    o: &Options,
+    allocator: crate::alloc::Settings,
+) -> Result<serde_json::Map<String, serde_json::Value>, BoxError> {
     let thread = ThreadId::new("write-amp");
     let m = match o.driver {
-        Driver::Graph => drive_graph(&store, &thread, o).await?,
-        Driver::Saver => drive_saver(&store, &thread, o).await?,
+        Driver::Graph => drive_graph(store, &thread, o).await?,
+        Driver::Saver => drive_saver(store, &thread, o).await?,
     };
     let mut sorted = m.invoke_ms.clone();
     sorted.sort_by(f64::total_cmp);
@@ -752,6 +838,9 @@ async fn run_async(o: &Options, allocator: crate::alloc::Settings) -> Result<(),
         "get_state_ms_cold_p90".into(),
         json!(percentile(&cold_sorted, 90.0)),
     );
+    // What opening each fresh saver took, outside the cold figure (PostgreSQL's open prepares
+    // and runs the read statements once on its new connection).
+    out.insert("saver_open_ms_cold".into(), json!(median(&m.cold_open)));
     if let Some(cs) = &m.cold_storage {
         out.insert("get_state_storage_ms_cold".into(), json!(median(cs)));
     }
@@ -788,19 +877,12 @@ async fn run_async(o: &Options, allocator: crate::alloc::Settings) -> Result<(),
     if o.driver == Driver::Graph {
         // Last: these add turns and forks to the thread.
         let cfg = RunConfig::new(thread.as_str());
-        let h = history_and_fork(o, &store, store.saver().as_ref(), &cfg, &thread).await?;
+        let h = history_and_fork(o, store, store.saver().as_ref(), &cfg, &thread).await?;
         out.insert("invoke_ms_cold".into(), json!(h.invoke_ms));
         out.insert("history_page10_ms_cold".into(), json!(h.page10_ms));
         out.insert("fork_ms_cold".into(), json!(h.fork_ms));
     }
-    store.close().await?;
-    let line = serde_json::Value::Object(out);
-    if o.json {
-        println!("{line}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&line)?);
-    }
-    Ok(())
+    Ok(out)
 }
 
 const MESSAGES_KEY: Key<Vec<Message>> = Key::from_static(MESSAGES);
@@ -872,9 +954,12 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     }
     // Cold: a freshly opened saver, a fresh checkpointer and graph each time (nothing cached).
     let mut cold = Vec::new();
-    let mut peak_bytes = 0u64;
+    let mut cold_open = Vec::new();
+    let mut peak_bytes = None;
     for i in 0..20 {
+        let opened = Instant::now();
         let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
+        cold_open.push(opened.elapsed().as_secs_f64() * 1e3);
         let peak = (i == 0).then(PeakRss::start);
         cold.push(graph_state(&fresh, &cfg, &expected, "cold").await?);
         if let Some(p) = peak {
@@ -893,12 +978,7 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     let window = replay_window(o);
     let (mut max_replayed, mut head_replayed) = (0, 0);
     if o.mode == ChannelMode::Delta {
-        let recent = saver
-            .list(&ListQuery {
-                limit: Some(window),
-                ..ListQuery::thread(thread.clone())
-            })
-            .await?;
+        let recent = replay_candidates(saver.as_ref(), thread, o).await?;
         let channel = ChannelName::new(MESSAGES);
         for (i, tuple) in recent.iter().enumerate() {
             let replayed = if tuple.checkpoint.channel_values.contains_key(&channel) {
@@ -925,6 +1005,7 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
         warm,
         cold,
         cold_storage: None,
+        cold_open,
         peak_bytes,
         peak_source,
         max_replayed,
@@ -1091,10 +1172,13 @@ async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     // get_state, cold: a freshly opened saver each time (memory: the same saver, no cold state exists).
     let mut cold = Vec::new();
     let mut cold_storage = Vec::new();
+    let mut cold_open = Vec::new();
     let mut head_replayed = 0;
-    let mut peak_bytes = 0u64;
+    let mut peak_bytes = None;
     for i in 0..20 {
+        let opened = Instant::now();
         let fresh = store.reopen(o.store_config()).await?;
+        cold_open.push(opened.elapsed().as_secs_f64() * 1e3);
         let s: &dyn Saver = fresh.as_ref();
         let peak = (i == 0).then(PeakRss::start);
         let began = Instant::now();
@@ -1109,14 +1193,10 @@ async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
             return Err("cold get_state differs from the live state".into());
         }
     }
-    // Replay depth, measured by walking the history of each of the newest checkpoints.
+    // Replay depth, measured by walking the history of each of the newest checkpoints and of
+    // the deepest by their counters.
     let window = replay_window(o);
-    let recent = saver
-        .list(&ListQuery {
-            limit: Some(window),
-            ..ListQuery::thread(thread.clone())
-        })
-        .await?;
+    let recent = replay_candidates(saver, &thread, o).await?;
     let mut max_replayed = 0;
     for tuple in &recent {
         let read = materialize(saver, tuple, o).await?;
@@ -1131,6 +1211,7 @@ async fn drive_saver(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
         warm,
         cold,
         cold_storage: Some(cold_storage),
+        cold_open,
         peak_bytes,
         peak_source: "in-process",
         max_replayed,

@@ -2,7 +2,8 @@
 //! runs its script on one thread and compares each operation's trace record with the one
 //! LangGraph 1.2.22 produced (`shared/fixtures/graph-programs/README.md`).
 //!
-//! `ANTLER_GRAPH_PROGRAMS=<file>` replays another file in the same format.
+//! `ANTLER_GRAPH_PROGRAMS=<file>` replays another file in the same format; `ANTLER_SHARED_DIR`
+//! names the `shared/` folder when it is not beside the repository.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -32,14 +33,13 @@ fn programs_path() -> PathBuf {
     if let Ok(p) = std::env::var("ANTLER_GRAPH_PROGRAMS") {
         return PathBuf::from(p);
     }
-    // `<repo>/crates/graph` → `<repo>/../shared/...` (the layout of the workspace and of CI's clone).
-    let rel = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/graph-programs/sample.jsonl");
-    if rel.exists() {
-        rel
-    } else {
-        PathBuf::from("/work/shared/fixtures/graph-programs/sample.jsonl")
-    }
+    // `<repo>/crates/graph` → `<repo>/../shared/...` (the layout of the workspace and of CI's
+    // clone), or the `shared/` folder `ANTLER_SHARED_DIR` names, as the other fixture tests.
+    let shared = std::env::var_os("ANTLER_SHARED_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+        PathBuf::from,
+    );
+    shared.join("fixtures/graph-programs/sample.jsonl")
 }
 
 fn s<'a>(j: &'a Json, k: &str) -> &'a str {
