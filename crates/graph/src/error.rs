@@ -274,6 +274,17 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// A run failed, and storing what it left (exit durability's buffered checkpoint and
+    /// writes, or a store operation still in flight) failed too: both errors, the run's first.
+    /// The thread may lack the failed step's writes, as after a crash.
+    #[error("{error}; storing what the run left failed too: {storage}")]
+    RunFailedUnstored {
+        /// Why the run failed.
+        error: Box<Error>,
+        /// Why storing failed.
+        #[source]
+        storage: Box<Error>,
+    },
     /// The graph definition is invalid.
     #[error(transparent)]
     Build(#[from] BuildError),
@@ -302,7 +313,7 @@ impl Error {
             | Self::ReservedMetadataKey { .. } => ErrorKind::Input,
             Self::CheckpointNotFound { .. } => ErrorKind::NotFound,
             Self::Serialization { .. } => ErrorKind::Serialization,
-            Self::Storage { .. } => ErrorKind::Storage,
+            Self::Storage { .. } | Self::RunFailedUnstored { .. } => ErrorKind::Storage,
             Self::Build(_) | Self::StoreModeMismatch { .. } => ErrorKind::Build,
         }
     }

@@ -1239,8 +1239,19 @@ pub(crate) async fn run(
     let em = Emitter { tx, modes };
     let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
     // Exit durability: persist on every exit path (normal, error, interrupt).
-    persist.flush().await?;
-    let (outcome, head) = r?;
+    let flushed = persist.flush().await;
+    let (outcome, head) = match (r, flushed) {
+        (Ok(done), Ok(())) => done,
+        (Ok(_), Err(e)) | (Err(e), Ok(())) => return Err(e),
+        // Neither error may hide the other: the run's is the cause, the store's says the
+        // thread may lack what the run left.
+        (Err(error), Err(storage)) => {
+            return Err(Error::RunFailedUnstored {
+                error: Box::new(error),
+                storage: Box::new(storage),
+            });
+        }
+    };
     if let (Some(_), Some((id, mut live))) = (cp, head) {
         // Invariant: the cached channels equal what restoring `id` from the store gives, which
         // has no untracked value (never stored).

@@ -2289,3 +2289,123 @@ async fn live_writes_to_an_undeclared_channel_or_node_fail_the_task() {
     assert_eq!(e.kind(), ErrorKind::InvalidUpdate, "{e}");
     assert!(e.to_string().contains("undeclared"), "{e}");
 }
+
+/// Fails every store operation while `broken` is set, else stores in memory.
+#[derive(Default)]
+struct Breakable {
+    inner: antler_graph::MemoryCheckpointer,
+    broken: std::sync::atomic::AtomicBool,
+}
+
+impl Breakable {
+    fn check(&self) -> antler_graph::Result<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(Error::Storage {
+                source: "the store is down".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl antler_graph::Checkpointer for Breakable {
+    async fn get_tuple(
+        &self,
+        scope: &antler_graph::Scope,
+        id: Option<&antler_graph::CheckpointId>,
+    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
+        self.inner.get_tuple(scope, id).await
+    }
+    async fn delta_history(
+        &self,
+        scope: &antler_graph::Scope,
+        checkpoint: &antler_graph::CheckpointId,
+        channels: &[String],
+    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(scope, checkpoint, channels).await
+    }
+    async fn list(
+        &self,
+        scope: &antler_graph::Scope,
+    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
+        self.inner.list(scope).await
+    }
+    async fn put(
+        &self,
+        scope: &antler_graph::Scope,
+        checkpoint: antler_graph::CheckpointRecord,
+    ) -> antler_graph::Result<()> {
+        self.check()?;
+        self.inner.put(scope, checkpoint).await
+    }
+    async fn put_writes(
+        &self,
+        scope: &antler_graph::Scope,
+        checkpoint: &antler_graph::CheckpointId,
+        task_id: &antler_graph::TaskId,
+        task_path: &str,
+        writes: Vec<(String, serde_json::Value)>,
+    ) -> antler_graph::Result<()> {
+        self.check()?;
+        self.inner
+            .put_writes(scope, checkpoint, task_id, task_path, writes)
+            .await
+    }
+}
+
+/// A run that fails, and whose buffered state (exit durability) then fails to store, reports
+/// both: the node's error, and the store's as the source (kind `Storage`: the thread may lack
+/// the failed step). Before 2026-12-01 the store's error replaced the node's, which was lost.
+#[tokio::test]
+async fn a_failed_run_whose_state_fails_to_store_reports_both_errors() {
+    use antler_graph::ErrorKind;
+    let store = Arc::new(Breakable::default());
+    let mut g = graph();
+    let s = store.clone();
+    g.add_node("boom", move |_s: State, _c| {
+        // The store goes down while the node fails: the exit flush that follows fails too.
+        s.broken.store(true, Ordering::SeqCst);
+        async { Err::<Update, _>(NodeError::failed("the node's own failure")) }
+    });
+    g.add_edge("__start__", "boom").add_edge("boom", "__end__");
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
+    let e = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Storage, "{e}");
+    let Error::RunFailedUnstored { error, storage } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(error.kind(), ErrorKind::Node, "{error}");
+    assert!(e.to_string().contains("the node's own failure"), "{e}");
+    assert!(
+        storage.to_string().contains("the store is down"),
+        "{storage}"
+    );
+    // A failure the store takes in stride is reported as it is.
+    store.broken.store(false, Ordering::SeqCst);
+    let mut g = graph_fails_without_breaking();
+    g.add_edge("__start__", "boom").add_edge("boom", "__end__");
+    let e = g
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .invoke(
+            Update::new().set(&LOG, log(&["in"])),
+            &RunConfig::new("u").with_durability(antler_graph::Durability::Exit),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Node, "{e}");
+}
+
+fn graph_fails_without_breaking() -> antler_graph::StateGraph {
+    let mut g = graph();
+    g.add_node("boom", |_s: State, _c| async {
+        Err::<Update, _>(NodeError::failed("the node's own failure"))
+    });
+    g
+}
