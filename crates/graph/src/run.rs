@@ -566,6 +566,19 @@ pub(crate) struct Applied<'a> {
     pub(crate) writes: &'a [(usize, Write)],
 }
 
+impl<'a> Applied<'a> {
+    /// A task's results as the barrier applies them: its triggers recorded as seen and
+    /// consumed, and the step's version bump.
+    fn task(g: &'a Graph, task: &'a Task, writes: &'a [(usize, Write)]) -> Self {
+        Applied {
+            name: g.nodes[task.node].id.as_str(),
+            triggers: &task.triggers,
+            bump: true,
+            writes,
+        }
+    }
+}
+
 impl Live {
     /// The version for this step's changes: one above the greatest version of the checkpoint
     /// (runtime-spec §2.4.3), and above `floor`.
@@ -1733,12 +1746,7 @@ async fn run_inner(
         }
         let batch: Vec<Applied<'_>> = done
             .iter()
-            .map(|(i, w)| Applied {
-                name: g.nodes[tasks[*i].node].id.as_str(),
-                triggers: &tasks[*i].triggers,
-                bump: true,
-                writes: w.as_slice(),
-            })
+            .map(|(i, w)| Applied::task(g, &tasks[*i], w))
             .collect();
         if paused {
             // The run's output has the finished tasks' writes applied, as the reference's does
@@ -2280,12 +2288,7 @@ fn snapshot_from(
         if decodes && !done.is_empty() {
             let batch: Vec<Applied<'_>> = done
                 .iter()
-                .map(|(task, writes)| Applied {
-                    name: g.nodes[task.node].id.as_str(),
-                    triggers: &task.triggers,
-                    bump: true,
-                    writes: writes.as_slice(),
-                })
+                .map(|(task, writes)| Applied::task(g, task, writes))
                 .collect();
             // Results the barrier refused together (two values for a last-value channel:
             // the step failed there) cannot be shown applied; the snapshot then shows the
@@ -2624,12 +2627,7 @@ fn clear_pending(
     let batch: Vec<Applied<'_>> = tasks
         .iter()
         .zip(&results)
-        .map(|(task, writes)| Applied {
-            name: g.nodes[task.node].id.as_str(),
-            triggers: &task.triggers,
-            bump: true,
-            writes: writes.as_slice(),
-        })
+        .map(|(task, writes)| Applied::task(g, task, writes))
         .collect();
     if batch.is_empty() {
         return Ok(BTreeSet::new());

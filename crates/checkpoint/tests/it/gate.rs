@@ -478,30 +478,43 @@ fn a_store_with_data_and_no_whole_configuration_does_not_open() {
         };
         put_delta_thread(&saver, "t").await;
         drop(saver);
-        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
-        client
-            .batch_execute(&format!(
-                "DELETE FROM \"{}\".antler_meta WHERE key = 'snapshot_frequency'",
-                options.schema
-            ))
-            .await
-            .unwrap();
-        let Err(err) =
-            antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::full()).await
-        else {
-            panic!("opened");
-        };
+        let err = pg_open_after(
+            &options,
+            "DELETE FROM {s}.antler_meta WHERE key = 'snapshot_frequency'",
+            StoreConfig::full(),
+        )
+        .await;
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-        client
-            .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", options.schema))
-            .await
-            .unwrap();
-        drop(client);
-        let _ = task.await;
     });
+}
+
+/// Runs `edit` (`{s}`: the schema) on the PostgreSQL store `options` names, then opens it with
+/// `config`, which must fail: the error. The schema is dropped afterwards.
+async fn pg_open_after(
+    options: &antler_checkpoint::PostgresOptions,
+    edit: &str,
+    config: StoreConfig,
+) -> antler_checkpoint::Error {
+    let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(conn);
+    let s = format!("\"{}\"", options.schema);
+    client
+        .batch_execute(&edit.replace("{s}", &s))
+        .await
+        .unwrap();
+    let opened = antler_checkpoint::PostgresSaver::connect(options.clone(), config).await;
+    client
+        .batch_execute(&format!("DROP SCHEMA {s} CASCADE"))
+        .await
+        .unwrap();
+    drop(client);
+    let _ = task.await;
+    match opened {
+        Ok(_) => panic!("{edit}: opened"),
+        Err(e) => e,
+    }
 }
 
 /// A recorded configuration that does not parse (a mode or frequency no build writes) is a
@@ -544,31 +557,14 @@ fn an_unreadable_recorded_configuration_is_a_damaged_store() {
             return;
         };
         drop(saver);
-        let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let task = tokio::spawn(conn);
-        client
-            .batch_execute(&format!(
-                "UPDATE \"{}\".antler_meta SET value = '0' WHERE key = 'snapshot_frequency'",
-                options.schema
-            ))
-            .await
-            .unwrap();
-        let Err(err) =
-            antler_checkpoint::PostgresSaver::connect(options.clone(), StoreConfig::delta(f(10)))
-                .await
-        else {
-            panic!("opened");
-        };
+        let err = pg_open_after(
+            &options,
+            "UPDATE {s}.antler_meta SET value = '0' WHERE key = 'snapshot_frequency'",
+            StoreConfig::delta(f(10)),
+        )
+        .await;
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
         assert!(err.to_string().contains("unreadable"), "{err}");
-        client
-            .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", options.schema))
-            .await
-            .unwrap();
-        drop(client);
-        let _ = task.await;
     });
 }
 

@@ -1217,19 +1217,7 @@ async fn a_retry_policy_retries_only_what_its_rule_accepts() {
                 .add_edge("inner", "__end__");
             failing = middle.compile().unwrap();
         }
-        let mut outer = graph();
-        outer.add_subgraph_with(
-            "sub",
-            failing,
-            antler_graph::NodeOptions {
-                retry: Some(antler_graph::RetryPolicy::default()),
-                ..Default::default()
-            },
-        );
-        outer
-            .add_edge("__start__", "sub")
-            .add_edge("sub", "__end__");
-        let err = memory(outer)
+        let err = memory(retried_subgraph(failing))
             .invoke(
                 Update::new().set(&LOG, log(&["in"])),
                 &RunConfig::new("t").with_recursion_limit(4),
@@ -1260,19 +1248,7 @@ async fn a_retry_policy_retries_only_what_its_rule_accepts() {
     inner
         .add_edge("__start__", "boom")
         .add_edge("boom", "__end__");
-    let mut outer = graph();
-    outer.add_subgraph_with(
-        "sub",
-        inner.compile().unwrap(),
-        antler_graph::NodeOptions {
-            retry: Some(antler_graph::RetryPolicy::default()),
-            ..Default::default()
-        },
-    );
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
-    let err = memory(outer)
+    let err = memory(retried_subgraph(inner.compile().unwrap()))
         .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
         .await
         .unwrap_err();
@@ -1286,6 +1262,23 @@ async fn a_retry_policy_retries_only_what_its_rule_accepts() {
     let (out, runs) = run_flaky(never).await;
     assert!(out.is_err());
     assert_eq!(runs, 1, "the predicate refused the retry");
+}
+
+/// START → `sub` → END, where `sub` runs `inner` under the default retry policy.
+fn retried_subgraph(inner: antler_graph::CompiledGraph) -> antler_graph::StateGraph {
+    let mut outer = graph();
+    outer.add_subgraph_with(
+        "sub",
+        inner,
+        antler_graph::NodeOptions {
+            retry: Some(antler_graph::RetryPolicy::default()),
+            ..Default::default()
+        },
+    );
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    outer
 }
 
 /// The runtime waits as the policy says between attempts: two retries of 1 s and 2 s take
