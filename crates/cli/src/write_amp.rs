@@ -958,8 +958,9 @@ async fn drive_graph(store: &Store, thread: &ThreadId, o: &Options) -> Result<Me
     let mut peak_bytes = None;
     for i in 0..20 {
         let opened = Instant::now();
-        let fresh = workload_graph(o, store.reopen(o.store_config()).await?)?;
+        let saver = store.reopen(o.store_config()).await?;
         cold_open.push(opened.elapsed().as_secs_f64() * 1e3);
+        let fresh = workload_graph(o, saver)?;
         let peak = (i == 0).then(PeakRss::start);
         cold.push(graph_state(&fresh, &cfg, &expected, "cold").await?);
         if let Some(p) = peak {

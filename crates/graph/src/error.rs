@@ -209,10 +209,11 @@ pub enum Error {
     },
     /// A command's goto `Send` on a thread whose pending step has `Send` packets queued: the
     /// queue takes one step's packets, so the new ones would replace the queued ones, and a
-    /// packet's task id depends on its position only, so a new packet's task would take the
-    /// stored results of the old packet at its position.
+    /// packet's task id is its position (with the checkpoint, the step and the target node),
+    /// so in place a new packet to the same node would take the stored results of the old
+    /// packet at its position.
     #[error(
-        "a command's goto Send would replace the {queued} Send packet(s) queued on the pending step (and take their tasks' stored results); continue the step first, or start anew with new input"
+        "a command's goto Send would replace the {queued} Send packet(s) queued on the pending step; continue the step first, start anew with new input, or fork with update_state"
     )]
     SendOverQueuedPackets {
         /// The packets queued.

@@ -2087,7 +2087,7 @@ async fn a_command_send_over_queued_packets_is_refused() {
     use antler_graph::{ErrorKind, Send as Packet};
     let store: Arc<dyn antler_graph::Checkpointer> =
         Arc::new(antler_graph::MemoryCheckpointer::new());
-    let graph = scratch_graph(store, true);
+    let graph = scratch_graph(store.clone(), true);
     let cfg = RunConfig::new("t");
     let out = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
@@ -2106,7 +2106,16 @@ async fn a_command_send_over_queued_packets_is_refused() {
         "{e}"
     );
     assert_eq!(e.kind(), ErrorKind::Input);
-    // Nothing was stored: the step is still pending with its packet.
+    // Nothing was stored: no input on the head, whose step is still pending with its packet.
+    let stored = store.get_tuple(&cfg.scope(), None).await.unwrap().unwrap();
+    assert!(
+        stored
+            .pending_writes
+            .iter()
+            .all(|w| w.task_id.as_str() != "00000000-0000-0000-0000-000000000000"),
+        "{:?}",
+        stored.pending_writes
+    );
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(head.next, [antler_graph::NodeId::from("worker")]);
     let out = graph
