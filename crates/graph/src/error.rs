@@ -112,6 +112,8 @@ pub enum ErrorKind {
     Serialization,
     /// The graph definition is invalid.
     Build,
+    /// The thread is running already: retry when that run has finished.
+    Busy,
 }
 
 /// Errors of running a compiled graph.
@@ -219,6 +221,16 @@ pub enum Error {
         /// The packets queued.
         queued: usize,
     },
+    /// A run of the root graph, or an `update_state` on its namespace, on a thread that a run
+    /// in this process is going on already (on the same checkpointer): two at once would
+    /// fork the thread without a word. Nothing was read or written.
+    #[error(
+        "thread {thread} has a run going already; one run (or update_state) at a time per thread: retry when it has finished"
+    )]
+    ThreadBusy {
+        /// The thread.
+        thread: String,
+    },
     /// A `Command` addressed to the parent graph reached the top level.
     #[error("there is no parent graph for a Command addressed to the parent")]
     NoParentGraph,
@@ -316,6 +328,7 @@ impl Error {
             Self::Serialization { .. } => ErrorKind::Serialization,
             Self::Storage { .. } | Self::RunFailedUnstored { .. } => ErrorKind::Storage,
             Self::Build(_) | Self::StoreModeMismatch { .. } => ErrorKind::Build,
+            Self::ThreadBusy { .. } => ErrorKind::Busy,
         }
     }
 }

@@ -55,6 +55,7 @@ mod error;
 mod ids;
 mod landing;
 mod run;
+mod running;
 mod saver;
 mod schema;
 mod state;

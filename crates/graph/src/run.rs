@@ -1229,6 +1229,14 @@ pub(crate) async fn run(
     tx: Option<&UnboundedSender<Result<StreamItem>>>,
     modes: StreamModes,
 ) -> Result<RunOutcome> {
+    // One run of the root graph per thread at a time (see `running.rs`); a subgraph's run is
+    // part of its enclosing one. Held until the run ends or its future is dropped.
+    let _running = match cp_arc {
+        Some(store) if cfg.checkpoint_ns.is_empty() => {
+            Some(crate::running::enter(store, cfg.thread_id.as_str())?)
+        }
+        _ => None,
+    };
     let cp: Option<&dyn Checkpointer> = cp_arc.map(|a| a.as_ref());
     let info = Arc::new(crate::types::RunInfo {
         cp: cp_arc.cloned(),
@@ -2494,6 +2502,12 @@ pub(crate) async fn update_state(
         });
     }
     check_store_mode(g, cp)?;
+    // Not while a run is going on the thread (see `running.rs`).
+    let _running = if cfg.checkpoint_ns.is_empty() {
+        Some(crate::running::enter(cp_arc, cfg.thread_id.as_str())?)
+    } else {
+        None
+    };
     settle_root(cfg).await;
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())

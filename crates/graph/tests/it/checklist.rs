@@ -2411,3 +2411,88 @@ fn graph_fails_without_breaking() -> antler_graph::StateGraph {
     });
     g
 }
+
+/// One run of the root graph per thread at a time in a process: a second run, or an
+/// `update_state`, on a thread whose run is going fails with `ThreadBusy` before it reads or
+/// writes anything, while other threads run; once the run has ended (or its stream is dropped)
+/// the thread takes the next one. Before 2026-12-01 both ran and the thread forked, and with a
+/// delta channel a cold read of one branch could show the other's task writes.
+#[tokio::test]
+async fn a_second_run_on_a_busy_thread_is_refused() {
+    use antler_graph::{ErrorKind, StreamModes};
+    use futures::StreamExt;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let mut g = graph();
+    let (e, r) = (entered.clone(), release.clone());
+    g.add_node("slow", move |_s: State, _c| {
+        let (e, r) = (e.clone(), r.clone());
+        async move {
+            e.notify_one();
+            r.notified().await;
+            Ok(Update::new().set(&LOG, log(&["slow"])))
+        }
+    });
+    g.add_edge("__start__", "slow").add_edge("slow", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let first = tokio::spawn({
+        let (graph, cfg) = (graph.clone(), cfg.clone());
+        async move {
+            graph
+                .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+                .await
+        }
+    });
+    entered.notified().await;
+    let busy = |e: Error| {
+        assert!(
+            matches!(&e, Error::ThreadBusy { thread } if thread == "t"),
+            "{e}"
+        );
+        assert_eq!(e.kind(), ErrorKind::Busy);
+    };
+    // Bounded: a second run that is not refused would wait in `slow` too.
+    busy(
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            graph.invoke(Update::new().set(&LOG, log(&["second"])), &cfg),
+        )
+        .await
+        .expect("refused at once, not run")
+        .unwrap_err(),
+    );
+    busy(
+        graph
+            .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), None)
+            .await
+            .unwrap_err(),
+    );
+    // Reads go on, and so do other threads (here one that ends at once).
+    assert!(graph.get_state(&cfg).await.is_ok());
+    release.notify_one();
+    let out = first
+        .await
+        .expect("no panic")
+        .expect("the first run finishes");
+    assert_eq!(out.values.get(&LOG), Some(&log(&["in", "slow"])));
+    // The thread is free again; a dropped stream frees it too.
+    {
+        let mut s = Box::pin(graph.stream(
+            Update::new().set(&LOG, log(&["again"])),
+            &cfg,
+            StreamModes::default(),
+        ));
+        let poll = async { while s.next().await.is_some() {} };
+        tokio::select! {
+            biased;
+            () = poll => panic!("the run must wait in `slow`"),
+            () = entered.notified() => {}
+        }
+    }
+    release.notify_one();
+    let next = graph
+        .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), None)
+        .await;
+    assert!(next.is_ok(), "{next:?}");
+}
