@@ -138,7 +138,8 @@ impl RetryOn {
     /// repeat; a node inside the subgraph that failed with an error of its own, or a store
     /// error, is retried. A failure passed up through nested subgraphs is judged by what the
     /// innermost node failed with, however deep; a subgraph run that failed and then failed
-    /// to store what it left (`Error::RunFailedUnstored`) is a store error, retried.
+    /// to store what it left (`Error::RunFailedUnstored`) is a store error, retried. A node's
+    /// own run of a thread that is busy (`Error::ThreadBusy`, most often its own) is not.
     pub fn default_rule(e: &(dyn std::error::Error + 'static)) -> bool {
         use crate::error::{Error, ErrorKind};
         let mut e = e;

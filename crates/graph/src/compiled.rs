@@ -950,6 +950,10 @@ impl CompiledGraph {
     /// its next await point; finished tasks keep their saved writes and no partial checkpoint is written.
     /// Store operations the run already started still finish, and the next run, state read or
     /// update of the thread waits for them.
+    ///
+    /// A stream counts as the thread's run until it is read to its end or dropped: a run or
+    /// update of the thread meanwhile fails with [`Error::ThreadBusy`] (a consumer that stops
+    /// reading at an `Interrupted` event drops the stream before it resumes).
     pub fn stream(
         &self,
         input: impl Into<Input>,

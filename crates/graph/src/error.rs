@@ -225,7 +225,7 @@ pub enum Error {
     /// in this process is going on already (on the same checkpointer): two at once would
     /// fork the thread without a word. Nothing was read or written.
     #[error(
-        "thread {thread} has a run going already; one run (or update_state) at a time per thread: retry when it has finished"
+        "thread {thread} has a run going already; one run (or update_state) at a time per thread: retry when it has finished (a stream counts until it is read to its end or dropped)"
     )]
     ThreadBusy {
         /// The thread.

@@ -8,10 +8,12 @@
 //! writes anything, as the reference's server refuses a second run by default. Waiting instead
 //! would deadlock a node that runs its own thread again.
 //!
-//! The registry is process-wide and keyed by the checkpointer (its address) and the thread id:
-//! two checkpointers over one database, or two processes, are not serialised here (that needs
-//! a head-conditional put in the store). A subgraph's run belongs to its enclosing run and
-//! does not enter.
+//! The registry is process-wide and keyed by the checkpointer (the address of the
+//! `Arc<dyn Checkpointer>` the graphs share) and the thread id: graphs given one checkpointer
+//! are serialised, while two checkpointers, even two `SaverCheckpointer`s over one saver, or
+//! two processes, are not (that needs a head-conditional put in the store). A subgraph's run
+//! belongs to its enclosing run and does not enter. A stream counts as a run until it is read
+//! to its end or dropped.
 
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};

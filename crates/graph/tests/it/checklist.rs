@@ -2422,14 +2422,15 @@ async fn a_second_run_on_a_busy_thread_is_refused() {
     use antler_graph::{ErrorKind, StreamModes};
     use futures::StreamExt;
     let entered = Arc::new(Notify::new());
-    let release = Arc::new(Notify::new());
+    // Permits to leave `slow`: one per run let through.
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
     let mut g = graph();
     let (e, r) = (entered.clone(), release.clone());
     g.add_node("slow", move |_s: State, _c| {
         let (e, r) = (e.clone(), r.clone());
         async move {
             e.notify_one();
-            r.notified().await;
+            r.acquire().await.expect("never closed").forget();
             Ok(Update::new().set(&LOG, log(&["slow"])))
         }
     });
@@ -2468,9 +2469,26 @@ async fn a_second_run_on_a_busy_thread_is_refused() {
             .await
             .unwrap_err(),
     );
-    // Reads go on, and so do other threads (here one that ends at once).
+    // Reads go on, and so do runs of other threads (here one that waits in `slow` too).
     assert!(graph.get_state(&cfg).await.is_ok());
-    release.notify_one();
+    let other = tokio::spawn({
+        let graph = graph.clone();
+        async move {
+            graph
+                .invoke(
+                    Update::new().set(&LOG, log(&["other"])),
+                    &RunConfig::new("t2"),
+                )
+                .await
+        }
+    });
+    entered.notified().await;
+    // Both runs are in `slow` now: let both through.
+    release.add_permits(2);
+    other
+        .await
+        .expect("no panic")
+        .expect("another thread runs meanwhile");
     let out = first
         .await
         .expect("no panic")
@@ -2490,7 +2508,6 @@ async fn a_second_run_on_a_busy_thread_is_refused() {
             () = entered.notified() => {}
         }
     }
-    release.notify_one();
     let next = graph
         .update_state(&cfg, Update::new().set(&LOG, log(&["u"])), None)
         .await;
