@@ -580,6 +580,38 @@ fn decode_refs(body: &[u8]) -> CResult<(MessagesKind, Vec<(u64, u64)>)> {
     Ok((kind, runs))
 }
 
+/// The deepest nesting of JSON a store takes: serde_json reads at most 128 levels back (a
+/// message list decoded whole adds one, metadata's map one), so a deeper value would be stored
+/// and then fail every read of its checkpoint.
+pub(crate) const MAX_JSON_DEPTH: usize = 100;
+
+/// How deep `json`'s arrays and objects nest (0 for a scalar), by one pass over the bytes
+/// (brackets inside strings do not count); for a payload about to be stored.
+pub(crate) fn json_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 pub(crate) fn encode_body(json: &[u8]) -> Vec<u8> {
     seal(TAG_MESSAGE_BODY_V1, json)
 }
@@ -679,5 +711,28 @@ mod tests {
         assert_eq!(decode_metadata(&encode_metadata(&m)).unwrap(), m);
         m.run_id = Some(RunId::new("not-a-uuid"));
         assert_eq!(decode_metadata(&encode_metadata(&m)).unwrap(), m);
+    }
+}
+
+#[cfg(test)]
+mod depth_tests {
+    /// Nesting counts arrays and objects, not brackets inside strings (escaped quotes
+    /// included).
+    #[test]
+    fn json_depth_counts_nesting_outside_strings() {
+        for (json, depth) in [
+            (&b"0"[..], 0),
+            (b"[]", 1),
+            (b"{\"a\":[1,{\"b\":[]}]}", 4),
+            (b"[\"[[[\\\"]]]\"]", 1),
+            (b"[[\"\\\\\"],[]]", 2),
+        ] {
+            assert_eq!(
+                super::json_depth(json),
+                depth,
+                "{}",
+                String::from_utf8_lossy(json)
+            );
+        }
     }
 }

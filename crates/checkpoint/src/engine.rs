@@ -1023,6 +1023,20 @@ struct Encoding {
     /// Items that went through the hash path (tests check the pointer path skips it).
     #[cfg(test)]
     hashed: usize,
+    /// The deepest JSON nesting among the new bodies (see [`codec::MAX_JSON_DEPTH`]).
+    deepest: usize,
+}
+
+/// Refuses a payload nested deeper than a store reads back ([`codec::MAX_JSON_DEPTH`]):
+/// stored, it would fail every read of its checkpoint.
+fn check_depth(thread: &ThreadId, what: &str, depth: usize) -> Result<()> {
+    if depth > codec::MAX_JSON_DEPTH {
+        return Err(Error::InvalidArgument(format!(
+            "thread {thread}: {what} nests JSON {depth} levels deep; a store keeps at most {} (a deeper value would not read back)",
+            codec::MAX_JSON_DEPTH
+        )));
+    }
+    Ok(())
 }
 
 /// How the thread's remembered snapshot changes once a commit succeeds.
@@ -1358,6 +1372,7 @@ impl<B: Backend> Engine<B> {
                             let s = enc.next_seq;
                             enc.next_seq += 1;
                             enc.fresh.insert(h, s);
+                            enc.deepest = enc.deepest.max(codec::json_depth(item));
                             enc.new_rows.push(MessageRow {
                                 seq: s,
                                 body: codec::encode_body(item),
@@ -1433,6 +1448,11 @@ impl<B: Backend> Engine<B> {
         F: Fn(Vec<Vec<u8>>, Vec<MessageRow>, IndexGuard) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
+        for b in values {
+            if let Blob::Json(json) = b {
+                check_depth(thread, "a value", codec::json_depth(json))?;
+            }
+        }
         let has_messages = values.iter().any(|b| matches!(b, Blob::Messages(_)));
         if !has_messages {
             let encoded = values
@@ -1467,6 +1487,8 @@ impl<B: Backend> Engine<B> {
             #[cfg(test)]
             self.hashed
                 .fetch_add(enc.hashed, std::sync::atomic::Ordering::Relaxed);
+            // Only bodies new to the store are scanned: the others were when first stored.
+            check_depth(thread, "a message", enc.deepest)?;
             let Encoding {
                 fresh,
                 new_rows,
@@ -1534,6 +1556,10 @@ impl<B: Backend> Engine<B> {
             )));
         }
         self.gate(thread, id, &metadata)?;
+        for (key, value) in &metadata.extra {
+            let depth = codec::json_depth(&serde_json::to_vec(value).unwrap_or_default());
+            check_depth(thread, &format!("metadata key {key:?}"), depth)?;
+        }
         self.gate_before_write(config).await?;
         let mut stored: Vec<(ChannelName, ChannelVersion, &Blob)> = Vec::new();
         for (channel, version) in new_versions {

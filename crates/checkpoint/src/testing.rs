@@ -114,6 +114,7 @@ macro_rules! conformance_suite {
             antler_list_pages_agree_with_the_whole_list,
             antler_delete_for_runs_pages_through_a_large_store,
             antler_delete_for_runs_reads_only_the_runs_threads,
+            antler_json_deeper_than_a_store_reads_back_is_refused,
             antler_channel_values_are_read_by_key_wherever_stored,
             antler_channel_values_reach_past_records_that_do_not_list_the_channel,
             antler_channel_values_are_mode_gated,
@@ -157,7 +158,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 139;
+pub const CASE_COUNT: usize = 140;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -2780,6 +2781,69 @@ pub async fn antler_delete_for_runs_reads_only_the_runs_threads(saver: &dyn Save
     }
     let err = saver.get_tuple(&cfg("runs-b", "", None)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+}
+
+/// JSON nested deeper than a store reads back (a metadata entry, a channel value, a write, a
+/// message) is refused by the write that brings it, with a typed error and nothing stored:
+/// stored, it would fail every later read of its checkpoint. A value at the limit is stored
+/// and reads back.
+pub async fn antler_json_deeper_than_a_store_reads_back_is_refused(saver: &dyn Saver) {
+    let nested = |levels: usize| {
+        let mut v = json!(0);
+        for _ in 0..levels {
+            v = json!([v]);
+        }
+        v
+    };
+    let refused = |e: crate::Error| {
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("levels deep"), "{e}");
+    };
+    let at = cfg("t-deep", "", None);
+    let mut meta = metadata(CheckpointSource::Input, -1, None);
+    meta.extra.insert("deep".into(), nested(150));
+    let cp = checkpoint(&[("a", 1, json!(1))]);
+    let versions = cp.channel_versions.clone();
+    refused(saver.put(&at, cp, meta, &versions).await.unwrap_err());
+    let cp = checkpoint(&[("a", 1, nested(150))]);
+    let versions = cp.channel_versions.clone();
+    let meta = metadata(CheckpointSource::Input, -1, None);
+    refused(saver.put(&at, cp, meta, &versions).await.unwrap_err());
+    assert!(
+        saver.get_tuple(&at).await.unwrap().is_none(),
+        "nothing stored"
+    );
+    // At the limit: stored, and read back.
+    let head = put_all(
+        saver,
+        at.clone(),
+        checkpoint(&[("a", 1, nested(100))]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+    let read = saver.get_tuple(&head).await.unwrap().unwrap();
+    let value: Value = read.checkpoint.channel_values[&ChannelName::new("a")]
+        .decode_json()
+        .unwrap();
+    assert_eq!(value, nested(100));
+    for blob in [
+        Blob::json(&nested(150)).unwrap(),
+        Blob::messages(MessagesKind::Write, &[nested(150)]).unwrap(),
+    ] {
+        refused(
+            saver
+                .put_writes(
+                    &head,
+                    vec![(ChannelName::new("a"), blob)],
+                    &TaskId::new("task"),
+                    &TaskPath::default(),
+                )
+                .await
+                .unwrap_err(),
+        );
+    }
+    let read = saver.get_tuple(&head).await.unwrap().unwrap();
+    assert!(read.pending_writes.is_empty(), "no write stored");
 }
 
 // ---- get_ancestors_without_values ----------------------------------------------------------
