@@ -186,7 +186,9 @@ impl StoreConfig {
 }
 
 /// Whether checkpoint metadata marks a delta-mode checkpoint (kernel-spec R33):
-/// the mode marker says delta, or the counters map has a `messages` entry.
+/// the mode marker says delta, or the counters map has a `messages` entry, whether they sit in
+/// their typed fields or, as a metadata dict copied key by key puts them, in `extra` (the same
+/// dict view `list` filters read).
 pub fn metadata_uses_delta(metadata: &CheckpointMetadata) -> bool {
     metadata.channel_mode == Some(ChannelMode::Delta)
         || metadata
@@ -196,6 +198,11 @@ pub fn metadata_uses_delta(metadata: &CheckpointMetadata) -> bool {
             .extra
             .get(crate::model::CHANNEL_MODE_METADATA_KEY)
             .is_some_and(|v| v == "delta")
+        || metadata
+            .extra
+            .get(crate::model::COUNTERS_METADATA_KEY)
+            .and_then(serde_json::Value::as_object)
+            .is_some_and(|m| m.contains_key("messages"))
 }
 
 /// Whether a (possibly absent) tuple is a delta checkpoint; `None` → false (R33).

@@ -51,6 +51,19 @@ fn r33_delta_detection_on_metadata() {
         .extra
         .insert("deerflow_checkpoint_channel_mode".into(), json!("delta"));
     assert!(metadata_uses_delta(&extra));
+    // The counters as a metadata dict copied key by key leaves them: in `extra`. Before
+    // 2026-12-01 only the typed field counted, so a full-mode store took such a checkpoint.
+    let mut copied = CheckpointMetadata::default();
+    copied.extra.insert(
+        "counters_since_delta_snapshot".into(),
+        json!({"messages": [1, 2]}),
+    );
+    assert!(metadata_uses_delta(&copied));
+    copied.extra.insert(
+        "counters_since_delta_snapshot".into(),
+        json!({"todos": [1, 2]}),
+    );
+    assert!(!metadata_uses_delta(&copied));
     assert!(!metadata_uses_delta(&CheckpointMetadata::default()));
     assert!(!tuple_uses_delta(None));
 }
