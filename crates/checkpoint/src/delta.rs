@@ -317,6 +317,14 @@ impl DeltaMessages {
                 }
             }
         }
+        // The reducer stamps an id on every message without one: the stored bytes (without
+        // it) then no longer stand for the value, which the next snapshot must store as it is
+        // now (kernel-spec R41: stamped ids persist).
+        let stamps_ids = base.iter().any(|m| m.id.is_none())
+            || batch.iter().any(|w| match w {
+                MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
+                MessageWrite::Null => false,
+            });
         let before = base.len();
         let added: usize = batch
             .iter()
@@ -332,7 +340,7 @@ impl DeltaMessages {
             source: Box::new(e),
         })?;
         // The cache is only valid when the replay appended every written message unchanged.
-        if value.len() != before + added {
+        if value.len() != before + added || stamps_ids {
             encoded = None;
         }
         let mut channel = Self::new(frequency);
@@ -597,4 +605,50 @@ pub async fn materialize(
         replayed_writes: history.writes.len(),
         seed_checkpoint: history.seed_checkpoint,
     })
+}
+
+#[cfg(test)]
+mod restore_tests {
+    use super::*;
+    use crate::model::PendingWrite;
+
+    /// A replay that stamps ids on id-less messages (a legacy seed) drops the stored bytes, so
+    /// the next snapshot stores the ids the value now holds (kernel-spec R41); before, the
+    /// snapshot stored the id-less bytes and every later read stamped new random ids.
+    #[test]
+    fn a_replay_that_stamps_ids_snapshots_them() {
+        let seed = Blob::messages(
+            MessagesKind::Snapshot,
+            &[serde_json::json!({"type": "human", "content": "a"})],
+        )
+        .expect("serialisable");
+        let write = DeltaWrite::from(vec![Message::ai("b").with_id("b1")])
+            .to_blob()
+            .expect("serialisable");
+        let history = DeltaChannelHistory {
+            seed: Some(seed),
+            writes: vec![PendingWrite {
+                task_id: crate::ids::TaskId::new("t"),
+                idx: 0,
+                channel: MESSAGES.into(),
+                value: write,
+                task_path: crate::ids::TaskPath::default(),
+            }],
+            seed_checkpoint: None,
+        };
+        let thread = ThreadId::new("t");
+        let mut ch = DeltaMessages::restore(
+            SnapshotFrequency::default(),
+            &history,
+            &thread,
+            CheckpointId::generate(),
+        )
+        .expect("restores");
+        let stamped = ch.value()[0].id.clone().expect("an id was stamped");
+        let Blob::Messages(list) = ch.snapshot_blob().expect("serialisable") else {
+            panic!("a message list");
+        };
+        let first: serde_json::Value = serde_json::from_slice(&list.items[0]).expect("json");
+        assert_eq!(first["id"], serde_json::json!(stamped));
+    }
 }
