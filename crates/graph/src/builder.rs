@@ -398,8 +398,9 @@ impl StateGraph {
             }
         }
         let known: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
-        let check = |n: &NodeId, ctx: &str, allow: &str| -> Result<(), BuildError> {
-            if known.contains(n.as_str()) || n.as_str() == allow {
+        // `allow`: the one reserved name the reference may name besides the nodes.
+        let check = |n: &NodeId, ctx: &str, allow: Option<&str>| -> Result<(), BuildError> {
+            if known.contains(n.as_str()) || Some(n.as_str()) == allow {
                 Ok(())
             } else {
                 Err(BuildError::UnknownNode {
@@ -409,28 +410,41 @@ impl StateGraph {
             }
         };
         for (a, b) in &self.edges {
-            check(a, &format!("edge {a} -> {b}"), START)?;
-            check(b, &format!("edge {a} -> {b}"), END)?;
+            check(a, &format!("edge {a} -> {b}"), Some(START))?;
+            check(b, &format!("edge {a} -> {b}"), Some(END))?;
         }
+        // A join's barrier channel is named by its sources and target; two different joins
+        // whose names coincide (node names may hold `+`) would share one stored barrier.
+        let mut join_names: HashMap<String, &Vec<NodeId>> = HashMap::new();
         for (srcs, to) in &self.joins {
             for s in srcs {
-                check(s, &format!("join into {to}"), START)?;
+                check(s, &format!("join into {to}"), Some(START))?;
             }
-            check(to, "a join", "")?;
+            check(to, "a join", None)?;
+            let name = join_channel_name(srcs, to);
+            if let Some(other) = join_names.insert(name.clone(), srcs)
+                && other != srcs
+            {
+                return Err(BuildError::ChannelConflict {
+                    channel: name,
+                    first: format!("the join of {other:?}"),
+                    second: format!("the join of {srcs:?}"),
+                });
+            }
         }
         for (from, r) in &self.routers {
-            check(from, "a router", START)?;
+            check(from, "a router", Some(START))?;
             for t in r.targets.iter().flatten() {
-                check(t, &format!("router of {from}"), END)?;
+                check(t, &format!("router of {from}"), Some(END))?;
             }
         }
         for (n, d) in &self.nodes {
             for t in &d.options.destinations {
-                check(t, &format!("destinations of {n}"), END)?;
+                check(t, &format!("destinations of {n}"), Some(END))?;
             }
         }
         for n in self.interrupt_before.iter().chain(&self.interrupt_after) {
-            check(n, "an interrupt list", "*")?;
+            check(n, "an interrupt list", Some("*"))?;
         }
         // Topology: node 0 = START, 1 = END, user nodes from 2 in declaration order.
         let mut g: petgraph::graph::DiGraph<(), ()> = petgraph::graph::DiGraph::new();
@@ -554,4 +568,15 @@ mod retry_tests {
         assert_eq!(p.wait(1, 7.0), Duration::from_secs(2));
         assert_eq!(p.wait(1, -7.0), Duration::from_secs(1));
     }
+}
+
+/// The name of a join's barrier channel: `join:<sources joined by +>:<target>`.
+pub(crate) fn join_channel_name(srcs: &[NodeId], to: &NodeId) -> String {
+    format!(
+        "join:{}:{to}",
+        srcs.iter()
+            .map(NodeId::as_str)
+            .collect::<Vec<_>>()
+            .join("+")
+    )
 }

@@ -138,13 +138,7 @@ impl Graph {
             let ch = chans.len();
             let defer = matches!(chans[branch_of[t]].kind, ChanKind::Branch { defer: true });
             chans.push(ChanDef {
-                name: Arc::from(format!(
-                    "join:{}:{to}",
-                    srcs.iter()
-                        .map(NodeId::as_str)
-                        .collect::<Vec<_>>()
-                        .join("+")
-                )),
+                name: Arc::from(crate::builder::join_channel_name(srcs, to)),
                 kind: ChanKind::Join {
                     names: Arc::new(names),
                     after_finish: defer,

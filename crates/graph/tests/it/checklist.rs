@@ -2513,3 +2513,30 @@ async fn a_second_run_on_a_busy_thread_is_refused() {
         .await;
     assert!(next.is_ok(), "{next:?}");
 }
+
+/// A join into a name that is no node does not compile (before, the empty name passed the
+/// check and the join was dropped, its sources wired to the end), and neither do two joins
+/// whose barrier channels would share one name (node names may hold `+`; before, the second
+/// join's stored barrier overwrote the first's, and a restored barrier could complete early).
+#[test]
+fn joins_into_no_node_or_with_colliding_names_do_not_compile() {
+    use antler_graph::BuildError;
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    g.add_join(["a"], "");
+    assert!(
+        matches!(g.compile().err(), Some(BuildError::UnknownNode { ref node, .. }) if node.is_empty())
+    );
+
+    let mut g = graph();
+    for n in ["a+b", "c", "a", "b+c", "d"] {
+        g.add_node(n, add("n"));
+        g.add_edge("__start__", n);
+    }
+    g.add_edge("d", "__end__");
+    g.add_join(["a+b", "c"], "d").add_join(["a", "b+c"], "d");
+    assert!(
+        matches!(g.compile().err(), Some(BuildError::ChannelConflict { ref channel, .. }) if channel == "join:a+b+c:d")
+    );
+}
