@@ -460,23 +460,35 @@ impl ErasedSpec {
             source,
         })
     }
+    /// A reducer channel's stored write is tagged when it is an `Overwrite`
+    /// (`{"__overwrite__": value}`, the reference's form); a plain write whose own JSON has
+    /// that shape, or the escape's (`{"__value__": json}`), is stored escaped, so that it reads
+    /// back plain: before, such a write came back as an Overwrite after a resume.
+    fn tags_writes(&self) -> bool {
+        matches!(self.kind, Kind::Reducer { .. } | Kind::Delta { .. })
+    }
+
     pub(crate) fn write_to_json(&self, w: &Write) -> Result<Json> {
         match w {
-            Write::Value(v) => (self.write_to_json)(v).map_err(|f| self.map_fail(f)),
-            Write::Overwrite(v) => {
-                Ok(serde_json::json!({ "__overwrite__": self.value_to_json(v)? }))
+            Write::Value(v) => {
+                let j = (self.write_to_json)(v).map_err(|f| self.map_fail(f))?;
+                if self.tags_writes() && tagged(&j).is_some() {
+                    return Ok(serde_json::json!({ VALUE_TAG: j }));
+                }
+                Ok(j)
             }
+            Write::Overwrite(v) => Ok(serde_json::json!({ OVERWRITE_TAG: self.value_to_json(v)? })),
         }
     }
     pub(crate) fn write_from_json(&self, j: Json) -> Result<Write> {
-        if let Json::Object(m) = &j
-            && m.len() == 1
-            && let Some(inner) = m.get("__overwrite__")
-            && matches!(self.kind, Kind::Reducer { .. } | Kind::Delta { .. })
-        {
-            return Ok(Write::Overwrite(self.value_from_json(inner.clone())?));
-        }
-        (self.write_from_json)(j)
+        let plain = match tagged(&j).filter(|_| self.tags_writes()) {
+            Some((OVERWRITE_TAG, inner)) => {
+                return Ok(Write::Overwrite(self.value_from_json(inner.clone())?));
+            }
+            Some((_, inner)) => inner.clone(),
+            None => j,
+        };
+        (self.write_from_json)(plain)
             .map(Write::Value)
             .map_err(|source| Error::Serialization {
                 channel: self.name.to_string(),
@@ -748,4 +760,20 @@ mod tests {
         );
         assert!(err.to_string().contains("message 2 of the list"), "{err}");
     }
+}
+
+/// The tag of a stored reducer write that is an `Overwrite`.
+const OVERWRITE_TAG: &str = "__overwrite__";
+/// The tag of a stored plain reducer write whose own JSON looks tagged.
+const VALUE_TAG: &str = "__value__";
+
+/// The tag and the tagged JSON of a stored reducer write of the form `{tag: json}`.
+fn tagged(j: &Json) -> Option<(&'static str, &Json)> {
+    let Json::Object(m) = j else { return None };
+    if m.len() != 1 {
+        return None;
+    }
+    [OVERWRITE_TAG, VALUE_TAG]
+        .into_iter()
+        .find_map(|tag| m.get(tag).map(|inner| (tag, inner)))
 }

@@ -2540,3 +2540,56 @@ fn joins_into_no_node_or_with_colliding_names_do_not_compile() {
         matches!(g.compile().err(), Some(BuildError::ChannelConflict { ref channel, .. }) if channel == "join:a+b+c:d")
     );
 }
+
+/// A plain write to a reducer channel whose own JSON looks like the stored form of an
+/// `Overwrite` (`{"__overwrite__": …}`) is stored escaped and reads back plain: the state a run
+/// shows, the head's state and a resume agree. Before 2026-12-01 it was read back as an
+/// Overwrite, so the resumed thread lost what the reducer had kept.
+#[tokio::test]
+async fn a_plain_write_shaped_like_an_overwrite_stays_plain_through_the_store() {
+    const DOC: Key<serde_json::Value> = Key::from_static("doc");
+    let mut g = graph();
+    g.channel(
+        &DOC,
+        ChannelSpec::reducer(
+            "merge",
+            || json!({}),
+            |acc: &serde_json::Value, ws: &[serde_json::Value]| {
+                let mut out = acc.as_object().cloned().unwrap_or_default();
+                for w in ws {
+                    if let Some(m) = w.as_object() {
+                        out.extend(m.clone());
+                    }
+                }
+                Ok(serde_json::Value::Object(out))
+            },
+        ),
+    )
+    .expect("declared once");
+    g.add_node("a", |_s: State, _c| async {
+        Ok(Update::new().set(&DOC, json!({"__overwrite__": {"x": 1}})))
+    });
+    g.add_node("b", |_s: State, ctx: Context| async move {
+        ctx.interrupt(json!("go on?"))?;
+        Ok(Update::new())
+    });
+    g.add_edge("__start__", "a")
+        .add_edge("__start__", "b")
+        .add_edge("a", "__end__")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&DOC, json!({"keep": true})), &cfg)
+        .await
+        .unwrap();
+    let want = json!({"keep": true, "__overwrite__": {"x": 1}});
+    assert_eq!(out.values.get(&DOC), Some(&want));
+    let head = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(head.values.get(&DOC), Some(&want));
+    let done = graph
+        .invoke(Command::resume(json!("yes")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(done.values.get(&DOC), Some(&want));
+}
