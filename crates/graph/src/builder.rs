@@ -527,6 +527,17 @@ impl StateGraph {
     }
 }
 
+/// The name of a join's barrier channel: `join:<sources joined by +>:<target>`.
+pub(crate) fn join_channel_name(srcs: &[NodeId], to: &NodeId) -> String {
+    format!(
+        "join:{}:{to}",
+        srcs.iter()
+            .map(NodeId::as_str)
+            .collect::<Vec<_>>()
+            .join("+")
+    )
+}
+
 #[cfg(test)]
 mod retry_tests {
     use super::*;
@@ -568,15 +579,4 @@ mod retry_tests {
         assert_eq!(p.wait(1, 7.0), Duration::from_secs(2));
         assert_eq!(p.wait(1, -7.0), Duration::from_secs(1));
     }
-}
-
-/// The name of a join's barrier channel: `join:<sources joined by +>:<target>`.
-pub(crate) fn join_channel_name(srcs: &[NodeId], to: &NodeId) -> String {
-    format!(
-        "join:{}:{to}",
-        srcs.iter()
-            .map(NodeId::as_str)
-            .collect::<Vec<_>>()
-            .join("+")
-    )
 }
