@@ -729,6 +729,22 @@ impl Schema {
     }
 }
 
+/// The tag of a stored reducer write that is an `Overwrite`.
+const OVERWRITE_TAG: &str = "__overwrite__";
+/// The tag of a stored plain reducer write whose own JSON looks tagged.
+const VALUE_TAG: &str = "__value__";
+
+/// The tag and the tagged JSON of a stored reducer write of the form `{tag: json}`.
+fn tagged(j: &Json) -> Option<(&'static str, &Json)> {
+    let Json::Object(m) = j else { return None };
+    if m.len() != 1 {
+        return None;
+    }
+    [OVERWRITE_TAG, VALUE_TAG]
+        .into_iter()
+        .find_map(|tag| m.get(tag).map(|inner| (tag, inner)))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -760,20 +776,4 @@ mod tests {
         );
         assert!(err.to_string().contains("message 2 of the list"), "{err}");
     }
-}
-
-/// The tag of a stored reducer write that is an `Overwrite`.
-const OVERWRITE_TAG: &str = "__overwrite__";
-/// The tag of a stored plain reducer write whose own JSON looks tagged.
-const VALUE_TAG: &str = "__value__";
-
-/// The tag and the tagged JSON of a stored reducer write of the form `{tag: json}`.
-fn tagged(j: &Json) -> Option<(&'static str, &Json)> {
-    let Json::Object(m) = j else { return None };
-    if m.len() != 1 {
-        return None;
-    }
-    [OVERWRITE_TAG, VALUE_TAG]
-        .into_iter()
-        .find_map(|tag| m.get(tag).map(|inner| (tag, inner)))
 }
