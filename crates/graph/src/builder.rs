@@ -395,6 +395,23 @@ impl StateGraph {
                         second: format!("{} in subgraph {node}", spec.describe()),
                     });
                 }
+                // The subgraph takes the parent's value of a shared key as a write and gives
+                // back its own: a key whose value and write types differ on a side (a reducer
+                // that appends one item) would fail every run of the subgraph.
+                if let Some(mine) = self.schema.get(spec.name())
+                    && mine.is_state()
+                    && spec.is_state()
+                    && !mine.crosses(spec)
+                {
+                    return Err(BuildError::ChannelConflict {
+                        channel: spec.name().to_owned(),
+                        first: mine.describe(),
+                        second: format!(
+                            "{} in subgraph {node} (a subgraph takes the parent's value as a write and returns its own: each side's value type must be the other's write type)",
+                            spec.describe()
+                        ),
+                    });
+                }
             }
         }
         let known: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();

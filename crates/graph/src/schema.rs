@@ -413,6 +413,13 @@ impl ErasedSpec {
         kinds && self.value_type == other.value_type && self.write_type == other.write_type
     }
 
+    /// Whether a subgraph's key and its parent's of the same name can pass values both ways:
+    /// the subgraph takes the parent's value as a write, and the parent the subgraph's final
+    /// value (see `subgraph.rs`), so each side's value type must be the other's write type.
+    pub(crate) fn crosses(&self, other: &Self) -> bool {
+        self.value_type == other.write_type && other.value_type == self.write_type
+    }
+
     /// Whether this is a state channel (packet-only keys are not).
     pub(crate) fn is_state(&self) -> bool {
         !matches!(self.kind, Kind::PacketOnly)

@@ -623,3 +623,33 @@ fn a_subgraph_mixing_delta_and_full_messages_with_its_parent_does_not_compile() 
     assert!(outcome(ChannelSpec::messages(), Some(ChannelSpec::messages())).is_none());
     assert!(outcome(ChannelSpec::messages_delta(10), None).is_none());
 }
+
+/// A key the parent and a subgraph share passes values both ways (the subgraph takes the
+/// parent's value as a write and returns its own), so a key whose value and write types differ
+/// (a reducer that appends one item) does not compile: before, it compiled and every run of
+/// the subgraph failed with a write-type error.
+#[test]
+fn a_shared_key_whose_values_cannot_cross_does_not_compile() {
+    const PUSHED: Key<Vec<String>, String> = Key::from_static("pushed");
+    let push = || {
+        ChannelSpec::reducer("push", Vec::new, |acc: &Vec<String>, ws: &[String]| {
+            Ok(acc.iter().chain(ws).cloned().collect())
+        })
+    };
+    let mut inner = StateGraph::new();
+    inner.channel(&PUSHED, push()).expect("declared once");
+    inner.add_node("s", |_s: State, _c| async {
+        Ok(Update::new().set(&PUSHED, "s".to_owned()))
+    });
+    inner.add_edge("__start__", "s").add_edge("s", "__end__");
+    let mut outer = StateGraph::new();
+    outer.channel(&PUSHED, push()).expect("declared once");
+    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    assert!(matches!(
+        outer.compile().err(),
+        Some(antler_graph::BuildError::ChannelConflict { ref channel, .. }) if channel == "pushed"
+    ));
+}
