@@ -580,10 +580,11 @@ fn decode_refs(body: &[u8]) -> CResult<(MessagesKind, Vec<(u64, u64)>)> {
     Ok((kind, runs))
 }
 
-/// The deepest nesting of JSON a store takes: serde_json reads at most 128 levels back (a
-/// message list decoded whole adds one, metadata's map one), so a deeper value would be stored
-/// and then fail every read of its checkpoint.
-pub(crate) const MAX_JSON_DEPTH: usize = 100;
+/// The deepest nesting of JSON a store takes: serde_json reads at most 127 levels back, and a
+/// payload is read inside at most a few more (a message list decoded whole adds one,
+/// metadata's map one, a graph's stored input or interrupt two), so a value nested deeper
+/// would be stored and then fail every read of its checkpoint.
+pub(crate) const MAX_JSON_DEPTH: usize = 120;
 
 /// How deep `json`'s arrays and objects nest (0 for a scalar), by one pass over the bytes
 /// (brackets inside strings do not count); for a payload about to be stored.

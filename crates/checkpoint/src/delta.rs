@@ -320,11 +320,13 @@ impl DeltaMessages {
         // The reducer stamps an id on every message without one: the stored bytes (without
         // it) then no longer stand for the value, which the next snapshot must store as it is
         // now (kernel-spec R41: stamped ids persist).
-        let stamps_ids = base.iter().any(|m| m.id.is_none())
-            || batch.iter().any(|w| match w {
-                MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
-                MessageWrite::Null => false,
-            });
+        // (An empty batch leaves the state as it is, ids included: kernel-spec R19.)
+        let stamps_ids = !batch.is_empty()
+            && (base.iter().any(|m| m.id.is_none())
+                || batch.iter().any(|w| match w {
+                    MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
+                    MessageWrite::Null => false,
+                }));
         let before = base.len();
         let added: usize = batch
             .iter()

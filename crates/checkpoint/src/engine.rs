@@ -1032,7 +1032,7 @@ struct Encoding {
 fn check_depth(thread: &ThreadId, what: &str, depth: usize) -> Result<()> {
     if depth > codec::MAX_JSON_DEPTH {
         return Err(Error::InvalidArgument(format!(
-            "thread {thread}: {what} nests JSON {depth} levels deep; a store keeps at most {} (a deeper value would not read back)",
+            "thread {thread}: {what} nests JSON {depth} levels deep; a store keeps at most {} (a much deeper value would not read back)",
             codec::MAX_JSON_DEPTH
         )));
     }

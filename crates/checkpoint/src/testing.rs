@@ -2817,7 +2817,7 @@ pub async fn antler_json_deeper_than_a_store_reads_back_is_refused(saver: &dyn S
     let head = put_all(
         saver,
         at.clone(),
-        checkpoint(&[("a", 1, nested(100))]),
+        checkpoint(&[("a", 1, nested(120))]),
         metadata(CheckpointSource::Input, -1, None),
     )
     .await;
@@ -2825,7 +2825,7 @@ pub async fn antler_json_deeper_than_a_store_reads_back_is_refused(saver: &dyn S
     let value: Value = read.checkpoint.channel_values[&ChannelName::new("a")]
         .decode_json()
         .unwrap();
-    assert_eq!(value, nested(100));
+    assert_eq!(value, nested(120));
     for blob in [
         Blob::json(&nested(150)).unwrap(),
         Blob::messages(MessagesKind::Write, &[nested(150)]).unwrap(),

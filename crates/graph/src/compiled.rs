@@ -302,15 +302,31 @@ impl Graph {
     }
 
     pub(crate) fn write_to_json(&self, i: usize, w: &Write) -> Result<Json> {
+        self.write_json(i, w, false)
+    }
+
+    /// [`Self::write_to_json`] as a stream event shows it: a plain write unescaped (see
+    /// `ErasedSpec::write_to_json`).
+    pub(crate) fn write_to_shown_json(&self, i: usize, w: &Write) -> Result<Json> {
+        self.write_json(i, w, true)
+    }
+
+    fn write_json(&self, i: usize, w: &Write, shown: bool) -> Result<Json> {
         let def = &self.chans[i];
         match (&def.kind, w) {
-            (ChanKind::User, w) => self
-                .schema
-                .get(&def.name)
-                .ok_or_else(|| Error::UnknownChannel {
-                    channel: def.name.to_string(),
-                })?
-                .write_to_json(w),
+            (ChanKind::User, w) => {
+                let spec = self
+                    .schema
+                    .get(&def.name)
+                    .ok_or_else(|| Error::UnknownChannel {
+                        channel: def.name.to_string(),
+                    })?;
+                if shown {
+                    spec.write_to_shown_json(w)
+                } else {
+                    spec.write_to_json(w)
+                }
+            }
             (ChanKind::Join { .. }, Write::Value(v)) => match v.downcast_ref::<String>() {
                 Some(s) => Ok(Json::String(s.clone())),
                 None => Err(Error::WriteType {

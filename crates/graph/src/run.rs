@@ -1088,7 +1088,9 @@ fn task_event(g: &Graph, t: &Task, writes: &[(usize, Write)], step: i64) -> Resu
         match g.chans[*c].kind {
             // An untracked channel's writes are the run's private values (see `output_view`).
             ChanKind::User if g.is_untracked(*c) => {}
-            ChanKind::User => user.push((g.chans[*c].name.to_string(), g.write_to_json(*c, w)?)),
+            ChanKind::User => {
+                user.push((g.chans[*c].name.to_string(), g.write_to_shown_json(*c, w)?))
+            }
             ChanKind::Tasks => {
                 if let Write::Value(v) = w
                     && let Some(p) = v.downcast_ref::<Packet>()

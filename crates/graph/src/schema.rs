@@ -476,14 +476,17 @@ impl ErasedSpec {
     }
 
     pub(crate) fn write_to_json(&self, w: &Write) -> Result<Json> {
+        let j = self.write_to_shown_json(w)?;
+        if matches!(w, Write::Value(_)) && self.tags_writes() && tagged(&j).is_some() {
+            return Ok(serde_json::json!({ VALUE_TAG: j }));
+        }
+        Ok(j)
+    }
+
+    /// A write as a stream event shows it: a plain write's own JSON, unescaped.
+    pub(crate) fn write_to_shown_json(&self, w: &Write) -> Result<Json> {
         match w {
-            Write::Value(v) => {
-                let j = (self.write_to_json)(v).map_err(|f| self.map_fail(f))?;
-                if self.tags_writes() && tagged(&j).is_some() {
-                    return Ok(serde_json::json!({ VALUE_TAG: j }));
-                }
-                Ok(j)
-            }
+            Write::Value(v) => (self.write_to_json)(v).map_err(|f| self.map_fail(f)),
             Write::Overwrite(v) => Ok(serde_json::json!({ OVERWRITE_TAG: self.value_to_json(v)? })),
         }
     }

@@ -2592,4 +2592,28 @@ async fn a_plain_write_shaped_like_an_overwrite_stays_plain_through_the_store() 
         .await
         .unwrap();
     assert_eq!(done.values.get(&DOC), Some(&want));
+    // A stream shows the write as the node wrote it, not its stored escape.
+    use futures::StreamExt;
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&DOC, json!({"keep": true})),
+            &RunConfig::new("streamed"),
+            antler_graph::StreamModes::all(),
+        )
+        .collect()
+        .await;
+    let shown: Vec<serde_json::Value> = items
+        .into_iter()
+        .filter_map(|i| match i {
+            Ok(antler_graph::StreamItem::Event(antler_graph::StreamEvent::Updates {
+                node,
+                writes,
+                ..
+            })) if node.as_str() == "a" => {
+                writes.into_iter().find(|(c, _)| c == "doc").map(|(_, v)| v)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(shown, [json!({"__overwrite__": {"x": 1}})]);
 }
