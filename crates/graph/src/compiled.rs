@@ -183,19 +183,19 @@ impl Graph {
         }
     }
 
+    /// The declared spec of the state channel `name`; `UnknownChannel` when the graph does not
+    /// declare it (a stored write a deploy left behind).
+    pub(crate) fn declared(&self, name: &str) -> Result<&crate::schema::ErasedSpec> {
+        self.schema.get(name).ok_or_else(|| Error::UnknownChannel {
+            channel: name.to_owned(),
+        })
+    }
+
     /// A fresh channel for slot `i`, restored from its stored form when given.
     pub(crate) fn channel(&self, i: usize, stored: Option<Json>) -> Result<Box<dyn Channel>> {
         let def = &self.chans[i];
         Ok(match &def.kind {
-            ChanKind::User => {
-                let spec = self
-                    .schema
-                    .get(&def.name)
-                    .ok_or_else(|| Error::UnknownChannel {
-                        channel: def.name.to_string(),
-                    })?;
-                spec.channel(stored)?
-            }
+            ChanKind::User => self.declared(&def.name)?.channel(stored)?,
             ChanKind::Start => {
                 let value = stored
                     .map(|j| self.update_from_json(j).map(|u| Arc::new(u) as Val))
@@ -278,13 +278,7 @@ impl Graph {
     pub(crate) fn value_to_json(&self, i: usize, v: &Val) -> Result<Json> {
         let def = &self.chans[i];
         match &def.kind {
-            ChanKind::User => self
-                .schema
-                .get(&def.name)
-                .ok_or_else(|| Error::UnknownChannel {
-                    channel: def.name.to_string(),
-                })?
-                .value_to_json(v),
+            ChanKind::User => self.declared(&def.name)?.value_to_json(v),
             ChanKind::Start => match v.downcast_ref::<Update>() {
                 Some(u) => self.update_to_json(u),
                 None => Err(Error::WriteType {
@@ -315,12 +309,7 @@ impl Graph {
         let def = &self.chans[i];
         match (&def.kind, w) {
             (ChanKind::User, w) => {
-                let spec = self
-                    .schema
-                    .get(&def.name)
-                    .ok_or_else(|| Error::UnknownChannel {
-                        channel: def.name.to_string(),
-                    })?;
+                let spec = self.declared(&def.name)?;
                 if shown {
                     spec.write_to_shown_json(w)
                 } else {
@@ -354,13 +343,7 @@ impl Graph {
     pub(crate) fn write_from_json(&self, i: usize, j: Json) -> Result<Write> {
         let def = &self.chans[i];
         Ok(match &def.kind {
-            ChanKind::User => self
-                .schema
-                .get(&def.name)
-                .ok_or_else(|| Error::UnknownChannel {
-                    channel: def.name.to_string(),
-                })?
-                .write_from_json(j)?,
+            ChanKind::User => self.declared(&def.name)?.write_from_json(j)?,
             ChanKind::Start => Write::Value(Arc::new(self.update_from_json(j)?)),
             ChanKind::Tasks => Write::Value(Arc::new(self.packet_from_json(j)?)),
             ChanKind::Branch { .. } => Write::Value(self.unit.clone()),
@@ -380,12 +363,7 @@ impl Graph {
     pub(crate) fn update_to_json(&self, u: &Update) -> Result<Json> {
         let mut out = Vec::with_capacity(u.writes.len());
         for w in &u.writes {
-            let spec = self
-                .schema
-                .get(&w.channel)
-                .ok_or_else(|| Error::UnknownChannel {
-                    channel: w.channel.to_string(),
-                })?;
+            let spec = self.declared(&w.channel)?;
             if spec.is_untracked() {
                 continue;
             }
@@ -417,12 +395,7 @@ impl Graph {
                 }
             };
             let name = name.as_str().unwrap_or_default().to_owned();
-            let spec = self
-                .schema
-                .get(&name)
-                .ok_or_else(|| Error::UnknownChannel {
-                    channel: name.clone(),
-                })?;
+            let spec = self.declared(&name)?;
             let write = spec.write_from_json(w)?;
             let type_id = spec.type_id_of(&write);
             u.writes.push(crate::state::NamedWrite {
@@ -440,9 +413,7 @@ impl Graph {
     pub(crate) fn packet_to_json(&self, p: &Packet, keep_untracked: bool) -> Result<Json> {
         let mut arg = Vec::with_capacity(p.arg.len());
         for (k, v) in &p.arg {
-            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
-                channel: k.to_string(),
-            })?;
+            let spec = self.declared(k)?;
             if spec.is_untracked() && !keep_untracked {
                 continue;
             }
@@ -465,9 +436,7 @@ impl Graph {
         let mut arg = Vec::new();
         for item in j.get("arg").and_then(Json::as_array).ok_or_else(bad)? {
             let k = item.get(0).and_then(Json::as_str).ok_or_else(bad)?;
-            let spec = self.schema.get(k).ok_or_else(|| Error::UnknownChannel {
-                channel: k.to_owned(),
-            })?;
+            let spec = self.declared(k)?;
             arg.push((
                 spec.name_arc().clone(),
                 spec.value_from_json(item.get(1).cloned().unwrap_or(Json::Null))?,
