@@ -238,8 +238,8 @@ pub trait Checkpointer: Send + Sync {
     /// Stores a checkpoint.
     async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()>;
     /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
-    /// A checkpoint that is not stored is an error (`Error::CheckpointNotFound` in memory, the
-    /// saver's `UnknownCheckpoint` through a saver), never writes kept for it.
+    /// A checkpoint that is not stored is `Error::CheckpointNotFound` (the saver's
+    /// `UnknownCheckpoint` is mapped to it), never writes kept for it.
     async fn put_writes(
         &self,
         scope: &Scope,

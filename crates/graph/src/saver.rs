@@ -45,6 +45,36 @@ fn storage(e: cp::Error) -> Error {
     }
 }
 
+/// The stored id a runtime id names, when it names one: ids are stored as the savers render
+/// them (lowercase, hyphenated), so any other spelling names no stored checkpoint, as in
+/// [`MemoryCheckpointer`](crate::MemoryCheckpointer), which compares them as strings.
+fn stored_id(id: &CheckpointId) -> Option<cp::CheckpointId> {
+    id.as_str()
+        .parse::<cp::CheckpointId>()
+        .ok()
+        .filter(|p| p.to_string() == id.as_str())
+}
+
+/// The error for a checkpoint a write or a history walk addresses that is not stored: the
+/// runtime's `CheckpointNotFound`, as the in-process checkpointer gives it.
+fn not_found(scope: &Scope, id: &CheckpointId) -> Error {
+    Error::CheckpointNotFound {
+        thread: scope.thread.to_string(),
+        checkpoint: id.to_string(),
+    }
+}
+
+/// [`storage`], except that the saver's "no such checkpoint" is the runtime's.
+fn storage_or_not_found<'a>(
+    scope: &'a Scope,
+    id: &'a CheckpointId,
+) -> impl FnOnce(cp::Error) -> Error + 'a {
+    move |e| match e {
+        cp::Error::UnknownCheckpoint { .. } => not_found(scope, id),
+        e => storage(e),
+    }
+}
+
 fn parse_id(id: &CheckpointId) -> Result<cp::CheckpointId> {
     id.as_str()
         .parse()
@@ -645,7 +675,13 @@ impl SaverCheckpointer {
         id: Option<&CheckpointId>,
         with_values: bool,
     ) -> Result<Option<CheckpointTuple>> {
-        let id = id.map(parse_id).transpose()?;
+        let id = match id {
+            Some(given) => match stored_id(given) {
+                Some(id) => Some(id),
+                None => return Ok(None),
+            },
+            None => None,
+        };
         match self.raw(scope, id, with_values).await? {
             Some((t, ahead)) => self.load(scope, t, with_values, ahead).await.map(Some),
             None => Ok(None),
@@ -946,7 +982,7 @@ impl Checkpointer for SaverCheckpointer {
     ) -> Result<()> {
         let config = cp::CheckpointConfig::latest(scope.thread.as_str())
             .with_ns(scope.ns.as_str())
-            .with_checkpoint_id(parse_id(checkpoint)?);
+            .with_checkpoint_id(stored_id(checkpoint).ok_or_else(|| not_found(scope, checkpoint))?);
         let mut blobs = Vec::with_capacity(writes.len());
         for (ch, j) in &writes {
             blobs.push((chan(ch), encode(ch, j, cp::MessagesKind::Write)?));
@@ -959,7 +995,7 @@ impl Checkpointer for SaverCheckpointer {
                 &cp::TaskPath::new(store_path(task_path)),
             )
             .await
-            .map_err(storage)
+            .map_err(storage_or_not_found(scope, checkpoint))
     }
 
     async fn delta_history(
@@ -970,13 +1006,13 @@ impl Checkpointer for SaverCheckpointer {
     ) -> Result<BTreeMap<String, DeltaHistory>> {
         let config = cp::CheckpointConfig::latest(scope.thread.as_str())
             .with_ns(scope.ns.as_str())
-            .with_checkpoint_id(parse_id(checkpoint)?);
+            .with_checkpoint_id(stored_id(checkpoint).ok_or_else(|| not_found(scope, checkpoint))?);
         let names: Vec<cp::ChannelName> = channels.iter().map(|c| chan(c)).collect();
         let found = self
             .saver
             .delta_channel_history(&config, &names)
             .await
-            .map_err(storage)?;
+            .map_err(storage_or_not_found(scope, checkpoint))?;
         let mut out = BTreeMap::new();
         for (ch, h) in found {
             // A message-list seed is handed over as its items, parsed by the channel itself.

@@ -3738,3 +3738,67 @@ async fn an_update_as_end_without_values_clears_the_pending_step() {
         assert!(ids(&s).is_empty() && s.next.is_empty());
     }
 }
+
+/// The two checkpointers answer alike for ids that name no stored checkpoint: a read finds
+/// nothing (an id in another spelling than the stored one included), and a write or a history
+/// walk addressed to one is `CheckpointNotFound`. Before 2026-12-01 the saver adapter failed
+/// every read of an unparseable id with a storage error, found a checkpoint under an uppercase
+/// spelling of its id, and reported an unknown checkpoint of a write or walk as a storage error.
+#[tokio::test]
+async fn both_checkpointers_answer_alike_for_ids_that_name_no_checkpoint() {
+    use antler_graph::{CheckpointId, ErrorKind, Scope};
+    for store in both_stores(10) {
+        let graph = chat(10, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(store.clone());
+        let cfg = RunConfig::new("t");
+        let head = graph
+            .invoke(human(0), &cfg)
+            .await
+            .unwrap()
+            .checkpoint_id
+            .unwrap();
+        let scope = Scope::root("t");
+        let upper = CheckpointId::new(head.as_str().to_uppercase());
+        for id in [CheckpointId::new("nope"), upper] {
+            assert!(
+                store.get_tuple(&scope, Some(&id)).await.unwrap().is_none(),
+                "{id}"
+            );
+            let e = store
+                .put_writes(
+                    &scope,
+                    &id,
+                    &antler_graph::TaskId::new("x"),
+                    "",
+                    vec![("messages".to_owned(), serde_json::json!([]))],
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{id}: {e}");
+            let e = store
+                .delta_history(&scope, &id, &["messages".to_owned()])
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{id}: {e}");
+            let e = graph
+                .get_state(&cfg.clone().with_checkpoint(id.clone()))
+                .await;
+            assert!(
+                matches!(
+                    e,
+                    Ok(None) | Err(antler_graph::Error::CheckpointNotFound { .. })
+                ),
+                "{id}: {e:?}"
+            );
+        }
+        // An unknown id in the stored spelling.
+        let missing = CheckpointId::new("1f0d5a3e-0000-7000-8000-000000000000");
+        let e = store
+            .delta_history(&scope, &missing, &["messages".to_owned()])
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    }
+}
