@@ -1583,10 +1583,10 @@ async fn writes_for_a_checkpoint_that_is_not_stored_are_refused() {
         Arc::new(MemoryCheckpointer::new()),
         Arc::new(SaverCheckpointer::new(saver)),
     ];
+    // The saver's `UnknownCheckpoint` is mapped to the runtime's `CheckpointNotFound`.
     for (c, kind) in checkpointers.into_iter().zip([
         antler_graph::ErrorKind::NotFound,
-        // The saver's `UnknownCheckpoint`, wrapped as a storage error.
-        antler_graph::ErrorKind::Storage,
+        antler_graph::ErrorKind::NotFound,
     ]) {
         let ghost = CheckpointId::new(cp::CheckpointId::generate().to_string());
         let err = c
