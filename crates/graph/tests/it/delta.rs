@@ -2116,18 +2116,7 @@ async fn a_run_addressed_to_a_checkpoint_applies_the_input_stored_on_it() {
     use antler_graph::{Command, HistoryQuery};
 
     for store in both_stores(50) {
-        let graph = chat(50, true)
-            .compile()
-            .unwrap()
-            .with_checkpointer(store.clone());
-        let cfg = RunConfig::new("t");
-        graph.invoke(human(0), &cfg).await.unwrap();
-        let head = graph
-            .invoke(human(1), &cfg)
-            .await
-            .unwrap()
-            .checkpoint_id
-            .unwrap();
+        let (graph, cfg, head) = chat_thread(store.clone(), 50, 2).await;
         // A command's update is stored on the head as an input (NULL-task) write, then applied.
         let mut extra = Message::new(MessageType::Human, "only on the first branch");
         extra.id = Some("m".into());
@@ -2440,6 +2429,33 @@ async fn input_stored_on_a_head(
 
 /// The in-process checkpointer and a delta-mode saver with snapshot frequency `f` (whose
 /// history walk is the store's own).
+/// `chat(f, true)` over `store`, run for `turns` turns on thread `t`: the graph, its config
+/// and the head checkpoint.
+async fn chat_thread(
+    store: Arc<dyn antler_graph::Checkpointer>,
+    f: u32,
+    turns: usize,
+) -> (
+    antler_graph::CompiledGraph,
+    RunConfig,
+    antler_graph::CheckpointId,
+) {
+    let graph = chat(f, true)
+        .compile()
+        .expect("a valid graph")
+        .with_checkpointer(store);
+    let cfg = RunConfig::new("t");
+    let mut head = None;
+    for i in 0..turns {
+        head = graph
+            .invoke(human(i), &cfg)
+            .await
+            .expect("the turn runs")
+            .checkpoint_id;
+    }
+    (graph, cfg, head.expect("at least one turn"))
+}
+
 fn both_stores(f: u32) -> [Arc<dyn antler_graph::Checkpointer>; 2] {
     let saver: Arc<dyn antler_checkpoint::Saver> = Arc::new(antler_checkpoint::MemorySaver::new(
         antler_checkpoint::StoreConfig::delta(
@@ -3748,17 +3764,7 @@ async fn an_update_as_end_without_values_clears_the_pending_step() {
 async fn both_checkpointers_answer_alike_for_ids_that_name_no_checkpoint() {
     use antler_graph::{CheckpointId, ErrorKind, Scope};
     for store in both_stores(10) {
-        let graph = chat(10, true)
-            .compile()
-            .unwrap()
-            .with_checkpointer(store.clone());
-        let cfg = RunConfig::new("t");
-        let head = graph
-            .invoke(human(0), &cfg)
-            .await
-            .unwrap()
-            .checkpoint_id
-            .unwrap();
+        let (graph, cfg, head) = chat_thread(store.clone(), 10, 1).await;
         let scope = Scope::root("t");
         let upper = CheckpointId::new(head.as_str().to_uppercase());
         for id in [CheckpointId::new("nope"), upper] {
