@@ -452,11 +452,12 @@ impl PgBackend {
 
     /// Reads the bodies of `runs` on `c`, or, when the read is long and the pool holds an idle
     /// connection, its two halves on `c` and that connection at once: on a 2-core loopback
-    /// machine the server then produces and the client consumes two streams in parallel, which
-    /// took a cold 4,000-body read from 10.0–10.3 ms to 7.1–7.7 ms (medians of 30,
-    /// `docs/bench-write-amp.md`). Each half reads the thread's epoch in its own snapshot; the
-    /// read's epoch is known only when both agree (bodies are never rewritten in place, so two
-    /// snapshots with one epoch saw the same bodies).
+    /// machine the server then produces and the client consumes two streams in parallel: the
+    /// 4,000-body statement of a 2,000-turn thread took 7.1–7.7 ms instead of 10.0–10.3 ms
+    /// (medians of 30 on a warm connection), a cold `get_state` 8.1–10.5 ms instead of
+    /// 11.1–13.3 ms (`docs/bench-write-amp.md`). Each half reads the thread's epoch in its own
+    /// snapshot; the read's epoch is known only when both agree (epochs only grow, and every
+    /// removal of bodies bumps it, so two snapshots with one epoch saw the same bodies).
     async fn read_bodies_split(
         &self,
         c: &deadpool_postgres::Object,
@@ -471,28 +472,58 @@ impl PgBackend {
             _ => return read_bodies(c, st, thread, runs, seeding, ctx).await,
         };
         // Never waits for a connection: a reader holding one while it waits for another could
-        // deadlock with readers doing the same. An idle connection taken by another task since
-        // the check above makes the pool open a new one, which is slower but correct.
-        let other = match self
-            .pool
-            .timeout_get(&deadpool_postgres::Timeouts {
-                wait: Some(std::time::Duration::ZERO),
-                ..self.pool.timeouts()
-            })
-            .await
-        {
-            Ok(other) => other,
-            Err(_) => return read_bodies(c, st, thread, runs, seeding, ctx).await,
+        // deadlock with readers doing the same, and opening a new one costs more than the
+        // split saves. Taking an idle connection completes in one poll (no permit to wait
+        // for, no I/O: the pool's fast recycling only checks that the connection is open);
+        // anything else (none idle any more, a closed one to replace) is given up at once,
+        // dropping a connection attempt before it sent anything.
+        let wait_none = deadpool_postgres::Timeouts {
+            wait: Some(std::time::Duration::ZERO),
+            ..self.pool.timeouts()
         };
-        let other_st = other
-            .prepare_cached(&self.hot.messages)
-            .await
-            .map_err(pg_err(ctx.clone()))?;
+        let other = match futures::FutureExt::now_or_never(self.pool.timeout_get(&wait_none)) {
+            Some(Ok(other)) => other,
+            _ => return read_bodies(c, st, thread, runs, seeding, ctx).await,
+        };
+        let Ok(other_st) = other.prepare_cached(&self.hot.messages).await else {
+            return read_bodies(c, st, thread, runs, seeding, ctx).await;
+        };
         let (a, b) = tokio::join!(
             read_bodies(c, st, thread, &split.0, seeding, ctx.clone()),
-            read_bodies(&other, &other_st, thread, &split.1, seeding, ctx)
+            read_bodies(&other, &other_st, thread, &split.1, seeding, ctx.clone())
         );
-        Ok(join_halves(a?, b?))
+        let a = a?;
+        // The other connection failing (closed since it was idle, say) fails no read the
+        // caller's connection can do alone.
+        let b = match b {
+            Ok(b) => b,
+            Err(_) => read_bodies(c, st, thread, &split.1, seeding, ctx).await?,
+        };
+        Ok(join_halves(a, b))
+    }
+
+    /// Which of `ids` exist, read on the connection `c` the caller holds: a read that holds a
+    /// connection must not wait for another (on a pool of one it would wait for ever).
+    async fn existing_on(
+        &self,
+        c: &deadpool_postgres::Object,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        ids: &[CheckpointId],
+        ctx: String,
+    ) -> Result<std::collections::HashSet<CheckpointId>> {
+        let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
+        let st = c
+            .prepare_cached(&self.sql("SELECT checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])"))
+            .await
+            .map_err(pg_err(ctx.clone()))?;
+        let rows = c
+            .query(&st, &[&thread.as_str(), &ns.as_str(), &id_bytes])
+            .await
+            .map_err(pg_err(ctx))?;
+        rows.iter()
+            .map(|r| id_from(thread.as_str(), r.get(0)))
+            .collect()
     }
 
     async fn client(&self, context: &str) -> Result<deadpool_postgres::Object> {
@@ -832,6 +863,11 @@ async fn read_bodies(
         });
     }
     Ok(BodyRead { rows: out, epoch })
+}
+
+/// The error context of a check of which checkpoints exist.
+fn ctx_check(thread: &ThreadId) -> String {
+    format!("postgres: thread {thread}: checking checkpoints")
 }
 
 /// Below this many bodies a read takes one connection: a second statement costs more than it
@@ -1186,20 +1222,9 @@ impl Backend for PgBackend {
         if ids.is_empty() {
             return Ok(std::collections::HashSet::new());
         }
-        let ctx = format!("postgres: thread {thread}: checking checkpoints");
+        let ctx = ctx_check(thread);
         let c = self.client(&ctx).await?;
-        let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
-        let st = c
-            .prepare_cached(&self.sql("SELECT checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::bytea[])"))
-            .await
-            .map_err(pg_err(ctx.clone()))?;
-        let rows = c
-            .query(&st, &[&thread.as_str(), &ns.as_str(), &id_bytes])
-            .await
-            .map_err(pg_err(ctx))?;
-        rows.iter()
-            .map(|r| id_from(thread.as_str(), r.get(0)))
-            .collect()
+        self.existing_on(&c, thread, ns, ids, ctx).await
     }
 
     async fn messages(
@@ -2065,9 +2090,9 @@ impl PostgresSaver {
             });
             // A failed warm-up leaves a usable connection that is merely not warm.
             let _ = warmed.map_err(pg_err(ctx))?;
-            if let Some(second) = second {
-                drop(second?);
-            }
+            // The second connection only speeds up long reads: a server that takes no more
+            // connections (a full `max_connections`, a pooler's limit) fails no `connect`.
+            drop(second);
         }
         Ok(Self {
             engine: Engine::open(backend, config).await?,
@@ -2215,9 +2240,10 @@ impl PgBackend {
             // Bodies from a later epoch than the row's may be other messages under the same
             // numbers, unless the checkpoint still exists (see `BodyRead`): a checkpoint gone
             // is read again (the latest) or absent (an addressed one).
+            // On the connection this read holds (see `existing_on`).
             if read.epoch != Some(epoch)
                 && !self
-                    .existing(thread, ns, &[row.id])
+                    .existing_on(&c, thread, ns, &[row.id], ctx_check(thread))
                     .await?
                     .contains(&row.id)
             {
@@ -3161,30 +3187,25 @@ mod tests {
     }
 
     /// Every connection of the pool has run the read path's statements before its first read:
-    /// the one that migrated (warmed once the tables exist) and one created later (by the
-    /// pool's hook). Without it, the first read on a connection pays for the new backend's
-    /// catalog caches.
+    /// the one that migrated (warmed once the tables exist), the second one `connect` opens
+    /// and one created later (both by the pool's hook). Without it, the first read on a
+    /// connection pays for the new backend's catalog caches.
     #[tokio::test]
     async fn every_new_connection_is_warmed_for_reads() {
         let Some(saver) = fresh(StoreConfig::full()).await else {
             return;
         };
         let b = &saver.engine.backend;
+        assert_eq!(b.pool.status().size, 2, "connect opened two");
         let first = b.client("test").await.expect("client");
-        // The first is checked out, so this one is new.
         let second = b.client("test").await.expect("client");
-        assert_eq!(warm_statements(&first, &b.hot).await, 8);
-        assert_eq!(warm_statements(&second, &b.hot).await, 8);
-        assert_eq!(
-            ran_statements(&first, &b.hot).await,
-            8,
-            "run, not only prepared"
-        );
-        assert_eq!(
-            ran_statements(&second, &b.hot).await,
-            8,
-            "run, not only prepared"
-        );
+        // The two `connect` opened are checked out, so this one is new.
+        let third = b.client("test").await.expect("client");
+        for c in [&first, &second, &third] {
+            assert_eq!(warm_statements(c, &b.hot).await, 8);
+            assert_eq!(ran_statements(c, &b.hot).await, 8, "run, not only prepared");
+        }
+        drop(third);
         // Its errors are ignored when a connection is made, so check here that it has none.
         warm_reads(&first, &b.hot)
             .await
@@ -3387,16 +3408,44 @@ mod tests {
             assert!(split.epoch.is_some());
         }
         assert_eq!(latest_messages(&cold).await, msgs);
+        // Both public reads take the split: three statements each (checkpoint, values,
+        // bodies), and one more for the second half, over the pool's two connections.
+        let runs_on_both = || async {
+            let (x, y) = (
+                b.client("test").await.expect("client"),
+                b.client("test").await.expect("client"),
+            );
+            statement_runs(&x).await + statement_runs(&y).await
+        };
+        for ancestry in [false, true] {
+            let before = runs_on_both().await;
+            let latest = crate::model::CheckpointConfig::latest("t");
+            let read = if ancestry {
+                crate::saver::Saver::get_tuple_with_ancestry(&cold, &latest, 8)
+                    .await
+                    .expect("read")
+                    .map(|r| r.tuple)
+            } else {
+                crate::saver::Saver::get_tuple(&cold, &latest)
+                    .await
+                    .expect("read")
+            };
+            assert!(read.is_some());
+            assert_eq!(
+                runs_on_both().await - before,
+                4,
+                "with ancestry: {ancestry}"
+            );
+        }
         drop(cold);
         saver.drop_schema().await.expect("drop");
     }
 
-    /// Readers that split their reads never wait on each other for a connection: more
-    /// concurrent long reads than the pool has connections all finish, each with the whole
-    /// thread. (A reader that held one connection and waited for a second could deadlock
-    /// with another doing the same; the race is too narrow to force here.)
+    /// A second connection that fails its half of a read (here its prepared statement was
+    /// dropped on the server, as a closed connection would fail it) fails no read: the half is
+    /// read again on the caller's connection.
     #[tokio::test]
-    async fn concurrent_long_reads_on_a_small_pool_all_finish() {
+    async fn a_failing_second_connection_fails_no_long_read() {
         let Some(options) = fresh_options(2) else {
             return;
         };
@@ -3404,12 +3453,47 @@ mod tests {
             .await
             .expect("connect");
         let n = usize::try_from(SPLIT_MIN_BODIES).expect("small") * 2;
-        let msgs = long_thread(&saver, n).await;
-        let reads = futures::future::join_all((0..6).map(|_| latest_messages(&saver)));
-        let reads = tokio::time::timeout(std::time::Duration::from_secs(60), reads)
+        long_thread(&saver, n).await;
+        let b = &saver.engine.backend;
+        let t = ThreadId::new("t");
+        let first_seq = b.all_messages(&t).await.expect("bodies")[0].seq;
+        let runs = [(first_seq, n as u64)];
+        let c = b.client("test").await.expect("client");
+        let other = b.client("test").await.expect("client");
+        let other_st = other
+            .prepare_cached(&b.hot.messages)
             .await
-            .expect("every read finished");
-        assert!(reads.iter().all(|r| *r == msgs));
+            .expect("prepare");
+        other
+            .batch_execute("DEALLOCATE ALL")
+            .await
+            .expect("deallocate");
+        let runs_before = statement_runs(&other).await;
+        drop(other);
+        let st = c.prepare_cached(&b.hot.messages).await.expect("prepare");
+        let split = b
+            .read_bodies_split(&c, &st, &t, &runs, false, "test".into())
+            .await
+            .expect("the read does not fail with the other connection");
+        let whole = read_bodies(&c, &st, &t, &runs, false, "test".into())
+            .await
+            .expect("read");
+        let seqs = |r: &BodyRead| r.rows.iter().map(|row| row.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&split), seqs(&whole));
+        assert_eq!(split.epoch, whole.epoch);
+        // The other connection was tried, and failed: its cached statement is gone.
+        let other = b.client("test").await.expect("client");
+        assert_eq!(statement_runs(&other).await, runs_before);
+        let err = other
+            .query(&other_st, &[&"t", &Vec::<i64>::new(), &Vec::<i64>::new()])
+            .await
+            .expect_err("deallocated");
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME),
+            "{err:?}"
+        );
+        drop((c, other));
         saver.drop_schema().await.expect("drop");
     }
 
@@ -3629,6 +3713,8 @@ mod tests {
         };
         let b = &saver.engine.backend;
         let first = b.client("test").await.expect("client");
+        // The other connection `connect` opened, held so that the next one is new.
+        let _spare = b.client("test").await.expect("client");
         first
             .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.messages IN ACCESS EXCLUSIVE MODE"))
             .await

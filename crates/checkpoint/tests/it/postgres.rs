@@ -25,11 +25,19 @@ pub(crate) fn database_url() -> Option<String> {
 
 /// A saver on a fresh schema of its own.
 pub(crate) async fn fresh(config: StoreConfig) -> Option<(PostgresSaver, PostgresOptions)> {
+    fresh_with_pool(config, 2).await
+}
+
+/// [`fresh`] with a pool of `pool` connections.
+async fn fresh_with_pool(
+    config: StoreConfig,
+    pool: usize,
+) -> Option<(PostgresSaver, PostgresOptions)> {
     let url = database_url()?;
     let schema = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
     let options = PostgresOptions::new(url)
         .with_schema(schema)
-        .with_pool_size(2);
+        .with_pool_size(pool);
     let saver = PostgresSaver::connect(options.clone(), config)
         .await
         .expect("connect to DATABASE_URL");
@@ -347,6 +355,7 @@ fn a_checkpoint_deleted_while_it_is_read_is_not_returned_without_its_values() {
             "blobs",
             read,
             Meanwhile::Deleted,
+            2,
         ));
     }
 }
@@ -452,6 +461,7 @@ fn a_checkpoint_whose_bodies_go_while_it_is_read_is_read_again() {
             "messages",
             read,
             Meanwhile::Deleted,
+            2,
         ));
     }
 }
@@ -470,6 +480,23 @@ fn bodies_stored_under_reused_numbers_are_not_read_as_a_deleted_checkpoint_s() {
             "messages",
             read,
             Meanwhile::Renumbered,
+            2,
+        ));
+    }
+}
+
+/// The same, on a pool of one connection: a read that finds the epoch moved checks on the
+/// connection it holds whether its checkpoint still exists. Before, `get_tuple` asked the
+/// pool for a second connection while it held the only one, and waited for ever.
+#[test]
+fn a_read_on_a_pool_of_one_that_sees_the_epoch_move_does_not_wait_for_itself() {
+    for read in Read::WITH_BODIES {
+        antler_checkpoint::testing::block_on(read_stopped_at_a_lock_while_the_thread_goes(
+            two_message_checkpoint(),
+            "messages",
+            read,
+            Meanwhile::Renumbered,
+            1,
         ));
     }
 }
@@ -520,18 +547,20 @@ impl Read {
 
 /// Puts `cp` on thread `t`, starts a `read` of it, lets the read stop on a lock on `table`
 /// held by another session, deletes the thread's checkpoints, values and bodies in that
-/// session, and checks that the read then finds the checkpoint gone.
+/// session, and checks that the read then finds the checkpoint gone. The saver has a pool
+/// of `pool` connections; the read must end within a minute.
 async fn read_stopped_at_a_lock_while_the_thread_goes(
     cp: antler_checkpoint::Checkpoint,
     table: &str,
     read: Read,
     meanwhile: Meanwhile,
+    pool: usize,
 ) {
     use antler_checkpoint::testing::metadata;
     use antler_checkpoint::{
         ChannelVersions, CheckpointConfig, CheckpointSource, Saver, StoreConfig,
     };
-    let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+    let Some((saver, options)) = fresh_with_pool(StoreConfig::full(), pool).await else {
         return;
     };
     let saver = std::sync::Arc::new(saver);
@@ -632,7 +661,10 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
     .await
     .unwrap();
     tx.commit().await.unwrap();
-    let got = reading.await.unwrap();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(60), reading)
+        .await
+        .unwrap_or_else(|_| panic!("{read:?} on a pool of {pool} did not end within a minute"))
+        .unwrap();
     assert!(matches!(got, Ok(false)), "{read:?}: {got:?}");
     drop((other, watch));
     task.abort();
@@ -665,16 +697,7 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
             ))
             .await
             .unwrap();
-        let cfg: tokio_postgres::Config = options.url.parse().unwrap();
-        let host = match &cfg.get_hosts()[0] {
-            tokio_postgres::config::Host::Tcp(h) => h.clone(),
-            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-        };
-        let url = format!(
-            "host={host} port={} dbname={} user={role}",
-            cfg.get_ports().first().copied().unwrap_or(5432),
-            cfg.get_dbname().unwrap_or("postgres"),
-        );
+        let url = url_as(&options, &role);
         let opened = PostgresSaver::connect(
             PostgresOptions::new(url).with_schema(options.schema.clone()),
             StoreConfig::full(),
@@ -708,6 +731,106 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
         let _ = task.await;
         let used = used.expect("the limited role opens the store");
         assert!(used.expect("the limited role reads and writes"));
+    });
+}
+
+/// The test server's address with `role` as the user (no password: the test server trusts
+/// loopback connections, as `.ci/run` sets it up).
+fn url_as(options: &PostgresOptions, role: &str) -> String {
+    let cfg: tokio_postgres::Config = options.url.parse().unwrap();
+    let host = match &cfg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+    };
+    format!(
+        "host={host} port={} dbname={} user={role}",
+        cfg.get_ports().first().copied().unwrap_or(5432),
+        cfg.get_dbname().unwrap_or("postgres"),
+    )
+}
+
+/// A role the server gives one connection opens a store with a larger pool: the second
+/// connection `connect` opens (which only speeds up long reads) fails, `connect` does not,
+/// and a read of more bodies than a read splits takes them all on the one connection.
+#[test]
+fn a_role_limited_to_one_connection_opens_the_store_and_reads_long_threads() {
+    use antler_checkpoint::{
+        Blob, Checkpoint, CheckpointConfig, CheckpointSource, MessagesKind, Saver,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        drop(saver);
+        let (admin, task) = connect(&options.url).await;
+        let role = format!("antler_user_{}", uuid::Uuid::new_v4().simple());
+        let schema = format!("\"{}\"", options.schema);
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN CONNECTION LIMIT 1;
+                 GRANT USAGE ON SCHEMA {schema} TO {role};
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};"
+            ))
+            .await
+            .unwrap();
+        let list: Vec<serde_json::Value> = (0..1500)
+            .map(|i| serde_json::json!({"type": "human", "content": format!("m {i}"), "id": format!("m{i}")}))
+            .collect();
+        let opened = PostgresSaver::connect(
+            PostgresOptions::new(url_as(&options, &role))
+                .with_schema(options.schema.clone())
+                .with_pool_size(4),
+            StoreConfig::full(),
+        )
+        .await;
+        // Used, then dropped (its connection closed) before the role goes.
+        let read = match opened {
+            Ok(limited) => {
+                let mut cp = Checkpoint::empty();
+                cp.channel_versions.insert("messages".into(), 1.into());
+                cp.channel_values.insert(
+                    "messages".into(),
+                    Blob::messages(MessagesKind::Snapshot, &list).unwrap(),
+                );
+                let nv = cp.channel_versions.clone();
+                let stored = limited
+                    .put(
+                        &CheckpointConfig::latest("t"),
+                        cp,
+                        antler_checkpoint::testing::metadata(CheckpointSource::Loop, 0, None),
+                        &nv,
+                    )
+                    .await;
+                Ok(match stored {
+                    Ok(c) => limited.get_tuple(&c).await,
+                    Err(e) => Err(e),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        admin
+            .batch_execute(&format!(
+                "DROP OWNED BY {role}; DROP ROLE {role}; DROP SCHEMA {schema} CASCADE;"
+            ))
+            .await
+            .unwrap();
+        drop(admin);
+        let _ = task.await;
+        let read = read
+            .expect("a role with one connection opens the store")
+            .expect("and reads")
+            .expect("the checkpoint");
+        match &read.checkpoint.channel_values["messages"] {
+            Blob::Messages(m) => {
+                let got: Vec<serde_json::Value> = m
+                    .items
+                    .iter()
+                    .map(|b| serde_json::from_slice(b).unwrap())
+                    .collect();
+                assert_eq!(got, list);
+            }
+            other => panic!("not a message list: {other:?}"),
+        }
     });
 }
 
