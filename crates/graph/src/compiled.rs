@@ -785,16 +785,22 @@ pub struct StreamModes {
     pub custom: bool,
     /// `debug` events (tasks and checkpoints).
     pub debug: bool,
+    /// Also the `__start__` task's `updates` and `debug` task events: the task that applies a
+    /// run's input, which the reference hides from both (its start node is tagged hidden).
+    /// Off by default and in [`all`](Self::all); on for traces and differential tests that
+    /// record every task.
+    pub hidden: bool,
 }
 
 impl StreamModes {
-    /// Every mode.
+    /// Every mode (without the hidden `__start__` task).
     pub fn all() -> Self {
         Self {
             values: true,
             updates: true,
             custom: true,
             debug: true,
+            hidden: false,
         }
     }
 }

@@ -1720,9 +1720,15 @@ async fn run_inner(
         // on an interrupt or the step's writes conflict (the reference emits a task's updates
         // as it finishes, before the barrier). Debug task events are for finished steps only,
         // below.
-        // Rendered once for both modes.
+        // Rendered once for both modes. The `__start__` task (which applies the input) is
+        // hidden from both unless asked for, as the reference tags its start node hidden.
+        let shown: Vec<&(usize, _)> = done
+            .iter()
+            .filter(|(i, _)| em.modes.hidden || g.nodes[tasks[*i].node].id.as_str() != START)
+            .collect();
         let mut events: Vec<Result<TaskEvent>> = if em.modes.updates || em.modes.debug {
-            done.iter()
+            shown
+                .iter()
                 .map(|(i, writes)| task_event(g, &tasks[*i], writes, step))
                 .collect()
         } else {
@@ -1730,7 +1736,7 @@ async fn run_inner(
         };
         if em.modes.updates {
             let stopping = first_error.is_some() || paused;
-            for (k, (i, _)) in done.iter().enumerate() {
+            for (k, (i, _)) in shown.iter().enumerate() {
                 match &mut events[k] {
                     Ok(ev) => em.send(StreamEvent::Updates {
                         node: ev.node.clone(),

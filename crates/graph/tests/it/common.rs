@@ -132,6 +132,7 @@ pub(crate) async fn trace(
     let modes = StreamModes {
         debug: true,
         custom: true,
+        hidden: true,
         ..StreamModes::default()
     };
     let mut s = Box::pin(graph.stream(input, cfg, modes));

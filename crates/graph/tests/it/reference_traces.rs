@@ -569,8 +569,10 @@ async fn record_op(graph: &CompiledGraph, thread: &str, rl: usize, op: &Json) ->
                 }
                 other => panic!("unknown script op {other}"),
             };
+            // The fixtures record the `__start__` task too.
             let modes = StreamModes {
                 debug: true,
+                hidden: true,
                 ..StreamModes::default()
             };
             let mut stream = Box::pin(graph.stream(input, &cfg, modes));

@@ -11,56 +11,76 @@ use tokio::sync::Notify;
 
 use crate::common::{GatedStore, LOG, graph, log, memory};
 
+/// The modes' events in order. The `__start__` task, which applies the input, streams no
+/// update unless `hidden` asks for it: the reference tags its start node hidden, and its
+/// `updates` and `debug` streams leave it out (before, every run's first update was
+/// `__start__`'s).
 #[tokio::test]
 async fn stream_modes_values_updates_custom() {
-    let mut g = graph();
-    g.add_node("a", |_s, ctx: Context| async move {
-        ctx.emit(json!("working"));
-        Ok(Update::new().set(&LOG, log(&["a"])))
-    });
-    g.add_edge("__start__", "a");
-    let graph = memory(g);
-    let modes = StreamModes {
-        values: true,
-        updates: true,
-        custom: true,
-        debug: false,
-    };
-    let items: Vec<_> = graph
-        .stream(
-            Update::new().set(&LOG, log(&["in"])),
-            &RunConfig::new("t"),
-            modes,
-        )
-        .collect()
-        .await;
-    let mut kinds = Vec::new();
-    for item in &items {
-        kinds.push(match item {
-            Ok(StreamItem::Event(StreamEvent::Values(v))) => {
-                format!("values {}", v.get(&LOG).map_or(0, Vec::len))
-            }
-            Ok(StreamItem::Event(StreamEvent::Updates { node, writes, .. })) => {
-                format!("updates {node} {}", writes.len())
-            }
-            Ok(StreamItem::Event(StreamEvent::Custom { node, value })) => {
-                format!("custom {node} {value}")
-            }
-            Ok(StreamItem::Done(_)) => "done".to_owned(),
-            other => format!("{other:?}"),
+    for hidden in [false, true] {
+        let mut g = graph();
+        g.add_node("a", |_s, ctx: Context| async move {
+            ctx.emit(json!("working"));
+            Ok(Update::new().set(&LOG, log(&["a"])))
         });
+        g.add_edge("__start__", "a");
+        let graph = memory(g);
+        let modes = StreamModes {
+            values: true,
+            updates: true,
+            custom: true,
+            debug: true,
+            hidden,
+        };
+        let items: Vec<_> = graph
+            .stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &RunConfig::new("t"),
+                modes,
+            )
+            .collect()
+            .await;
+        let mut kinds = Vec::new();
+        for item in &items {
+            kinds.push(match item {
+                Ok(StreamItem::Event(StreamEvent::Values(v))) => {
+                    format!("values {}", v.get(&LOG).map_or(0, Vec::len))
+                }
+                Ok(StreamItem::Event(StreamEvent::Updates { node, writes, .. })) => {
+                    format!("updates {node} {}", writes.len())
+                }
+                Ok(StreamItem::Event(StreamEvent::Custom { node, value })) => {
+                    format!("custom {node} {value}")
+                }
+                Ok(StreamItem::Event(StreamEvent::Task(t))) => format!("task {}", t.node),
+                Ok(StreamItem::Event(StreamEvent::Checkpoint(c))) => {
+                    format!("checkpoint {}", c.step)
+                }
+                Ok(StreamItem::Done(_)) => "done".to_owned(),
+                other => format!("{other:?}"),
+            });
+        }
+        let start: &[&str] = if hidden {
+            &["updates __start__ 1", "task __start__"]
+        } else {
+            &[]
+        };
+        let want: Vec<&str> = ["checkpoint -1"]
+            .into_iter()
+            .chain(start.iter().copied())
+            .chain([
+                "checkpoint 0",
+                "values 1",
+                "custom a \"working\"",
+                "updates a 1",
+                "task a",
+                "checkpoint 1",
+                "values 2",
+                "done",
+            ])
+            .collect();
+        assert_eq!(kinds, want, "hidden: {hidden}");
     }
-    assert_eq!(
-        kinds,
-        vec![
-            "updates __start__ 1",
-            "values 1",
-            "custom a \"working\"",
-            "updates a 1",
-            "values 2",
-            "done"
-        ]
-    );
 }
 
 /// Dropping the stream while a step runs stops the run; the thread stays consistent: no checkpoint
@@ -224,6 +244,7 @@ async fn a_subgraph_breakpoint_streams_no_empty_interrupt_event() {
         updates: true,
         custom: true,
         debug: true,
+        hidden: false,
     };
     let items: Vec<_> = graph
         .stream(
@@ -420,7 +441,7 @@ async fn a_step_that_stops_streams_its_finished_tasks_updates_first() {
         } else {
             &["interrupted 1", "done"]
         };
-        let want: Vec<&str> = ["updates __start__ 1", "updates other 1"]
+        let want: Vec<&str> = ["updates other 1"]
             .into_iter()
             .chain(end.iter().copied())
             .collect();
