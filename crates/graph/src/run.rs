@@ -1975,8 +1975,38 @@ async fn execute(
     persist: &mut Persist<'_>,
     info: &Arc<crate::types::RunInfo>,
 ) -> Result<()> {
-    let mut set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)> =
-        tokio::task::JoinSet::new();
+    let mut set = tokio::task::JoinSet::new();
+    let r = execute_in(
+        g, tasks, results, pending, shared, live, step, ck, persist, info, &mut set,
+    )
+    .await;
+    if r.is_err() {
+        // The step stops here: the tasks still running are cancelled, and awaited, so that
+        // none of them (a subgraph storing what it buffered, say) still writes after the run
+        // returned its error and the thread counts as settled.
+        set.shutdown().await;
+    }
+    r
+}
+
+/// The tasks of one step (see [`execute`]), spawned on `set`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step's context, threaded through one call"
+)]
+async fn execute_in(
+    g: &Graph,
+    tasks: &[Task],
+    results: &mut [Option<TaskResult>],
+    pending: &[PendingWrite],
+    shared: &Arc<SharedResume>,
+    live: &Live,
+    step: i64,
+    ck: &CheckpointId,
+    persist: &mut Persist<'_>,
+    info: &Arc<crate::types::RunInfo>,
+    set: &mut tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)>,
+) -> Result<()> {
     let mut ctxs: HashMap<usize, Arc<TaskCtx>> = HashMap::new();
     let mut ids = HashMap::new();
     for (i, t) in tasks.iter().enumerate() {
@@ -2000,7 +2030,9 @@ async fn execute(
                         })
                     }),
                 );
-                persist_result(g, t, results[i].as_ref(), None, pending, ck, persist).await?;
+                persist_result(g, t, results[i].as_ref(), None, pending, ck, persist)
+                    .await
+                    .map_err(|storage| unstored(results[i].take(), storage))?;
             }
             NodeImpl::User(node) => {
                 let ctx = Arc::new(TaskCtx {
@@ -2071,7 +2103,8 @@ async fn execute(
                     ck,
                     persist,
                 )
-                .await?;
+                .await
+                .map_err(|storage| unstored(results[i].take(), storage))?;
                 continue;
             }
         };
@@ -2099,9 +2132,24 @@ async fn execute(
                 })
             }
         });
-        persist_result(g, t, results[i].as_ref(), ctx, pending, ck, persist).await?;
+        persist_result(g, t, results[i].as_ref(), ctx, pending, ck, persist)
+            .await
+            .map_err(|storage| unstored(results[i].take(), storage))?;
     }
     Ok(())
+}
+
+/// The step's error when storing a task's result failed: for a failed task its own error
+/// together with the store's (neither may hide the other: the node's is the cause), for any
+/// other the store's.
+fn unstored(result: Option<TaskResult>, storage: Error) -> Error {
+    match result {
+        Some(TaskResult::Failed(error)) => Error::RunFailedUnstored {
+            error: Box::new(error),
+            storage: Box::new(storage),
+        },
+        _ => storage,
+    }
 }
 
 /// The text of a panic payload (a `&str` or `String` message).

@@ -2359,34 +2359,39 @@ impl antler_graph::Checkpointer for Breakable {
 /// A run that fails, and whose buffered state (exit durability) then fails to store, reports
 /// both: the node's error, and the store's as the source (kind `Storage`: the thread may lack
 /// the failed step). Before 2026-12-01 the store's error replaced the node's, which was lost.
+/// The same under sync and async durability, where the failed task's error write is stored
+/// as it fails (before, that store error replaced the node's as well).
 #[tokio::test]
 async fn a_failed_run_whose_state_fails_to_store_reports_both_errors() {
-    use antler_graph::ErrorKind;
+    use antler_graph::{Durability, ErrorKind};
     let store = Arc::new(Breakable::default());
-    let mut g = graph();
-    let s = store.clone();
-    g.add_node("boom", move |_s: State, _c| {
-        // The store goes down while the node fails: the exit flush that follows fails too.
-        s.broken.store(true, Ordering::SeqCst);
-        async { Err::<Update, _>(NodeError::failed("the node's own failure")) }
-    });
-    g.add_edge("__start__", "boom").add_edge("boom", "__end__");
-    let graph = g.compile().unwrap().with_checkpointer(store.clone());
-    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
-    let e = graph
-        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Storage, "{e}");
-    let Error::RunFailedUnstored { error, storage } = &e else {
-        panic!("{e:?}");
-    };
-    assert_eq!(error.kind(), ErrorKind::Node, "{error}");
-    assert!(e.to_string().contains("the node's own failure"), "{e}");
-    assert!(
-        storage.to_string().contains("the store is down"),
-        "{storage}"
-    );
+    for durability in [Durability::Exit, Durability::Sync, Durability::Async] {
+        store.broken.store(false, Ordering::SeqCst);
+        let mut g = graph();
+        let s = store.clone();
+        g.add_node("boom", move |_s: State, _c| {
+            // The store goes down while the node fails: storing its error fails too.
+            s.broken.store(true, Ordering::SeqCst);
+            async { Err::<Update, _>(NodeError::failed("the node's own failure")) }
+        });
+        g.add_edge("__start__", "boom").add_edge("boom", "__end__");
+        let graph = g.compile().unwrap().with_checkpointer(store.clone());
+        let cfg = RunConfig::new(format!("t-{durability:?}")).with_durability(durability);
+        let e = graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage, "{durability:?}: {e}");
+        let Error::RunFailedUnstored { error, storage } = &e else {
+            panic!("{durability:?}: {e:?}");
+        };
+        assert_eq!(error.kind(), ErrorKind::Node, "{durability:?}: {error}");
+        assert!(e.to_string().contains("the node's own failure"), "{e}");
+        assert!(
+            storage.to_string().contains("the store is down"),
+            "{durability:?}: {storage}"
+        );
+    }
     // A failure the store takes in stride is reported as it is.
     store.broken.store(false, Ordering::SeqCst);
     let mut g = graph_fails_without_breaking();
@@ -2402,6 +2407,58 @@ async fn a_failed_run_whose_state_fails_to_store_reports_both_errors() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Node, "{e}");
+}
+
+/// A step that stops on a store error cancels its tasks still running, and waits for them to
+/// end, before the run returns: none of them (a subgraph that stores what it buffered when
+/// it is dropped, say) still runs once the caller has the error. Before 2026-12-01 they were
+/// only told to stop, and ended some time after the run returned.
+#[tokio::test]
+async fn a_step_stopped_by_a_store_error_ends_its_running_tasks_first() {
+    struct Ended(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let store = Arc::new(Breakable::default());
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Arc::new(Notify::new());
+    let mut g = graph();
+    let (e, st) = (ended.clone(), started.clone());
+    g.add_node("slow", move |_s: State, _c| {
+        let guard = Ended(e.clone());
+        let st = st.clone();
+        async move {
+            let _guard = guard;
+            st.notify_one();
+            std::future::pending::<()>().await;
+            Ok(Update::new())
+        }
+    });
+    let (s, st) = (store.clone(), started.clone());
+    g.add_node("boom", move |_s: State, _c| {
+        let (s, st) = (s.clone(), st.clone());
+        async move {
+            // Fails once its sibling runs, with the store down: storing the failure fails.
+            st.notified().await;
+            s.broken.store(true, Ordering::SeqCst);
+            Err::<Update, _>(NodeError::failed("the node's own failure"))
+        }
+    });
+    g.add_edge("__start__", "slow")
+        .add_edge("__start__", "boom");
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Sync);
+    let e = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::RunFailedUnstored { .. }), "{e:?}");
+    assert!(
+        ended.load(Ordering::SeqCst),
+        "the sibling still ran when the run returned"
+    );
 }
 
 fn graph_fails_without_breaking() -> antler_graph::StateGraph {
