@@ -361,6 +361,10 @@ impl Context {
 
     /// Emits a custom stream event, delivered at once to a stream with the `custom` mode
     /// (dropped when nobody streams custom events).
+    ///
+    /// A node of a subgraph emits into its subgraph's run, which streams nothing: its events
+    /// are dropped, as the reference drops a subgraph's events unless the caller streams with
+    /// `subgraphs=True` (which antler does not offer yet).
     pub fn emit(&self, value: Json) {
         if let Some(tx) = &self.inner.run.custom {
             let ev = crate::compiled::StreamEvent::Custom {

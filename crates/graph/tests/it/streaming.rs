@@ -650,3 +650,52 @@ async fn a_subgraph_task_does_not_wait_for_its_enclosing_runs_put() {
         Some(&log(&["in", "pre", "in", "pre", "inside"]))
     );
 }
+
+/// A subgraph's run streams nothing to the enclosing stream, custom events included: the
+/// reference drops a subgraph's events unless the caller asks for them with `subgraphs=True`,
+/// which antler does not offer yet. The parent's own custom events still arrive.
+#[tokio::test]
+async fn a_subgraphs_custom_events_are_not_streamed() {
+    let mut inner = graph();
+    inner.add_node("deep", |_s, ctx: Context| async move {
+        ctx.emit(json!("from the subgraph"));
+        Ok(Update::new().set(&LOG, log(&["deep"])))
+    });
+    inner
+        .add_edge("__start__", "deep")
+        .add_edge("deep", "__end__");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.compile().unwrap());
+    outer.add_node("top", |_s, ctx: Context| async move {
+        ctx.emit(json!("from the parent"));
+        Ok(Update::new().set(&LOG, log(&["top"])))
+    });
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "top")
+        .add_edge("top", "__end__");
+    let graph = memory(outer);
+    let modes = StreamModes {
+        custom: true,
+        ..StreamModes::default()
+    };
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&LOG, log(&["in"])),
+            &RunConfig::new("t"),
+            modes,
+        )
+        .collect()
+        .await;
+    let custom: Vec<String> = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamItem::Event(StreamEvent::Custom { node, value })) => {
+                Some(format!("{node} {value}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(custom, ["top \"from the parent\""]);
+    assert!(matches!(items.last(), Some(Ok(StreamItem::Done(_)))));
+}
