@@ -963,7 +963,18 @@ impl CompiledGraph {
             let _ = tx.unbounded_send(r.map(StreamItem::Done));
         };
         let driver = futures::stream::once(fut).filter_map(|()| async { None });
-        futures::stream::select(rx, driver)
+        // The stream ends with the run's outcome (its only `Done` or error item), also when a
+        // node left a clone of its `Context` in a task of its own, whose sender would keep
+        // the channel open.
+        let events = Box::pin(futures::stream::select(rx, driver));
+        futures::stream::unfold((events, false), |(mut events, ended)| async move {
+            if ended {
+                return None;
+            }
+            let item = events.next().await?;
+            let last = matches!(item, Ok(StreamItem::Done(_)) | Err(_));
+            Some((item, (events, last)))
+        })
     }
 
     /// The thread's latest checkpoint (or the configured one) with its next tasks.

@@ -699,3 +699,40 @@ async fn a_subgraphs_custom_events_are_not_streamed() {
     assert_eq!(custom, ["top \"from the parent\""]);
     assert!(matches!(items.last(), Some(Ok(StreamItem::Done(_)))));
 }
+
+/// The stream ends with the run's outcome although a node left a clone of its `Context` in a
+/// task of its own (which could still emit): before, the stream stayed open until that task
+/// dropped the clone, here never.
+#[tokio::test]
+async fn the_stream_ends_with_the_outcome_whatever_a_node_left_running() {
+    let mut g = graph();
+    g.add_node("a", |_s, ctx: Context| async move {
+        tokio::spawn(async move {
+            std::future::pending::<()>().await;
+            ctx.emit(json!("never"));
+        });
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let modes = StreamModes {
+        custom: true,
+        ..StreamModes::default()
+    };
+    let items: Vec<_> = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        graph
+            .stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &RunConfig::new("t"),
+                modes,
+            )
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the stream ended");
+    assert!(
+        matches!(items.last(), Some(Ok(StreamItem::Done(_)))),
+        "{items:?}"
+    );
+}
