@@ -983,8 +983,17 @@ fn conflict_or(thread: &ThreadId, context: String) -> impl FnOnce(tokio_postgres
 impl Backend for PgBackend {
     async fn read_config(&self) -> Result<Option<(ChannelMode, SnapshotFrequency)>> {
         let c = self.client("reading store configuration").await?;
+        // The configuration and whether the store holds checkpoints, in one statement (one
+        // snapshot): read apart, a store another process configured and wrote to in between
+        // looked damaged (a checkpoint, but no configuration). The key `''` marks checkpoints.
         let rows = c
-            .query(&self.sql("SELECT key, value FROM {s}.antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')"), &[])
+            .query(
+                &self.sql(
+                    "SELECT key, value FROM {s}.antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')
+                     UNION ALL SELECT '', '' WHERE EXISTS (SELECT 1 FROM {s}.checkpoints)",
+                ),
+                &[],
+            )
             .await
             .map_err(pg_err("postgres: reading store configuration"))?;
         let get = |k: &str| {
@@ -995,15 +1004,7 @@ impl Backend for PgBackend {
         let (mode, freq) = (get("channel_mode"), get("snapshot_frequency"));
         let (Some(mode), Some(freq)) = (mode.clone(), freq.clone()) else {
             // A new store records its configuration before its first checkpoint.
-            let data: bool = c
-                .query_one(
-                    &self.sql("SELECT EXISTS (SELECT 1 FROM {s}.checkpoints)"),
-                    &[],
-                )
-                .await
-                .map_err(pg_err("postgres: reading store configuration"))?
-                .get(0);
-            if data {
+            if get("").is_some() {
                 return Err(crate::engine::config_damaged(
                     mode.as_deref(),
                     freq.as_deref(),
@@ -3494,6 +3495,71 @@ mod tests {
             "{err:?}"
         );
         drop((c, other));
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// The configuration and whether the store holds checkpoints are read in one snapshot:
+    /// a process that configures the store and puts its first checkpoint while an open reads
+    /// the configuration makes that open see both or neither, never a checkpoint without a
+    /// configuration (which is a damaged store). A lock on `checkpoints` holds the read while
+    /// another session records the configuration and a checkpoint; before, the open read the
+    /// configuration first, then waited, then found the checkpoint.
+    #[tokio::test]
+    async fn the_configuration_is_read_with_the_checkpoints_in_one_snapshot() {
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let b = &saver.engine.backend;
+        let setup = b.client("test").await.expect("client");
+        let recorded: Vec<(String, String)> = setup
+            .query(&b.sql("SELECT key, value FROM {s}.antler_meta"), &[])
+            .await
+            .expect("config")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(recorded.len(), 2, "{recorded:?}");
+        setup
+            .batch_execute(&b.sql("DELETE FROM {s}.antler_meta"))
+            .await
+            .expect("unconfigure");
+        let locker = b.client("test").await.expect("client");
+        locker
+            .batch_execute(&b.sql("BEGIN; LOCK TABLE {s}.checkpoints IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .expect("lock");
+        let reading = b.read_config();
+        let writing = async {
+            until_a_statement_waits(b, "%EXISTS (SELECT 1 FROM %checkpoints)%").await;
+            for (k, v) in &recorded {
+                locker
+                    .execute(
+                        &b.sql("INSERT INTO {s}.antler_meta (key, value) VALUES ($1, $2)"),
+                        &[k, v],
+                    )
+                    .await
+                    .expect("configure");
+            }
+            locker
+                .batch_execute(&b.sql(
+                    "INSERT INTO {s}.checkpoints VALUES ('t', '', '\\x01', NULL, '\\x00', '\\x00'); COMMIT",
+                ))
+                .await
+                .expect("first checkpoint");
+        };
+        let (read, ()) = tokio::join!(reading, writing);
+        let read = read.expect("not a damaged store");
+        let get = |k: &str| {
+            recorded
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+                .expect("recorded")
+        };
+        let want = crate::engine::parse_config(&get("channel_mode"), &get("snapshot_frequency"))
+            .expect("parses");
+        assert_eq!(read, Some(want));
+        drop((setup, locker));
         saver.drop_schema().await.expect("drop");
     }
 
