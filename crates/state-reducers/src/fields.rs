@@ -244,36 +244,54 @@ impl PromotedState {
 /// An existing value without a `catalog_hash` key is malformed and never
 /// matches (R11.2), not even a new value whose hash is `null` or missing: its
 /// names would otherwise survive the write.
+///
+/// # Errors
+/// [`Error::MalformedField`] (kind `InvalidInput`) where the reference raises: a
+/// non-empty write without a `catalog_hash` or a `names` key, or with `names:
+/// null`, and, for a write of the same hash, an existing value without a list
+/// of names. Such a write never empties the field (before 2026-12-01 a write
+/// `{"names": [...]}` replaced the promotions with a `null` hash).
 pub fn merge_promoted(
     existing: Option<PromotedState>,
     new: Option<PromotedState>,
-) -> Option<PromotedState> {
+) -> Result<Option<PromotedState>> {
     let new = match new {
         Some(n) if !n.is_empty() => n,
-        _ => return existing,
+        _ => return Ok(existing),
     };
-    let new_hash = new.hash().map(str::to_owned);
-    let new_names = new.names.flatten().unwrap_or_default();
+    let malformed = |reason: &str| Error::MalformedField {
+        field: "promoted",
+        reason: reason.to_owned(),
+    };
+    // The reference reads `new["catalog_hash"]` and `new["names"]` (a missing key is a
+    // `KeyError`, a `null` list a `TypeError`).
+    let new_hash = match &new.catalog_hash {
+        Some(h) => h.clone(),
+        None => return Err(malformed("a write has no `catalog_hash`")),
+    };
+    let new_names = match new.names {
+        Some(Some(names)) => names,
+        Some(None) => return Err(malformed("a write's `names` is null")),
+        None => return Err(malformed("a write has no `names`")),
+    };
     let names = match existing {
         Some(existing)
             if existing.catalog_hash.is_some() && existing.hash() == new_hash.as_deref() =>
         {
-            dedup_first(
-                existing
-                    .names
-                    .flatten()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .chain(new_names),
-            )
+            let kept = match existing.names {
+                Some(Some(names)) => names,
+                Some(None) => return Err(malformed("the existing `names` is null")),
+                None => return Err(malformed("the existing value has no `names`")),
+            };
+            dedup_first(kept.into_iter().chain(new_names))
         }
         _ => dedup_first(new_names),
     };
-    Some(PromotedState {
+    Ok(Some(PromotedState {
         catalog_hash: Some(new_hash),
         names: Some(Some(names)),
         extra: Map::new(),
-    })
+    }))
 }
 
 /// The subagent statuses that end a delegation (`SUBAGENT_STATUS_VALUES`).

@@ -242,9 +242,8 @@ pub fn apply_updates(
     always_present!(viewed_images, merge_viewed_images);
     // `promoted` keeps a written `null` apart from an empty channel (see the
     // field): the fold starts from what the field holds, `null` included.
-    let (promoted, _) = fold_reducer_writes(state.promoted.take(), collect!(promoted), |a, b| {
-        Ok(merge_promoted(a, b))
-    })?;
+    let (promoted, _) =
+        fold_reducer_writes(state.promoted.take(), collect!(promoted), merge_promoted)?;
     state.promoted = promoted;
     always_present!(delegations, merge_delegations);
     always_present!(skill_context, merge_skill_context);

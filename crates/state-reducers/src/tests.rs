@@ -258,51 +258,90 @@ fn r10_goal_null_preserves_any_goal_replaces() {
 #[test]
 fn r11_promoted_scoped_by_catalog_hash() {
     let p = |h: &str, n: &[&str]| PromotedState::new(h, strings(n));
+    let merge = |a: Option<PromotedState>, b: Option<PromotedState>| {
+        merge_promoted(a, b).expect("a well-formed write")
+    };
     let existing = Some(p("h1", &["a", "b"]));
-    assert_eq!(merge_promoted(existing.clone(), None), existing);
+    assert_eq!(merge(existing.clone(), None), existing);
     assert_eq!(
-        merge_promoted(existing.clone(), Some(PromotedState::default())),
+        merge(existing.clone(), Some(PromotedState::default())),
         existing
     );
     assert_eq!(
-        merge_promoted(existing.clone(), Some(p("h1", &["b", "c", "c"]))),
+        merge(existing.clone(), Some(p("h1", &["b", "c", "c"]))),
         Some(p("h1", &["a", "b", "c"]))
     );
     assert_eq!(
-        merge_promoted(existing, Some(p("h2", &["c", "c"]))),
+        merge(existing, Some(p("h2", &["c", "c"]))),
         Some(p("h2", &["c"]))
     );
     let malformed: PromotedState = serde_json::from_value(json!({"names": ["x"]})).unwrap();
     assert_eq!(
-        merge_promoted(Some(malformed.clone()), Some(p("h1", &["y"]))),
+        merge(Some(malformed.clone()), Some(p("h1", &["y"]))),
         Some(p("h1", &["y"]))
     );
     // A malformed existing value (no `catalog_hash` key) is a mismatch even for a write whose
-    // hash is null or missing (R11.2): its stale names go. Before, both hashes read as null
-    // and the names were accumulated.
-    for (write, names) in [
-        (json!({"catalog_hash": null, "names": ["y"]}), json!(["y"])),
-        (json!({"names": ["y", "y"]}), json!(["y"])),
-        (json!({"catalog_hash": null}), json!([])),
-    ] {
-        let write: PromotedState = serde_json::from_value(write).unwrap();
-        let merged = merge_promoted(Some(malformed.clone()), Some(write)).unwrap();
-        assert_eq!(
-            serde_json::to_value(&merged).unwrap(),
-            json!({"catalog_hash": null, "names": names})
-        );
-    }
-    // A write whose keys are null is not the empty write: its hash (null) differs, so it
-    // replaces wholesale and the stale names go (R11.1 ignores only null and `{}`).
+    // hash is null (R11.2): its stale names go. Before, both hashes read as null and the
+    // names were accumulated.
+    let write: PromotedState =
+        serde_json::from_value(json!({"catalog_hash": null, "names": ["y", "y"]})).unwrap();
+    let merged = merge(Some(malformed.clone()), Some(write)).unwrap();
+    assert_eq!(
+        serde_json::to_value(&merged).unwrap(),
+        json!({"catalog_hash": null, "names": ["y"]})
+    );
+    // A write whose hash is null is not the empty write: its hash differs, so it replaces
+    // wholesale and the stale names go (R11.1 ignores only null and `{}`).
+    let write: PromotedState =
+        serde_json::from_value(json!({"catalog_hash": null, "names": []})).unwrap();
+    let merged = merge(Some(p("h1", &["a"])), Some(write)).unwrap();
+    assert_eq!(
+        serde_json::to_value(&merged).unwrap(),
+        json!({"catalog_hash": null, "names": []})
+    );
+}
+
+/// R11 where the reference raises (it reads `new["catalog_hash"]`, `new["names"]` and, for
+/// the same hash, `existing["names"]`): a write without either key or with `names: null`,
+/// and a same-hash merge into a value without a list of names, fail as malformed instead
+/// of emptying the promotions. Before 2026-12-01 `{"names": ["x"]}` replaced them with a
+/// `null` hash and `{"catalog_hash": null}` with no names.
+#[test]
+fn r11_promoted_malformed_writes_fail_as_the_reference_does() {
+    let existing = Some(PromotedState::new("h1", strings(&["a"])));
     for write in [
+        json!({"names": ["x"]}),
         json!({"catalog_hash": null}),
-        json!({"catalog_hash": null, "names": null}),
+        json!({"catalog_hash": "h1"}),
+        json!({"catalog_hash": "h2", "names": null}),
+        json!({"other": 1}),
     ] {
-        let write: PromotedState = serde_json::from_value(write).unwrap();
-        let merged = merge_promoted(Some(p("h1", &["a"])), Some(write)).unwrap();
+        let w: PromotedState = serde_json::from_value(write.clone()).unwrap();
+        for base in [existing.clone(), None] {
+            let err = merge_promoted(base.clone(), Some(w.clone())).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidInput, "{write}: {err}");
+            assert!(err.to_string().contains("promoted"), "{err}");
+        }
+    }
+    for stored in [
+        json!({"catalog_hash": "h1"}),
+        json!({"catalog_hash": "h1", "names": null}),
+    ] {
+        let stored: PromotedState = serde_json::from_value(stored).unwrap();
+        let err = merge_promoted(
+            Some(stored.clone()),
+            Some(PromotedState::new("h1", strings(&["b"]))),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidInput, "{err}");
+        // Another hash replaces it wholesale, as the reference does.
         assert_eq!(
-            serde_json::to_value(&merged).unwrap(),
-            json!({"catalog_hash": null, "names": []})
+            merge_promoted(
+                Some(stored),
+                Some(PromotedState::new("h2", strings(&["b"])))
+            )
+            .unwrap(),
+            Some(PromotedState::new("h2", strings(&["b"])))
         );
     }
 }

@@ -116,7 +116,7 @@ fn fields_fixture() {
             "viewed_images" => field_case(case, |a, b| to_json(merge_viewed_images(a, b))),
             "todos" => field_case(case, |a, b| to_json(merge_todos(a, b))),
             "goal" => field_case(case, |a, b| to_json(merge_goal(a, b))),
-            "promoted" => field_case(case, |a, b| to_json(merge_promoted(a, b))),
+            "promoted" => field_case(case, |a, b| merge_promoted(a, b).and_then(to_json)),
             "delegations" => field_case(case, |a, b| to_json(merge_delegations(a, b))),
             "skill_context" => {
                 field_case::<Vec<SkillEntry>, _>(case, |a, b| to_json(merge_skill_context(a, b)))

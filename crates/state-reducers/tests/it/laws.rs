@@ -273,8 +273,9 @@ proptest! {
         prop_assert_eq!(merge_viewed_images(Some(once.clone()), ib), once);
         let once = merge_todos(ta, tb.clone());
         prop_assert_eq!(merge_todos(once.clone(), tb), once);
-        let once = merge_promoted(pa, pb.clone());
-        prop_assert_eq!(merge_promoted(once.clone(), pb), once);
+        // The generated values are well-formed: a malformed write fails every time.
+        let once = merge_promoted(pa, pb.clone()).expect("well-formed");
+        prop_assert_eq!(merge_promoted(once.clone(), pb).expect("well-formed"), once);
         if let Ok(once) = merge_sandbox(sa, sb.clone()) {
             prop_assert_eq!(merge_sandbox(once.clone(), sb), Ok(once));
         }
@@ -383,8 +384,9 @@ fn documented_non_associativity() {
     assert_eq!(twice[0].description, "a".repeat(499));
     // Promoted: a catalog change in the middle.
     let p = |h: &str, n: &str| Some(PromotedState::new(h, vec![n.to_owned()]));
-    let left = merge_promoted(merge_promoted(p("h0", "a"), p("h1", "b")), p("h0", "c"));
-    let right = merge_promoted(p("h0", "a"), merge_promoted(p("h1", "b"), p("h0", "c")));
+    let merge = |a, b| merge_promoted(a, b).expect("well-formed");
+    let left = merge(merge(p("h0", "a"), p("h1", "b")), p("h0", "c"));
+    let right = merge(p("h0", "a"), merge(p("h1", "b"), p("h0", "c")));
     assert_eq!(left, p("h0", "c"));
     assert_eq!(
         right,
