@@ -79,7 +79,8 @@ pub struct PlacementDiagnostic {
     pub rule: Option<PlacementRule>,
     /// Whether a fallback (not the first rule) was used.
     pub degraded: bool,
-    /// The index it was inserted at.
+    /// The index it was inserted at, in the chain as it stood then: a later insertion
+    /// before it shifts it (the built [`Chain`] has the final order).
     pub index: usize,
 }
 
@@ -99,8 +100,9 @@ pub struct OrderingConstraint {
 
 /// Builds a [`Chain`].
 ///
-/// Re-inserting a middleware whose [`MiddlewareId`] is already present moves
-/// it (the old entry is removed first).
+/// Adding a middleware whose [`MiddlewareId`] is already present is refused
+/// ([`Error::DuplicateMiddleware`](crate::Error::DuplicateMiddleware)): give a second
+/// instance of a kind its own label.
 #[derive(Default)]
 pub struct ChainBuilder {
     entries: Vec<Entry>,

@@ -15,6 +15,9 @@ pub enum ErrorKind {
     Order,
     /// A model, tool or hook failed while running.
     Runtime,
+    /// The agent graph the chain declares cannot be built (two middlewares contribute one
+    /// state field with different kinds, say): the chain's order is fine, its parts clash.
+    Graph,
 }
 
 /// Errors of building or running a middleware chain.
@@ -127,18 +130,6 @@ pub enum Error {
         /// The extension that contributed the constraint, or `core middleware order`.
         contributor: String,
     },
-    /// Two middlewares contribute the same state field with different kinds.
-    #[error(
-        "state field `{field}` is declared by {first} and {second} with different channel kinds"
-    )]
-    ConflictingStateField {
-        /// The field.
-        field: String,
-        /// The first declaring middleware.
-        first: String,
-        /// The conflicting one.
-        second: String,
-    },
     /// The agent graph could not be declared (a conflicting state field, …).
     #[error("agent graph: {0}")]
     Graph(#[source] antler_graph::BuildError),
@@ -178,6 +169,7 @@ impl Error {
             | Error::UndeclaredJump { .. }
             | Error::JumpWrittenDirectly { .. }
             | Error::RefusedToolCommand { .. } => ErrorKind::Runtime,
+            Error::Graph(_) => ErrorKind::Graph,
             _ => ErrorKind::Order,
         }
     }

@@ -766,6 +766,8 @@ fn conflicting_contributed_fields_are_a_typed_build_error() {
         .err()
         .expect("conflict");
     assert!(matches!(err, antler_middleware::Error::Graph(_)), "{err}");
+    // Not an ordering error: the order is fine, the contributed fields clash.
+    assert_eq!(err.kind(), antler_middleware::ErrorKind::Graph);
     assert!(err.to_string().contains("trail"), "{err}");
 }
 
