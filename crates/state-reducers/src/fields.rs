@@ -144,37 +144,78 @@ pub fn merge_todos(existing: Option<Vec<Todo>>, new: Option<Vec<Todo>>) -> Optio
     new.or(existing)
 }
 
-/// The thread's goal (R4); opaque to its reducer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GoalState {
-    /// What the agent pursues.
-    pub objective: String,
+/// The thread's goal (R4): opaque to its reducer, so kept as the JSON object it was
+/// written as, every key and value as given (a `null` stays a `null`, a key of another
+/// type or a missing one is kept as it is), with typed readers for R4's keys.
+///
+/// Before 2026-12-01 it was a struct of R4's fields: a goal without an `objective`, or
+/// with a count that is not an integer, made the whole state unreadable, and a key
+/// written as `null` was dropped on the way back out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct GoalState(pub Map<String, Value>);
+
+impl GoalState {
+    /// A goal with an objective, status `"active"` and nothing else set.
+    pub fn active(objective: impl Into<String>) -> Self {
+        let mut m = Map::new();
+        m.insert("objective".into(), Value::String(objective.into()));
+        m.insert("status".into(), Value::String("active".into()));
+        Self(m)
+    }
+
+    fn str_of(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(Value::as_str)
+    }
+
+    fn int_of(&self, key: &str) -> Option<i64> {
+        self.0.get(key).and_then(Value::as_i64)
+    }
+
+    /// What the agent pursues (`None` when missing or not a string).
+    pub fn objective(&self) -> Option<&str> {
+        self.str_of("objective")
+    }
+
     /// Always `"active"` while a goal is set.
-    pub status: String,
+    pub fn status(&self) -> Option<&str> {
+        self.str_of("status")
+    }
+
     /// Creation time (ISO-8601).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created_at: Option<String>,
+    pub fn created_at(&self) -> Option<&str> {
+        self.str_of("created_at")
+    }
+
     /// Last update time (ISO-8601).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub updated_at: Option<String>,
+    pub fn updated_at(&self) -> Option<&str> {
+        self.str_of("updated_at")
+    }
+
     /// Continuations used so far.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continuation_count: Option<i64>,
+    pub fn continuation_count(&self) -> Option<i64> {
+        self.int_of("continuation_count")
+    }
+
     /// Continuation budget.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_continuations: Option<i64>,
+    pub fn max_continuations(&self) -> Option<i64> {
+        self.int_of("max_continuations")
+    }
+
     /// Consecutive continuations without progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub no_progress_count: Option<i64>,
+    pub fn no_progress_count(&self) -> Option<i64> {
+        self.int_of("no_progress_count")
+    }
+
     /// Budget for continuations without progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_no_progress_continuations: Option<i64>,
-    /// The last evaluation, free-form.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_evaluation: Option<Map<String, Value>>,
-    /// Unknown keys, preserved.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub fn max_no_progress_continuations(&self) -> Option<i64> {
+        self.int_of("max_no_progress_continuations")
+    }
+
+    /// The last evaluation, free-form (`None` when missing, `null` or not an object).
+    pub fn last_evaluation(&self) -> Option<&Map<String, Value>> {
+        self.0.get("last_evaluation").and_then(Value::as_object)
+    }
 }
 
 /// `merge_goal` (R10): `null` preserves, any goal replaces.

@@ -253,6 +253,36 @@ fn r10_goal_null_preserves_any_goal_replaces() {
     assert_eq!(merge_goal(None, None), None);
 }
 
+/// R4: the goal is opaque to its reducer, so it reads back exactly as written: a key set to
+/// `null`, a count that is not an integer, a goal without an objective, an unknown key.
+/// Before 2026-12-01 the first two were lost or refused, and a goal without an objective
+/// made the whole state unreadable.
+#[test]
+fn r4_goal_is_kept_exactly_as_written() {
+    let written = json!({
+        "objective": "ship it", "status": "active", "last_evaluation": null,
+        "created_at": null, "continuation_count": 1.5, "custom": {"k": [1]}
+    });
+    let goal: GoalState = serde_json::from_value(written.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&goal).unwrap(), written);
+    assert_eq!(goal.objective(), Some("ship it"));
+    assert_eq!(goal.continuation_count(), None, "not an integer");
+    assert_eq!(goal.last_evaluation(), None);
+    let state: ThreadState = serde_json::from_value(json!({"goal": {"status": "active"}}))
+        .expect("a goal without an objective is still a goal");
+    let goal = state.goal.expect("set");
+    assert_eq!(goal.objective(), None);
+    assert_eq!(
+        goal,
+        GoalState(json!({"status": "active"}).as_object().unwrap().clone())
+    );
+    let active = GoalState::active("x");
+    assert_eq!(
+        (active.objective(), active.status()),
+        (Some("x"), Some("active"))
+    );
+}
+
 // ---- R11 promoted --------------------------------------------------------
 
 #[test]
