@@ -90,6 +90,28 @@ const FRESH_CTE: &str = "epoch_lock AS (
     SELECT 1 / (CASE WHEN $E::bigint IS NULL OR (SELECT epoch FROM epoch_lock) = $E::bigint
                      THEN 1 ELSE 0 END) AS ok)";
 
+/// The `fresh` CTE of `put`: as [`FRESH_CTE`], but every put locks the thread's epoch row,
+/// also one that stores no message list (and checks the epoch only when it does). A put then
+/// never commits in the middle of a `delete_thread`, which holds the row from its first
+/// statement: it commits before (and the deletes see all of it) or after (a put to a
+/// deleted thread). Before 2026-12-01 a put without a message list could commit between
+/// the delete's value and checkpoint statements and leave its values behind, which made a
+/// later put of the same thread id with other bytes under one of those keys fail for good
+/// (`a_put_racing_delete_thread_leaves_no_values_behind`). The price is one row update per
+/// put that stores no message list. `fresh` reads the row whatever `$E` is: the planner
+/// drops a subquery that a known `NULL` makes unneeded, and an unreferenced data-modifying
+/// CTE runs only after the statement's other work, so the lock would come after the
+/// statement's other row locks (its version mark's, which the delete takes next: a
+/// deadlock).
+const PUT_FRESH_CTE: &str = "epoch_lock AS (
+    INSERT INTO {s}.thread_epochs (thread_id, epoch) VALUES ($1, 0)
+    ON CONFLICT (thread_id) DO UPDATE SET epoch = {s}.thread_epochs.epoch
+    RETURNING epoch),
+ fresh AS (
+    SELECT 1 / (CASE WHEN (SELECT epoch FROM epoch_lock) IS NOT NULL
+                      AND ($E::bigint IS NULL OR (SELECT epoch FROM epoch_lock) = $E::bigint)
+                     THEN 1 ELSE 0 END) AS ok)";
+
 /// The SQL that bumps thread $1's epoch.
 const BUMP_EPOCH_SQL: &str = "INSERT INTO {s}.thread_epochs (thread_id, epoch) VALUES ($1, 1)
     ON CONFLICT (thread_id) DO UPDATE SET epoch = {s}.thread_epochs.epoch + 1";
@@ -284,7 +306,7 @@ impl HotSql {
                  SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
                  SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
-                fresh = FRESH_CTE.replace("$E", "$12"),
+                fresh = PUT_FRESH_CTE.replace("$E", "$12"),
             )),
             put_writes: sql(&format!(
                 "WITH {fresh},
@@ -1515,14 +1537,15 @@ impl Backend for PgBackend {
         )
         .await
         .map_err(deadlock_or(thread, ctx.clone()))?;
-        // A put that stores no message list takes no epoch lock and may commit between these
-        // statements. Values before checkpoints: its checkpoint is then deleted with the rest
-        // (its values left as unreferenced garbage) or kept with all its values, never kept
-        // without them; a checkpoint kept without its mark reads as an unknown mark. The run
-        // index first: such a put inserts or locks its pair, so its pair is deleted only after
-        // it committed, and then its checkpoint is too; or the pair is kept (a pair without a
-        // checkpoint is harmless; a checkpoint without its pair would hide it from
-        // `delete_for_runs`; `a_put_racing_delete_thread_keeps_no_checkpoint_without_its_run_pair`).
+        // Every put locks the epoch row (`PUT_FRESH_CTE`), so none commits between these
+        // statements. `put_writes` of a message-less write locks its checkpoint row, held
+        // above. The order still guards a writer that takes neither lock: values before
+        // checkpoints (its checkpoint is deleted with the rest or kept with all its values),
+        // and the run index first: a put inserts or locks its pair, so its pair is deleted
+        // only after it committed, and then its checkpoint is too; or the pair is kept (a
+        // pair without a checkpoint is harmless; a checkpoint without its pair would hide it
+        // from `delete_for_runs`;
+        // `a_put_racing_delete_thread_keeps_no_checkpoint_without_its_run_pair`).
         for table in [
             "run_threads",
             "writes",
@@ -2957,7 +2980,8 @@ mod tests {
         let b = &saver.engine.backend;
         prefill(b, 4).await;
         // The writer: the run's second checkpoint, through the saver's own statement, left
-        // uncommitted (no message list, so it takes no epoch lock).
+        // uncommitted (no message list; it locks the epoch row all the same, so the delete
+        // waits at its first statement).
         let writer = b.client("test").await.expect("client");
         writer.batch_execute("BEGIN").await.expect("begin");
         let mut c2 = Checkpoint::empty();
@@ -2991,7 +3015,7 @@ mod tests {
             .await
             .expect("the put, uncommitted");
         let interfere = async {
-            until_a_statement_waits(b, &format!("%DELETE FROM {}.run_threads%", b.s)).await;
+            until_a_statement_waits(b, &format!("%INTO {}.thread_epochs%", b.s)).await;
             writer.batch_execute("COMMIT").await.expect("commit");
         };
         let t = ThreadId::new("t");
@@ -3560,6 +3584,95 @@ mod tests {
             .expect("parses");
         assert_eq!(read, Some(want));
         drop((setup, locker));
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// A put that stores no message list does not commit while `delete_thread` runs: it waits
+    /// for the delete's lock on the thread's epoch row and commits after it (a put to a
+    /// deleted thread). The delete is held between its value and checkpoint deletes by a
+    /// lock on one of the thread's message rows. Before 2026-12-01 the put committed there,
+    /// the checkpoint delete took its checkpoint and its value stayed behind, so a later put
+    /// of the same thread id with other bytes under that key failed with `Conflict` for good.
+    #[tokio::test]
+    async fn a_put_racing_delete_thread_leaves_no_values_behind() {
+        use crate::blob::{Blob, MessagesKind};
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let mut first = Checkpoint::empty();
+        first
+            .channel_versions
+            .insert("messages".into(), ChannelVersion::new(1));
+        first.channel_values.insert(
+            "messages".into(),
+            Blob::messages(
+                MessagesKind::Snapshot,
+                &[serde_json::json!({"type": "human", "content": "q", "id": "h"})],
+            )
+            .expect("blob"),
+        );
+        let versions = first.channel_versions.clone();
+        let head = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                first,
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .expect("put");
+        let b = &saver.engine.backend;
+        prefill(b, 4).await;
+        let holder = b.client("test").await.expect("client");
+        holder
+            .batch_execute(
+                &b.sql("BEGIN; SELECT 1 FROM {s}.messages WHERE thread_id = 't' FOR UPDATE"),
+            )
+            .await
+            .expect("hold a message row");
+        let t = ThreadId::new("t");
+        let racing = async {
+            until_a_statement_waits(b, &format!("%DELETE FROM {}.messages%", b.s)).await;
+            let mut next = Checkpoint::empty();
+            next.channel_versions
+                .insert("x".into(), ChannelVersion::new(2));
+            next.channel_values
+                .insert("x".into(), Blob::json(&"mine").expect("blob"));
+            let versions = next.channel_versions.clone();
+            let mut put =
+                std::pin::pin!(saver.put(&head, next, CheckpointMetadata::default(), &versions));
+            let early = tokio::time::timeout(std::time::Duration::from_secs(2), &mut put).await;
+            holder.batch_execute("COMMIT").await.expect("release");
+            let put = match early {
+                Ok(done) => Err(done),
+                Err(_) => Ok(put.await),
+            };
+            put
+        };
+        let (deleted, put) = tokio::join!(saver.delete_thread(&t), racing);
+        deleted.expect("deleted");
+        let put = put.expect("the put did not commit while the delete held the thread");
+        put.expect("the put, after the delete");
+        // What is left is the put's checkpoint with its value: no value without a checkpoint.
+        let c = b.client("test").await.expect("client");
+        let count = |table: &'static str| {
+            let c = &c;
+            async move {
+                c.query_one(
+                    &b.sql(&format!(
+                        "SELECT count(*) FROM {{s}}.{table} WHERE thread_id = 't'"
+                    )),
+                    &[],
+                )
+                .await
+                .expect("count")
+                .get::<_, i64>(0)
+            }
+        };
+        assert_eq!((count("checkpoints").await, count("blobs").await), (1, 1));
+        drop(c);
         saver.drop_schema().await.expect("drop");
     }
 
