@@ -3645,11 +3645,10 @@ mod tests {
                 std::pin::pin!(saver.put(&head, next, CheckpointMetadata::default(), &versions));
             let early = tokio::time::timeout(std::time::Duration::from_secs(2), &mut put).await;
             holder.batch_execute("COMMIT").await.expect("release");
-            let put = match early {
+            match early {
                 Ok(done) => Err(done),
                 Err(_) => Ok(put.await),
-            };
-            put
+            }
         };
         let (deleted, put) = tokio::join!(saver.delete_thread(&t), racing);
         deleted.expect("deleted");
