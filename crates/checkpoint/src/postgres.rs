@@ -3338,8 +3338,12 @@ mod tests {
         }
     }
 
-    /// A thread of `n` messages in one snapshot checkpoint (full mode), on `saver`.
-    async fn long_thread(saver: &PostgresSaver, n: usize) -> Vec<serde_json::Value> {
+    /// A thread `t` of `n` messages in one snapshot checkpoint (full mode), on `saver`: the
+    /// checkpoint's config and the messages.
+    async fn long_thread(
+        saver: &PostgresSaver,
+        n: usize,
+    ) -> (crate::model::CheckpointConfig, Vec<serde_json::Value>) {
         use crate::blob::{Blob, MessagesKind};
         use crate::model::{Checkpoint, CheckpointMetadata};
         use crate::saver::Saver;
@@ -3354,7 +3358,7 @@ mod tests {
             Blob::messages(MessagesKind::Snapshot, &msgs).expect("blob"),
         );
         let versions = cp.channel_versions.clone();
-        saver
+        let at = saver
             .put(
                 &crate::model::CheckpointConfig::latest("t"),
                 cp,
@@ -3363,7 +3367,7 @@ mod tests {
             )
             .await
             .expect("put");
-        msgs
+        (at, msgs)
     }
 
     /// The messages of the latest checkpoint of thread `t`, read through `saver`.
@@ -3392,7 +3396,7 @@ mod tests {
             .await
             .expect("connect");
         let n = usize::try_from(SPLIT_MIN_BODIES).expect("small") + 88;
-        let msgs = long_thread(&saver, n).await;
+        let (_, msgs) = long_thread(&saver, n).await;
         let cold = PostgresSaver::connect(options, StoreConfig::full())
             .await
             .expect("connect");
@@ -3595,34 +3599,13 @@ mod tests {
     /// of the same thread id with other bytes under that key failed with `Conflict` for good.
     #[tokio::test]
     async fn a_put_racing_delete_thread_leaves_no_values_behind() {
-        use crate::blob::{Blob, MessagesKind};
-        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::blob::Blob;
+        use crate::model::{Checkpoint, CheckpointMetadata};
         use crate::saver::Saver;
         let Some(saver) = fresh(StoreConfig::full()).await else {
             return;
         };
-        let mut first = Checkpoint::empty();
-        first
-            .channel_versions
-            .insert("messages".into(), ChannelVersion::new(1));
-        first.channel_values.insert(
-            "messages".into(),
-            Blob::messages(
-                MessagesKind::Snapshot,
-                &[serde_json::json!({"type": "human", "content": "q", "id": "h"})],
-            )
-            .expect("blob"),
-        );
-        let versions = first.channel_versions.clone();
-        let head = saver
-            .put(
-                &CheckpointConfig::latest("t"),
-                first,
-                CheckpointMetadata::default(),
-                &versions,
-            )
-            .await
-            .expect("put");
+        let (head, _) = long_thread(&saver, 1).await;
         let b = &saver.engine.backend;
         prefill(b, 4).await;
         let holder = b.client("test").await.expect("client");

@@ -682,21 +682,10 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
     use antler_checkpoint::testing::{checkpoint, metadata};
     use antler_checkpoint::{CheckpointConfig, CheckpointSource, Saver};
     antler_checkpoint::testing::block_on(async {
-        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+        let Some(limited) = LimitedRole::new("LOGIN").await else {
             return;
         };
-        drop(saver);
-        let (admin, task) = connect(&options.url).await;
-        let role = format!("antler_user_{}", uuid::Uuid::new_v4().simple());
-        let schema = format!("\"{}\"", options.schema);
-        admin
-            .batch_execute(&format!(
-                "CREATE ROLE {role} LOGIN;
-                 GRANT USAGE ON SCHEMA {schema} TO {role};
-                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};"
-            ))
-            .await
-            .unwrap();
+        let (options, role) = (limited.options.clone(), limited.role.clone());
         let url = url_as(&options, &role);
         let opened = PostgresSaver::connect(
             PostgresOptions::new(url).with_schema(options.schema.clone()),
@@ -721,17 +710,58 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
             }
             Err(e) => Err(e),
         };
+        limited.drop().await;
+        let used = used.expect("the limited role opens the store");
+        assert!(used.expect("the limited role reads and writes"));
+    });
+}
+
+/// A fresh store and a new role with the given attributes that may read and write the
+/// store's tables but create nothing (PostgreSQL 15 gives a new role no CREATE), with the
+/// administrator's session that made them.
+struct LimitedRole {
+    options: PostgresOptions,
+    role: String,
+    admin: tokio_postgres::Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LimitedRole {
+    /// `None`: skipped (see `database_url`).
+    async fn new(attributes: &str) -> Option<Self> {
+        let (saver, options) = fresh(StoreConfig::full()).await?;
+        drop(saver);
+        let (admin, task) = connect(&options.url).await;
+        let role = format!("antler_user_{}", uuid::Uuid::new_v4().simple());
+        let schema = format!("\"{}\"", options.schema);
         admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} {attributes};
+                 GRANT USAGE ON SCHEMA {schema} TO {role};
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};"
+            ))
+            .await
+            .unwrap();
+        Some(Self {
+            options,
+            role,
+            admin,
+            task,
+        })
+    }
+
+    /// Drops the role and the store (the role's connections must be closed).
+    async fn drop(self) {
+        let (role, schema) = (&self.role, format!("\"{}\"", self.options.schema));
+        self.admin
             .batch_execute(&format!(
                 "DROP OWNED BY {role}; DROP ROLE {role}; DROP SCHEMA {schema} CASCADE;"
             ))
             .await
             .unwrap();
-        drop(admin);
-        let _ = task.await;
-        let used = used.expect("the limited role opens the store");
-        assert!(used.expect("the limited role reads and writes"));
-    });
+        drop(self.admin);
+        let _ = self.task.await;
+    }
 }
 
 /// The test server's address with `role` as the user (no password: the test server trusts
@@ -758,21 +788,10 @@ fn a_role_limited_to_one_connection_opens_the_store_and_reads_long_threads() {
         Blob, Checkpoint, CheckpointConfig, CheckpointSource, MessagesKind, Saver,
     };
     antler_checkpoint::testing::block_on(async {
-        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+        let Some(limited) = LimitedRole::new("LOGIN CONNECTION LIMIT 1").await else {
             return;
         };
-        drop(saver);
-        let (admin, task) = connect(&options.url).await;
-        let role = format!("antler_user_{}", uuid::Uuid::new_v4().simple());
-        let schema = format!("\"{}\"", options.schema);
-        admin
-            .batch_execute(&format!(
-                "CREATE ROLE {role} LOGIN CONNECTION LIMIT 1;
-                 GRANT USAGE ON SCHEMA {schema} TO {role};
-                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};"
-            ))
-            .await
-            .unwrap();
+        let (options, role) = (limited.options.clone(), limited.role.clone());
         let list: Vec<serde_json::Value> = (0..1500)
             .map(|i| serde_json::json!({"type": "human", "content": format!("m {i}"), "id": format!("m{i}")}))
             .collect();
@@ -808,14 +827,7 @@ fn a_role_limited_to_one_connection_opens_the_store_and_reads_long_threads() {
             }
             Err(e) => Err(e),
         };
-        admin
-            .batch_execute(&format!(
-                "DROP OWNED BY {role}; DROP ROLE {role}; DROP SCHEMA {schema} CASCADE;"
-            ))
-            .await
-            .unwrap();
-        drop(admin);
-        let _ = task.await;
+        limited.drop().await;
         let read = read
             .expect("a role with one connection opens the store")
             .expect("and reads")
