@@ -221,7 +221,7 @@ pub enum Error {
         /// The packets queued.
         queued: usize,
     },
-    /// A run of the root graph, or an `update_state` on its namespace, on a thread that a run
+    /// A run of the root graph, or an `update_state` on any namespace, on a thread that a run
     /// in this process is going on already (on the same checkpointer): two at once would
     /// fork the thread without a word. Nothing was read or written.
     #[error(

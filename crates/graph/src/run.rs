@@ -2558,13 +2558,13 @@ pub(crate) async fn update_state(
         });
     }
     check_store_mode(g, cp)?;
-    // Not while a run is going on the thread (see `running.rs`).
-    let _running = if cfg.checkpoint_ns.is_empty() {
-        Some(crate::running::enter(cp_arc, cfg.thread_id.as_str())?)
-    } else {
-        None
-    };
-    settle_root(cfg).await;
+    // Not while a run is going on the thread (see `running.rs`), in any namespace: only
+    // callers update state, never an enclosing run, so an update of a subgraph's namespace
+    // while the thread's run executes that subgraph would fork it under the run (before
+    // 2026-12-01 only the root namespace was guarded). Likewise it first waits for what a
+    // dropped run still stores.
+    let _running = crate::running::enter(cp_arc, cfg.thread_id.as_str())?;
+    crate::landing::settle(cfg.thread_id.as_str()).await;
     let saved = cp
         .get_tuple(&cfg.scope(), cfg.checkpoint_id.as_ref())
         .await?;

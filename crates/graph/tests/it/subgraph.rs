@@ -653,3 +653,82 @@ fn a_shared_key_whose_values_cannot_cross_does_not_compile() {
         Some(antler_graph::BuildError::ChannelConflict { ref channel, .. }) if channel == "pushed"
     ));
 }
+
+/// An `update_state` of a subgraph's namespace while the thread's run executes that subgraph
+/// is refused with `ThreadBusy`, as one of the root namespace is: it would fork the
+/// subgraph's checkpoints under the run. Before 2026-12-01 only the root namespace was
+/// guarded, and the update went through.
+#[tokio::test]
+async fn updating_a_subgraph_namespace_during_the_run_is_refused() {
+    use antler_graph::ErrorKind;
+    use std::sync::Mutex;
+    use tokio::sync::Notify;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let ns = Arc::new(Mutex::new(String::new()));
+    let mut inner = graph();
+    let (e, r, n) = (entered.clone(), release.clone(), ns.clone());
+    inner.add_node("wait", move |_s: State, ctx: Context| {
+        let (e, r, n) = (e.clone(), r.clone(), n.clone());
+        async move {
+            // The subgraph's namespace: the task's own, without its last part.
+            let task_ns = ctx.checkpoint_ns().to_owned();
+            let sub_ns = task_ns
+                .rsplit_once('|')
+                .map_or(task_ns.clone(), |(sub, _)| sub.to_owned());
+            *n.lock().expect("not poisoned") = sub_ns;
+            e.notify_one();
+            r.notified().await;
+            Ok(Update::new().set(&LOG, log(&["inner"])))
+        }
+    });
+    inner
+        .add_edge("__start__", "wait")
+        .add_edge("wait", "__end__");
+    let inner = inner.compile().expect("valid inner graph");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.clone());
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(store.clone());
+    let inner = inner.with_checkpointer(store);
+    let run = tokio::spawn({
+        let graph = graph.clone();
+        async move {
+            graph
+                .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+                .await
+        }
+    });
+    entered.notified().await;
+    let mut sub_cfg = RunConfig::new("t");
+    sub_cfg.checkpoint_ns = ns.lock().expect("not poisoned").clone();
+    assert!(
+        sub_cfg.checkpoint_ns.starts_with("sub:"),
+        "{}",
+        sub_cfg.checkpoint_ns
+    );
+    let err = inner
+        .update_state(&sub_cfg, Update::new().set(&LOG, log(&["meddled"])), None)
+        .await
+        .expect_err("refused while the run goes");
+    assert_eq!(err.kind(), ErrorKind::Busy, "{err}");
+    release.notify_one();
+    let out = run.await.expect("joined").expect("the run finishes");
+    let logged = out.values.get(&LOG).cloned().unwrap_or_default();
+    assert_eq!(
+        logged.last().map(String::as_str),
+        Some("inner"),
+        "{logged:?}"
+    );
+    // Once the run has ended, the namespace can be updated.
+    inner
+        .update_state(&sub_cfg, Update::new().set(&LOG, log(&["later"])), None)
+        .await
+        .expect("updated after the run");
+}
