@@ -2777,10 +2777,15 @@ fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
     // it is the node that ran last, so the update lands as input and the next node stays next.
     let mut best: Option<(u64, Vec<usize>)> = None;
     for (i, n) in g.nodes.iter().enumerate() {
-        let Some(m) = live.seen.get(n.id.as_str()) else {
+        // A node that has seen nothing has not run (an update as it on a fresh thread records
+        // it so): it is no candidate, as in the reference, which counts seen versions only.
+        let Some(v) = live
+            .seen
+            .get(n.id.as_str())
+            .and_then(|m| m.values().copied().max())
+        else {
             continue;
         };
-        let v = m.values().copied().max().unwrap_or(0);
         match &mut best {
             Some((bv, nodes)) if *bv == v => nodes.push(i),
             Some((bv, _)) if *bv > v => {}

@@ -1798,6 +1798,38 @@ async fn update_state_as_start_seeds_a_thread() {
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["seed", "a"]));
 }
 
+/// An update as a node of a fresh thread records that the node has seen nothing: it has not
+/// run. A later update without `as_node` then lands as input, as the reference's does when
+/// no node has seen anything, and the first node is next; before 2026-12-01 the empty
+/// record counted as that node's run, the update landed as it and its successor was next.
+#[tokio::test]
+async fn a_node_that_has_seen_nothing_is_not_the_last_to_have_run() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_node("b", add("b"));
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .update_state(
+            &cfg,
+            Update::new().set(&LOG, log(&["as a"])),
+            Some("a".into()),
+        )
+        .await
+        .unwrap();
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.next, vec!["b".into()]);
+    graph
+        .update_state(&cfg, Update::new().set(&LOG, log(&["input"])), None)
+        .await
+        .unwrap();
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.next, vec!["a".into()]);
+}
+
 /// Without `as_node`, `update_state` takes the node that ran last, `__start__` included, and
 /// `__start__` when nothing ran: on a fresh thread, and after an input that stopped at a
 /// breakpoint before the first node, the values land as input and the first node stays next
