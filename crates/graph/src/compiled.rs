@@ -911,9 +911,20 @@ impl CompiledGraph {
     }
 
     /// Attaches a checkpointer (without one, runs keep no history and cannot be resumed).
+    ///
+    /// The hot cache starts empty for the new store, and stays off if
+    /// [`with_hot_cache`](Self::with_hot_cache) turned it off before (before 2026-12-01 a
+    /// checkpointer attached afterwards turned it back on).
     pub fn with_checkpointer(mut self, cp: Arc<dyn Checkpointer>) -> Self {
+        let disabled = self
+            .cache
+            .disabled
+            .load(std::sync::atomic::Ordering::Relaxed);
         self.cp = Some(cp);
         self.cache = Arc::default();
+        self.cache
+            .disabled
+            .store(disabled, std::sync::atomic::Ordering::Relaxed);
         self
     }
 

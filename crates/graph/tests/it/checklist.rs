@@ -2706,3 +2706,28 @@ async fn a_plain_write_shaped_like_an_overwrite_stays_plain_through_the_store() 
         .collect();
     assert_eq!(shown, [json!({"__overwrite__": {"x": 1}})]);
 }
+
+/// Turning the hot cache off holds whatever the order of the builder calls: a checkpointer
+/// attached after `with_hot_cache(false)` keeps it off (before 2026-12-01 it turned it back
+/// on). With it on, the second run on the thread starts from the cache.
+#[tokio::test]
+async fn the_hot_cache_stays_off_when_the_checkpointer_comes_after() {
+    for enabled in [false, true] {
+        let mut g = graph();
+        g.add_node("a", add("a"));
+        g.add_edge("__start__", "a").add_edge("a", "__end__");
+        let graph = g
+            .compile()
+            .unwrap()
+            .with_hot_cache(enabled)
+            .with_checkpointer(Arc::new(antler_graph::MemoryCheckpointer::new()));
+        let cfg = RunConfig::new("t");
+        for _ in 0..2 {
+            graph
+                .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+                .await
+                .unwrap();
+        }
+        assert_eq!(graph.hot_cache_hits() > 0, enabled, "enabled: {enabled}");
+    }
+}
