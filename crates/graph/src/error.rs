@@ -254,6 +254,13 @@ pub enum Error {
         /// The key.
         key: String,
     },
+    /// A checkpoint id given as a bound (`HistoryQuery::before`) is not spelled as the
+    /// runtime spells the ids it makes.
+    #[error("'{id}' is not a checkpoint id as the runtime spells them")]
+    InvalidCheckpointId {
+        /// The text given.
+        id: String,
+    },
     /// The addressed checkpoint does not exist.
     #[error("checkpoint '{checkpoint}' not found in thread '{thread}'")]
     CheckpointNotFound {
@@ -323,7 +330,8 @@ impl Error {
             | Self::ParentCommand(_)
             | Self::NoCheckpointer
             | Self::AmbiguousAsNode { .. }
-            | Self::ReservedMetadataKey { .. } => ErrorKind::Input,
+            | Self::ReservedMetadataKey { .. }
+            | Self::InvalidCheckpointId { .. } => ErrorKind::Input,
             Self::CheckpointNotFound { .. } => ErrorKind::NotFound,
             Self::Serialization { .. } => ErrorKind::Serialization,
             Self::Storage { .. } | Self::RunFailedUnstored { .. } => ErrorKind::Storage,

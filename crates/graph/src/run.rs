@@ -2440,6 +2440,17 @@ pub(crate) async fn history(
     query: &HistoryQuery,
 ) -> Result<Vec<StateSnapshot>> {
     let scope = cfg.scope();
+    // `before` bounds the ids, compared as the store orders them: only the spelling the
+    // runtime gives ids has the same order as a string and as stored (before 2026-12-01 an
+    // upper-case spelling paged differently with and without a limit, and text that is no
+    // id was a storage error with a limit).
+    if let Some(b) = &query.before
+        && !crate::checkpointer::is_runtime_id(b)
+    {
+        return Err(Error::InvalidCheckpointId {
+            id: b.as_str().to_owned(),
+        });
+    }
     settle_root(cfg).await;
     if query.limit == Some(0) {
         // Kernel-spec R36: a limit of zero is an explicit empty page, read from nowhere (an

@@ -3808,3 +3808,37 @@ async fn both_checkpointers_answer_alike_for_ids_that_name_no_checkpoint() {
         assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     }
 }
+
+/// A history bound (`HistoryQuery::before`) not spelled as the runtime spells ids is refused
+/// as input on both checkpointers, with and without a limit: an upper-case spelling of a
+/// real id and text that is no id. Before 2026-12-01 the upper-case spelling paged
+/// differently with and without a limit, and other text was a storage error with one.
+#[tokio::test]
+async fn a_history_bound_in_another_spelling_is_refused_alike() {
+    use antler_graph::{CheckpointId, Error, ErrorKind, HistoryQuery};
+    for store in both_stores(10) {
+        let (graph, cfg, head) = chat_thread(store.clone(), 10, 1).await;
+        let upper = CheckpointId::new(head.as_str().to_uppercase());
+        for id in [CheckpointId::new("nope"), upper] {
+            for query in [HistoryQuery::default(), HistoryQuery::limit(2)] {
+                let e = graph
+                    .get_state_history_with(&cfg, &query.before(id.clone()))
+                    .await
+                    .unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Input, "{id}: {e}");
+                assert!(matches!(e, Error::InvalidCheckpointId { .. }), "{e:?}");
+            }
+        }
+        // The stored spelling bounds as before.
+        let older = graph
+            .get_state_history_with(&cfg, &HistoryQuery::default().before(head.clone()))
+            .await
+            .unwrap();
+        assert!(
+            older
+                .iter()
+                .all(|s| s.checkpoint_id.as_str() < head.as_str())
+        );
+        assert!(!older.is_empty());
+    }
+}
