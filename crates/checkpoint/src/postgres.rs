@@ -126,7 +126,9 @@ pub struct PostgresOptions {
     pub url: String,
     /// The schema holding the tables (default `public`); created if missing.
     pub schema: String,
-    /// Maximum pooled connections (default 4).
+    /// Maximum pooled connections (default 4). With two or more, `connect` opens two, so
+    /// that a long body read can split over them (`read_bodies_split`); with one, reads never
+    /// split.
     pub pool_size: usize,
 }
 

@@ -295,7 +295,8 @@ pub enum Error {
         source: BoxError,
     },
     /// A run failed, and storing what it left (exit durability's buffered checkpoint and
-    /// writes, or a store operation still in flight) failed too: both errors, the run's first.
+    /// writes, a store operation still in flight, or under sync and async durability a
+    /// failed task's error write) failed too: both errors, the run's first.
     /// The thread may lack the failed step's writes, as after a crash.
     #[error("{error}; storing what the run left failed too: {storage}")]
     RunFailedUnstored {
