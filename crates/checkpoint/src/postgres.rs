@@ -491,39 +491,60 @@ impl PgBackend {
         seeding: bool,
         ctx: String,
     ) -> Result<BodyRead> {
-        let split = match split_runs(runs) {
-            Some(halves) if self.pool.status().available > 0 => halves,
-            _ => return read_bodies(c, st, thread, runs, seeding, ctx).await,
+        let Some((halves, other, other_st)) = self.second_reader(runs).await else {
+            return read_bodies(c, st, thread, runs, seeding, ctx).await;
         };
-        // Never waits for a connection: a reader holding one while it waits for another could
-        // deadlock with readers doing the same, and opening a new one costs more than the
-        // split saves. Taking an idle connection completes in one poll (no permit to wait
-        // for, no I/O: the pool's fast recycling only checks that the connection is open);
-        // anything else (none idle any more, a closed one to replace) is given up at once,
-        // dropping a connection attempt before it sent anything.
+        let (a, b) = tokio::join!(
+            read_bodies(c, st, thread, &halves.0, seeding, ctx.clone()),
+            read_bodies(&other, &other_st, thread, &halves.1, seeding, ctx.clone())
+        );
+        let a = a?;
+        // The other connection failing (closed since it was idle, say) fails no read the
+        // caller's connection can do alone; it leaves the pool, or every later long read
+        // would take it and fail its half again.
+        let b = match b {
+            Ok(b) => b,
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(other));
+                read_bodies(c, st, thread, &halves.1, seeding, ctx).await?
+            }
+        };
+        Ok(join_halves(a, b))
+    }
+
+    /// The halves of `runs`, an idle pooled connection and the body statement prepared on
+    /// it, when the read is long enough to split and the pool has a connection at hand.
+    ///
+    /// Never waits for a connection: a reader holding one while it waits for another could
+    /// deadlock with readers doing the same, and opening a new one costs more than the split
+    /// saves. Taking an idle connection completes in one poll (no permit to wait for, no I/O:
+    /// the pool's fast recycling only checks that the connection is open); anything else (none
+    /// idle any more, a closed one to replace) is given up at once, dropping a connection
+    /// attempt before it sent anything.
+    async fn second_reader(
+        &self,
+        runs: &[(u64, u64)],
+    ) -> Option<(
+        (Runs, Runs),
+        deadpool_postgres::Object,
+        tokio_postgres::Statement,
+    )> {
+        let halves = split_runs(runs)?;
+        if self.pool.status().available == 0 {
+            return None;
+        }
         let wait_none = deadpool_postgres::Timeouts {
             wait: Some(std::time::Duration::ZERO),
             ..self.pool.timeouts()
         };
-        let other = match futures::FutureExt::now_or_never(self.pool.timeout_get(&wait_none)) {
-            Some(Ok(other)) => other,
-            _ => return read_bodies(c, st, thread, runs, seeding, ctx).await,
-        };
-        let Ok(other_st) = other.prepare_cached(&self.hot.messages).await else {
-            return read_bodies(c, st, thread, runs, seeding, ctx).await;
-        };
-        let (a, b) = tokio::join!(
-            read_bodies(c, st, thread, &split.0, seeding, ctx.clone()),
-            read_bodies(&other, &other_st, thread, &split.1, seeding, ctx.clone())
-        );
-        let a = a?;
-        // The other connection failing (closed since it was idle, say) fails no read the
-        // caller's connection can do alone.
-        let b = match b {
-            Ok(b) => b,
-            Err(_) => read_bodies(c, st, thread, &split.1, seeding, ctx).await?,
-        };
-        Ok(join_halves(a, b))
+        let other = futures::FutureExt::now_or_never(self.pool.timeout_get(&wait_none))?.ok()?;
+        match other.prepare_cached(&self.hot.messages).await {
+            Ok(st) => Some((halves, other, st)),
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(other));
+                None
+            }
+        }
     }
 
     /// Which of `ids` exist, read on the connection `c` the caller holds: a read that holds a
@@ -3491,7 +3512,7 @@ mod tests {
         let runs = [(first_seq, n as u64)];
         let c = b.client("test").await.expect("client");
         let other = b.client("test").await.expect("client");
-        let other_st = other
+        other
             .prepare_cached(&b.hot.messages)
             .await
             .expect("prepare");
@@ -3499,8 +3520,13 @@ mod tests {
             .batch_execute("DEALLOCATE ALL")
             .await
             .expect("deallocate");
-        let runs_before = statement_runs(&other).await;
+        let pid: i32 = other
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .expect("pid")
+            .get(0);
         drop(other);
+        assert_eq!(b.pool.status().size, 2);
         let st = c.prepare_cached(&b.hot.messages).await.expect("prepare");
         let split = b
             .read_bodies_split(&c, &st, &t, &runs, false, "test".into())
@@ -3512,19 +3538,22 @@ mod tests {
         let seqs = |r: &BodyRead| r.rows.iter().map(|row| row.seq).collect::<Vec<_>>();
         assert_eq!(seqs(&split), seqs(&whole));
         assert_eq!(split.epoch, whole.epoch);
-        // The other connection was tried, and failed: its cached statement is gone.
-        let other = b.client("test").await.expect("client");
-        assert_eq!(statement_runs(&other).await, runs_before);
-        let err = other
-            .query(&other_st, &[&"t", &Vec::<i64>::new(), &Vec::<i64>::new()])
-            .await
-            .expect_err("deallocated");
+        // The other connection was tried, failed, and left the pool (returned, every later
+        // long read would take it and fail its half again): the pool holds only `c`, and the
+        // next connection is another session.
         assert_eq!(
-            err.code(),
-            Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME),
-            "{err:?}"
+            b.pool.status().size,
+            1,
+            "the failed connection left the pool"
         );
-        drop((c, other));
+        let next = b.client("test").await.expect("client");
+        let next_pid: i32 = next
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .expect("pid")
+            .get(0);
+        assert_ne!(next_pid, pid);
+        drop((c, next));
         saver.drop_schema().await.expect("drop");
     }
 

@@ -590,13 +590,6 @@ impl MemoryCheckpointer {
 /// New checkpoint ids: strictly increasing within the process, UUID-shaped, in the checkpoint
 /// crate's layout (wall-clock microseconds in the high 64 bits), so a saver stores the
 /// checkpoint's timestamp as a one-byte offset from its id.
-/// Whether `id` is spelled as the runtime spells the ids it makes ([`new_checkpoint_id`]).
-pub(crate) fn is_runtime_id(id: &CheckpointId) -> bool {
-    id.as_str()
-        .parse::<antler_checkpoint::CheckpointId>()
-        .is_ok_and(|p| p.to_string() == id.as_str())
-}
-
 pub(crate) fn new_checkpoint_id() -> CheckpointId {
     CheckpointId::new(antler_checkpoint::CheckpointId::generate().to_string())
 }

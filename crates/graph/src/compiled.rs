@@ -972,20 +972,14 @@ impl CompiledGraph {
             )
             .await;
             let _ = tx.unbounded_send(r.map(StreamItem::Done));
+            // The stream ends with the run's outcome, also when a node left a clone of its
+            // `Context` (a sender) in a task of its own: closing the channel ends it for every
+            // sender once the queued items are read (before 2026-12-01 the stream stayed open
+            // until that task dropped its clone).
+            tx.close_channel();
         };
         let driver = futures::stream::once(fut).filter_map(|()| async { None });
-        // The stream ends with the run's outcome (its only `Done` or error item), also when a
-        // node left a clone of its `Context` in a task of its own, whose sender would keep
-        // the channel open.
-        let events = Box::pin(futures::stream::select(rx, driver));
-        futures::stream::unfold((events, false), |(mut events, ended)| async move {
-            if ended {
-                return None;
-            }
-            let item = events.next().await?;
-            let last = matches!(item, Ok(StreamItem::Done(_)) | Err(_));
-            Some((item, (events, last)))
-        })
+        futures::stream::select(rx, driver)
     }
 
     /// The thread's latest checkpoint (or the configured one) with its next tasks.

@@ -312,6 +312,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// A run's `error` and the failure to store what it left: both, neither hiding the other
+    /// ([`Error::RunFailedUnstored`]).
+    pub(crate) fn unstored(error: Error, storage: Error) -> Self {
+        Self::RunFailedUnstored {
+            error: Box::new(error),
+            storage: Box::new(storage),
+        }
+    }
+
     /// The coarse kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

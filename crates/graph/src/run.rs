@@ -1268,12 +1268,7 @@ pub(crate) async fn run(
         (Ok(_), Err(e)) | (Err(e), Ok(())) => return Err(e),
         // Neither error may hide the other: the run's is the cause, the store's says the
         // thread may lack what the run left.
-        (Err(error), Err(storage)) => {
-            return Err(Error::RunFailedUnstored {
-                error: Box::new(error),
-                storage: Box::new(storage),
-            });
-        }
+        (Err(error), Err(storage)) => return Err(Error::unstored(error, storage)),
     };
     if let (Some(_), Some((id, mut live))) = (cp, head) {
         // Invariant: the cached channels equal what restoring `id` from the store gives, which
@@ -1722,10 +1717,13 @@ async fn run_inner(
         // below.
         // Rendered once for both modes. The `__start__` task (which applies the input) is
         // hidden from both unless asked for, as the reference tags its start node hidden.
-        let shown: Vec<&(usize, _)> = done
-            .iter()
-            .filter(|(i, _)| em.modes.hidden || g.nodes[tasks[*i].node].id.as_str() != START)
-            .collect();
+        let shown: Vec<&(usize, _)> = if em.modes.updates || em.modes.debug {
+            done.iter()
+                .filter(|(i, _)| em.modes.hidden || g.nodes[tasks[*i].node].id.as_str() != START)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut events: Vec<Result<TaskEvent>> = if em.modes.updates || em.modes.debug {
             shown
                 .iter()
@@ -2144,10 +2142,7 @@ async fn execute_in(
 /// other the store's.
 fn unstored(result: Option<TaskResult>, storage: Error) -> Error {
     match result {
-        Some(TaskResult::Failed(error)) => Error::RunFailedUnstored {
-            error: Box::new(error),
-            storage: Box::new(storage),
-        },
+        Some(TaskResult::Failed(error)) => Error::unstored(error, storage),
         _ => storage,
     }
 }
@@ -2445,7 +2440,7 @@ pub(crate) async fn history(
     // upper-case spelling paged differently with and without a limit, and text that is no
     // id was a storage error with a limit).
     if let Some(b) = &query.before
-        && !crate::checkpointer::is_runtime_id(b)
+        && crate::saver::stored_id(b).is_none()
     {
         return Err(Error::InvalidCheckpointId {
             id: b.as_str().to_owned(),

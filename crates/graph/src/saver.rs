@@ -47,8 +47,9 @@ fn storage(e: cp::Error) -> Error {
 
 /// The stored id a runtime id names, when it names one: ids are stored as the savers render
 /// them (lowercase, hyphenated), so any other spelling names no stored checkpoint, as in
-/// [`MemoryCheckpointer`](crate::MemoryCheckpointer), which compares them as strings.
-fn stored_id(id: &CheckpointId) -> Option<cp::CheckpointId> {
+/// [`MemoryCheckpointer`](crate::MemoryCheckpointer), which compares them as strings. The
+/// runtime makes its ids in this spelling (`checkpointer::new_checkpoint_id`).
+pub(crate) fn stored_id(id: &CheckpointId) -> Option<cp::CheckpointId> {
     id.as_str()
         .parse::<cp::CheckpointId>()
         .ok()

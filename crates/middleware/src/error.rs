@@ -170,7 +170,17 @@ impl Error {
             | Error::JumpWrittenDirectly { .. }
             | Error::RefusedToolCommand { .. } => ErrorKind::Runtime,
             Error::Graph(_) => ErrorKind::Graph,
-            _ => ErrorKind::Order,
+            // Listed, not a wildcard: a new variant must be filed on purpose.
+            Error::BothAnchors { .. }
+            | Error::DuplicateMiddleware { .. }
+            | Error::DuplicateExtra { .. }
+            | Error::DuplicateAnchor { .. }
+            | Error::OppositeAnchors { .. }
+            | Error::CircularAnchors { .. }
+            | Error::UnresolvedAnchors { .. }
+            | Error::AnchorNotFound { .. }
+            | Error::ClarificationNotLast { .. }
+            | Error::OrderingViolation { .. } => ErrorKind::Order,
         }
     }
 }

@@ -306,8 +306,8 @@ pub fn merge_promoted(
     };
     // The reference reads `new["catalog_hash"]` and `new["names"]` (a missing key is a
     // `KeyError`, a `null` list a `TypeError`).
-    let new_hash = match &new.catalog_hash {
-        Some(h) => h.clone(),
+    let new_hash = match new.catalog_hash {
+        Some(h) => h,
         None => return Err(malformed("a write has no `catalog_hash`")),
     };
     let new_names = match new.names {
