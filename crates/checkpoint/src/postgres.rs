@@ -3361,6 +3361,58 @@ mod tests {
         }
     }
 
+    /// A long read whose pool's idle connection is dead (its server session was terminated)
+    /// reads everything on its own connection at once: the pool would have to open a new
+    /// connection for the second half, and the read does not wait for that. No connection is
+    /// opened during the read, and the dead one is gone from the pool.
+    #[tokio::test]
+    async fn a_long_read_does_not_wait_for_a_new_connection() {
+        let Some(options) = fresh_options(2) else {
+            return;
+        };
+        let saver = PostgresSaver::connect(options, StoreConfig::full())
+            .await
+            .expect("connect");
+        let n = usize::try_from(SPLIT_MIN_BODIES).expect("small") * 2;
+        long_thread(&saver, n).await;
+        let b = &saver.engine.backend;
+        let t = ThreadId::new("t");
+        let first_seq = b.all_messages(&t).await.expect("bodies")[0].seq;
+        let runs = [(first_seq, n as u64)];
+        let c = b.client("test").await.expect("client");
+        let other = b.client("test").await.expect("client");
+        let pid: i32 = other
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .expect("pid")
+            .get(0);
+        c.execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .expect("terminate");
+        for _ in 0..500 {
+            if other.is_closed() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(other.is_closed(), "the client saw its session end");
+        drop(other);
+        let st = c.prepare_cached(&b.hot.messages).await.expect("prepare");
+        let read = b
+            .read_bodies_split(&c, &st, &t, &runs, false, "test".into())
+            .await
+            .expect("read on the caller's connection");
+        assert_eq!(read.rows.len(), n);
+        assert!(read.epoch.is_some());
+        assert_eq!(
+            b.pool.status().size,
+            1,
+            "no connection was opened during the read, and the dead one is gone"
+        );
+        drop(c);
+        saver.drop_schema().await.expect("drop");
+    }
+
     /// A thread `t` of `n` messages in one snapshot checkpoint (full mode), on `saver`: the
     /// checkpoint's config and the messages.
     async fn long_thread(
