@@ -3361,24 +3361,38 @@ mod tests {
         }
     }
 
+    /// A saver with a pool of two (both open) over thread `t` of twice the bodies a read
+    /// splits at, and the run of those bodies.
+    struct LongRead {
+        saver: PostgresSaver,
+        t: ThreadId,
+        runs: [(u64, u64); 1],
+        n: usize,
+    }
+
+    /// See [`LongRead`] (`None`: skipped, see [`database_url`]).
+    async fn long_read() -> Option<LongRead> {
+        let saver = PostgresSaver::connect(fresh_options(2)?, StoreConfig::full())
+            .await
+            .expect("connect");
+        let n = usize::try_from(SPLIT_MIN_BODIES).expect("small") * 2;
+        long_thread(&saver, n).await;
+        let t = ThreadId::new("t");
+        let first_seq = saver.engine.backend.all_messages(&t).await.expect("bodies")[0].seq;
+        let runs = [(first_seq, n as u64)];
+        Some(LongRead { saver, t, runs, n })
+    }
+
     /// A long read whose pool's idle connection is dead (its server session was terminated)
     /// reads everything on its own connection at once: the pool would have to open a new
     /// connection for the second half, and the read does not wait for that. No connection is
     /// opened during the read, and the dead one is gone from the pool.
     #[tokio::test]
     async fn a_long_read_does_not_wait_for_a_new_connection() {
-        let Some(options) = fresh_options(2) else {
+        let Some(LongRead { saver, t, runs, n }) = long_read().await else {
             return;
         };
-        let saver = PostgresSaver::connect(options, StoreConfig::full())
-            .await
-            .expect("connect");
-        let n = usize::try_from(SPLIT_MIN_BODIES).expect("small") * 2;
-        long_thread(&saver, n).await;
         let b = &saver.engine.backend;
-        let t = ThreadId::new("t");
-        let first_seq = b.all_messages(&t).await.expect("bodies")[0].seq;
-        let runs = [(first_seq, n as u64)];
         let c = b.client("test").await.expect("client");
         let other = b.client("test").await.expect("client");
         let pid: i32 = other
@@ -3550,18 +3564,10 @@ mod tests {
     /// read again on the caller's connection.
     #[tokio::test]
     async fn a_failing_second_connection_fails_no_long_read() {
-        let Some(options) = fresh_options(2) else {
+        let Some(LongRead { saver, t, runs, .. }) = long_read().await else {
             return;
         };
-        let saver = PostgresSaver::connect(options, StoreConfig::full())
-            .await
-            .expect("connect");
-        let n = usize::try_from(SPLIT_MIN_BODIES).expect("small") * 2;
-        long_thread(&saver, n).await;
         let b = &saver.engine.backend;
-        let t = ThreadId::new("t");
-        let first_seq = b.all_messages(&t).await.expect("bodies")[0].seq;
-        let runs = [(first_seq, n as u64)];
         let c = b.client("test").await.expect("client");
         let other = b.client("test").await.expect("client");
         other
