@@ -217,8 +217,9 @@ pub struct StateGraph {
     pub(crate) routers: HashMap<NodeId, RouterDef>,
     pub(crate) interrupt_before: Vec<NodeId>,
     pub(crate) interrupt_after: Vec<NodeId>,
-    /// The schemas of the subgraph nodes, checked against this graph's at compile time.
-    subgraphs: Vec<(NodeId, Arc<Schema>)>,
+    /// The subgraph nodes' graphs: their schemas are checked against this graph's at compile
+    /// time, and a namespaced state call is handed to them (see `CompiledGraph::get_state`).
+    pub(crate) subgraphs: Vec<(NodeId, CompiledGraph)>,
     errors: Vec<BuildError>,
 }
 
@@ -289,8 +290,7 @@ impl StateGraph {
         options: NodeOptions,
     ) -> &mut Self {
         let name = name.into();
-        self.subgraphs
-            .push((name.clone(), Arc::clone(&graph.g.schema)));
+        self.subgraphs.push((name.clone(), graph.clone()));
         self.add_node_with(
             name,
             Arc::new(crate::subgraph::SubgraphNode { graph }),
@@ -384,7 +384,7 @@ impl StateGraph {
         // delta and full messages in one program, so it is refused here as a redeclaration
         // within one graph is (other channels may differ: the subgraph's reducers are its own).
         for (node, sub) in &self.subgraphs {
-            for spec in sub.specs() {
+            for spec in sub.g.schema.specs() {
                 if let Some(mine) = self.schema.get(spec.name())
                     && (mine.is_delta() || spec.is_delta())
                     && !mine.same_as(spec)

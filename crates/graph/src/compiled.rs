@@ -67,6 +67,8 @@ pub(crate) struct Graph {
     pub(crate) interrupt_before: Vec<NodeId>,
     pub(crate) interrupt_after: Vec<NodeId>,
     pub(crate) unit: Val,
+    /// The graphs of the subgraph nodes, by node.
+    pub(crate) subgraphs: HashMap<NodeId, CompiledGraph>,
 }
 
 impl Graph {
@@ -180,6 +182,7 @@ impl Graph {
             interrupt_before: b.interrupt_before,
             interrupt_after: b.interrupt_after,
             unit: Arc::new(()),
+            subgraphs: b.subgraphs.into_iter().collect(),
         }
     }
 
@@ -472,7 +475,10 @@ pub struct RunConfig {
     pub thread_id: ThreadId,
     /// Start from this checkpoint (time travel) instead of the thread's latest (default none).
     pub checkpoint_id: Option<CheckpointId>,
-    /// Checkpoint namespace (default `""`, the root graph; subgraphs run in `<node>:<task id>`).
+    /// Checkpoint namespace (default `""`, the root graph; subgraphs run in `<node>:<task id>`,
+    /// nested with `|`). The state calls hand a subgraph's namespace to that subgraph
+    /// ([`CompiledGraph::get_state`]); a run given one runs this graph in it, as the
+    /// reference's does.
     pub checkpoint_ns: String,
     /// Super-steps allowed per call (default 10007, as the reference).
     pub recursion_limit: usize,
@@ -642,6 +648,10 @@ pub struct TaskSnapshot {
     pub interrupts: Vec<Interrupt>,
     /// Its saved error message.
     pub error: Option<String>,
+    /// For a task of a subgraph node, the namespace its subgraph's checkpoints live in: set it
+    /// as [`RunConfig::checkpoint_ns`] to read or update the subgraph's state through this
+    /// graph (the reference's task `state` config); `None` for any other node.
+    pub subgraph_ns: Option<String>,
 }
 
 /// Which checkpoints [`CompiledGraph::get_state_history_with`] returns: those older than
@@ -990,14 +1000,44 @@ impl CompiledGraph {
     /// those results cannot be decoded (a write to a channel a deploy removed) or applied
     /// together (the step failed at its barrier), the head shows the checkpoint as stored. With a checkpoint id, and in the history, a snapshot
     /// shows the checkpoint as stored and every task of its next step.
+    ///
+    /// A `checkpoint_ns` other than the root's names a subgraph's checkpoints (as
+    /// [`TaskSnapshot::subgraph_ns`] gives it): the read is handed to that subgraph node's
+    /// graph, which reads them with its own schema through this graph's checkpointer, as the
+    /// reference hands a namespaced `get_state` to its subgraph
+    /// ([`Error::SubgraphNotFound`] when no subgraph node of this graph, or of its subgraphs,
+    /// has that path).
     pub async fn get_state(&self, config: &RunConfig) -> Result<Option<StateSnapshot>> {
-        crate::run::get_state(
-            &self.g,
-            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
-            &self.cache,
-            config,
-        )
-        .await
+        let cp = self.cp.as_deref().ok_or(Error::NoCheckpointer)?;
+        match self.subgraph_at(&config.checkpoint_ns)? {
+            // A subgraph's runs start from the store, never from a hot cache of its own.
+            Some(sub) => crate::run::get_state(&sub.g, cp, &HotCache::default(), config).await,
+            None => crate::run::get_state(&self.g, cp, &self.cache, config).await,
+        }
+    }
+
+    /// The graph whose checkpoints live in namespace `ns`: `None` for the root namespace (this
+    /// graph's own), else the subgraph node's graph that the namespace's path (its node names,
+    /// task ids left out) leads to from this graph.
+    fn subgraph_at(&self, ns: &str) -> Result<Option<&CompiledGraph>> {
+        if ns.is_empty() {
+            return Ok(None);
+        }
+        let path: Vec<&str> = ns
+            .split('|')
+            .map(|part| part.split_once(':').map_or(part, |(node, _)| node))
+            .collect();
+        let mut at = self;
+        for node in &path {
+            at =
+                at.g.subgraphs
+                    .get(&NodeId::new(node))
+                    .ok_or_else(|| Error::SubgraphNotFound {
+                        namespace: ns.to_owned(),
+                        path: path.join("|"),
+                    })?;
+        }
+        Ok(Some(at))
     }
 
     /// Every checkpoint of the thread, newest first (all branches).
@@ -1017,18 +1057,18 @@ impl CompiledGraph {
     /// be short without being the last: a checkpoint deleted between listing and reading it
     /// is left out; an empty page is checked against the store and read again while older
     /// checkpoints remain, up to 16 reads, then [`Error::Storage`]).
+    ///
+    /// A subgraph's namespace is handed to that subgraph, as for [`get_state`](Self::get_state).
     pub async fn get_state_history_with(
         &self,
         config: &RunConfig,
         query: &HistoryQuery,
     ) -> Result<Vec<StateSnapshot>> {
-        crate::run::history(
-            &self.g,
-            self.cp.as_deref().ok_or(Error::NoCheckpointer)?,
-            config,
-            query,
-        )
-        .await
+        let cp = self.cp.as_deref().ok_or(Error::NoCheckpointer)?;
+        let g = self
+            .subgraph_at(&config.checkpoint_ns)?
+            .map_or(&self.g, |sub| &sub.g);
+        crate::run::history(g, cp, config, query).await
     }
 
     /// Applies `values` as if `as_node` had written them, creating an `update` checkpoint; returns its id.
@@ -1042,20 +1082,20 @@ impl CompiledGraph {
     /// they had run, the results its finished tasks stored are applied, and an interrupted,
     /// failed or unstarted task will not run (what the applied results trigger is next). This
     /// is how a pending interrupt is dropped. Values as `__end__` are refused.
+    ///
+    /// A subgraph's namespace is handed to that subgraph, as for [`get_state`](Self::get_state):
+    /// the values are its channels' and `as_node` one of its nodes.
     pub async fn update_state(
         &self,
         config: &RunConfig,
         values: Update,
         as_node: Option<NodeId>,
     ) -> Result<CheckpointId> {
-        crate::run::update_state(
-            &self.g,
-            self.cp.as_ref().ok_or(Error::NoCheckpointer)?,
-            config,
-            values,
-            as_node,
-        )
-        .await
+        let cp = self.cp.as_ref().ok_or(Error::NoCheckpointer)?;
+        let g = self
+            .subgraph_at(&config.checkpoint_ns)?
+            .map_or(&self.g, |sub| &sub.g);
+        crate::run::update_state(g, cp, config, values, as_node).await
     }
 
     /// Turns the per-thread hot-state cache on or off (default on); off, every run rebuilds the head's

@@ -269,6 +269,15 @@ pub enum Error {
         /// The checkpoint.
         checkpoint: String,
     },
+    /// A state call's `checkpoint_ns` leads to no subgraph node of the graph (the reference's
+    /// `Subgraph … not found`).
+    #[error("Subgraph {path} not found (checkpoint namespace '{namespace}')")]
+    SubgraphNotFound {
+        /// The namespace given.
+        namespace: String,
+        /// Its path of node names, task ids left out.
+        path: String,
+    },
     /// An operation needs a checkpointer but the graph has none.
     #[error("operation needs a checkpointer")]
     NoCheckpointer,
@@ -339,6 +348,7 @@ impl Error {
             | Self::NoParentGraph
             | Self::ParentCommand(_)
             | Self::NoCheckpointer
+            | Self::SubgraphNotFound { .. }
             | Self::AmbiguousAsNode { .. }
             | Self::ReservedMetadataKey { .. }
             | Self::InvalidCheckpointId { .. } => ErrorKind::Input,

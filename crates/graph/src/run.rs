@@ -2316,9 +2316,14 @@ fn snapshot_from(
         } else {
             TaskStatus::Todo
         };
+        let node = &g.nodes[task.node].id;
         snaps.push(TaskSnapshot {
             id: task.id.clone(),
-            node: g.nodes[task.node].id.clone(),
+            node: node.clone(),
+            subgraph_ns: g
+                .subgraphs
+                .contains_key(node)
+                .then(|| task_ns(scope.ns.as_str(), node.as_str(), &task.id)),
             kind: task.kind,
             status,
             interrupts: if status == TaskStatus::Interrupted {

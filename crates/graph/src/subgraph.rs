@@ -54,8 +54,12 @@ impl Node for SubgraphNode {
         if let Some(cp) = &info.cp {
             sub = sub.with_checkpointer(cp.clone());
         }
+        // The subgraph reads its own namespace itself (its public `get_state` would take the
+        // namespace as one of its own subgraphs').
         let existing = match &info.cp {
-            Some(_) => sub.get_state(&cfg).await.map_err(NodeError::failed)?,
+            Some(cp) => crate::run::get_state(&sub.g, cp.as_ref(), &sub.cache, &cfg)
+                .await
+                .map_err(NodeError::failed)?,
             None => None,
         };
         let sub_input = match existing {

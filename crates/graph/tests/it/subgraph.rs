@@ -43,7 +43,7 @@ async fn subgraph_runs_in_its_own_namespace_and_interrupts_bubble_up() {
     outer.add_node("before", |_s: State, _c| async {
         Ok(Update::new().set(&LOG, log(&["before"])))
     });
-    outer.add_subgraph("sub", inner.clone());
+    outer.add_subgraph("sub", inner);
     outer.add_node("after", |s: State, _c| async move {
         let mut l = s.get(&LOG).cloned().unwrap_or_default();
         l.push("after".to_owned());
@@ -58,8 +58,7 @@ async fn subgraph_runs_in_its_own_namespace_and_interrupts_bubble_up() {
     let graph = outer
         .compile()
         .expect("valid outer graph")
-        .with_checkpointer(store.clone());
-    let inner = inner.with_checkpointer(store);
+        .with_checkpointer(store);
     let cfg = RunConfig::new("t");
 
     let out = graph
@@ -72,11 +71,13 @@ async fn subgraph_runs_in_its_own_namespace_and_interrupts_bubble_up() {
     let head = graph.get_state(&cfg).await.unwrap().unwrap();
     assert_eq!(head.next, vec!["sub".into()]);
     let task = head.tasks[0].id.clone();
+    assert_eq!(head.tasks[0].subgraph_ns, Some(format!("sub:{task}")));
 
-    // The subgraph's checkpoints live in `sub:<task id>`, not in the root namespace.
+    // The subgraph's checkpoints live in `sub:<task id>`, not in the root namespace; the
+    // parent hands a read of that namespace to the subgraph.
     let mut sub_cfg = RunConfig::new("t");
     sub_cfg.checkpoint_ns = format!("sub:{task}");
-    let sub_head = inner
+    let sub_head = graph
         .get_state(&sub_cfg)
         .await
         .unwrap()
@@ -259,13 +260,12 @@ async fn a_command_before_a_subgraph_forks_the_subgraph_too() {
     assert_eq!(fork.next, vec!["sub".into()]);
     let fork_task = fork.tasks[0].id.clone();
     assert_ne!(fork_task, original_task);
-    let inner = inner_graph().with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
     let sub_state = |task: String| {
-        let inner = &inner;
+        let cold = &cold;
         async move {
             let mut c = RunConfig::new("t");
             c.checkpoint_ns = format!("sub:{task}");
-            let s = inner
+            let s = cold
                 .get_state(&c)
                 .await
                 .unwrap()
@@ -493,7 +493,7 @@ async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
     outer.add_node("before", |_s: State, _c| async {
         Ok(Update::new().set(&LOG, log(&["before"])))
     });
-    outer.add_subgraph("sub", inner.clone());
+    outer.add_subgraph("sub", inner);
     outer
         .add_edge("__start__", "before")
         .add_edge("before", "sub")
@@ -552,10 +552,7 @@ async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
         .expect("a subgraph namespace");
     let mut sub_cfg = RunConfig::new("t");
     sub_cfg.checkpoint_ns = ns.clone();
-    let inner = inner.with_checkpointer(Arc::new(antler_graph::SaverCheckpointer::new(
-        saver.clone(),
-    )));
-    inner
+    graph
         .update_state(
             &sub_cfg,
             Update::new().set(&LOG, log(&["edit"])),
@@ -563,7 +560,7 @@ async fn a_subgraphs_checkpoints_name_the_parent_step_they_ran_in() {
         )
         .await
         .unwrap();
-    let updated = inner.get_state(&sub_cfg).await.unwrap().unwrap();
+    let updated = graph.get_state(&sub_cfg).await.unwrap().unwrap();
     assert_eq!(updated.source, antler_graph::Source::Update);
     assert_eq!(
         updated.parents.get(""),
@@ -687,7 +684,7 @@ async fn updating_a_subgraph_namespace_during_the_run_is_refused() {
         .add_edge("wait", "__end__");
     let inner = inner.compile().expect("valid inner graph");
     let mut outer = graph();
-    outer.add_subgraph("sub", inner.clone());
+    outer.add_subgraph("sub", inner);
     outer
         .add_edge("__start__", "sub")
         .add_edge("sub", "__end__");
@@ -695,8 +692,7 @@ async fn updating_a_subgraph_namespace_during_the_run_is_refused() {
     let graph = outer
         .compile()
         .expect("valid outer graph")
-        .with_checkpointer(store.clone());
-    let inner = inner.with_checkpointer(store);
+        .with_checkpointer(store);
     let run = tokio::spawn({
         let graph = graph.clone();
         async move {
@@ -713,7 +709,7 @@ async fn updating_a_subgraph_namespace_during_the_run_is_refused() {
         "{}",
         sub_cfg.checkpoint_ns
     );
-    let err = inner
+    let err = graph
         .update_state(&sub_cfg, Update::new().set(&LOG, log(&["meddled"])), None)
         .await
         .expect_err("refused while the run goes");
@@ -727,8 +723,133 @@ async fn updating_a_subgraph_namespace_during_the_run_is_refused() {
         "{logged:?}"
     );
     // Once the run has ended, the namespace can be updated.
-    inner
+    graph
         .update_state(&sub_cfg, Update::new().set(&LOG, log(&["later"])), None)
         .await
         .expect("updated after the run");
+}
+
+/// A state call on a subgraph's namespace is handed to that subgraph, however deep, as the
+/// reference hands it (`get_state`, `get_state_history` and `update_state` through the root
+/// graph, with the subgraph's schema and nodes); each subgraph task names its namespace in the
+/// snapshot, and a path that leads to no subgraph node is refused. Before 2026-12-02 the root
+/// graph read the subgraph's checkpoints with its own schema and nodes, and refused the
+/// subgraph's nodes as `as_node`.
+#[tokio::test]
+async fn a_namespaced_state_call_is_handed_to_the_subgraph() {
+    use antler_graph::{Error, ErrorKind};
+    let mut inner = graph();
+    inner.add_node("first", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["inner.first"])))
+    });
+    inner.add_node("ask", |_s: State, ctx: Context| async move {
+        let a = ctx.interrupt(json!("inner?"))?;
+        Ok(Update::new().set(&LOG, log(&[&format!("inner.answer={a}")])))
+    });
+    inner
+        .add_edge("__start__", "first")
+        .add_edge("first", "ask")
+        .add_edge("ask", "__end__");
+    let mut mid = graph();
+    mid.add_subgraph("inner", inner.compile().expect("valid inner graph"));
+    mid.add_edge("__start__", "inner")
+        .add_edge("inner", "__end__");
+    // The root's `log` is a last value: reading the inner checkpoints with it would still
+    // work, but the root has neither `first` nor `ask` to update as.
+    let mut outer = StateGraph::new();
+    outer
+        .channel(&LOG, ChannelSpec::last_value())
+        .expect("declared once");
+    outer.add_subgraph("mid", mid.compile().expect("valid middle graph"));
+    outer
+        .add_edge("__start__", "mid")
+        .add_edge("mid", "__end__");
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .expect("runs to the interrupt");
+    assert_eq!(out.interrupts.len(), 1);
+
+    // Root → mid → inner, each step by the namespace the task names.
+    let head = graph.get_state(&cfg).await.unwrap().expect("a head");
+    let mid_ns = head.tasks[0]
+        .subgraph_ns
+        .clone()
+        .expect("mid is a subgraph");
+    assert_eq!(mid_ns, format!("mid:{}", head.tasks[0].id));
+    let mut mid_cfg = RunConfig::new("t");
+    mid_cfg.checkpoint_ns = mid_ns.clone();
+    let mid_head = graph
+        .get_state(&mid_cfg)
+        .await
+        .unwrap()
+        .expect("mid's head");
+    assert_eq!(mid_head.next, vec!["inner".into()]);
+    let inner_ns = mid_head.tasks[0].subgraph_ns.clone().expect("inner is one");
+    assert_eq!(inner_ns, format!("{mid_ns}|inner:{}", mid_head.tasks[0].id));
+    let mut inner_cfg = RunConfig::new("t");
+    inner_cfg.checkpoint_ns = inner_ns.clone();
+    let inner_head = graph
+        .get_state(&inner_cfg)
+        .await
+        .unwrap()
+        .expect("inner's head");
+    assert_eq!(inner_head.next, vec!["ask".into()]);
+    assert_eq!(inner_head.tasks[0].subgraph_ns, None, "ask is a plain node");
+    assert_eq!(
+        inner_head.values.get(&LOG),
+        Some(&log(&["in", "inner.first"]))
+    );
+    let history = graph.get_state_history(&inner_cfg).await.unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|s| s.next == vec![antler_graph::NodeId::from("first")]),
+        "the inner history, with the inner nodes next"
+    );
+
+    // An update as an inner node, through the root.
+    graph
+        .update_state(
+            &inner_cfg,
+            Update::new().set(&LOG, log(&["edited"])),
+            Some("first".into()),
+        )
+        .await
+        .expect("updated as the inner node");
+    let edited = graph.get_state(&inner_cfg).await.unwrap().expect("edited");
+    assert_eq!(
+        edited.values.get(&LOG),
+        Some(&log(&["in", "inner.first", "edited"])),
+        "the inner reducer appended"
+    );
+    assert_eq!(edited.next, vec!["ask".into()]);
+
+    // Paths that lead nowhere.
+    for ns in [
+        "nope:1".to_owned(),
+        format!("{mid_ns}|nope:2"),
+        format!("{inner_ns}|ask:3"),
+    ] {
+        let mut bad = RunConfig::new("t");
+        bad.checkpoint_ns = ns.clone();
+        let err = graph.get_state(&bad).await.expect_err("no such subgraph");
+        assert!(matches!(err, Error::SubgraphNotFound { .. }), "{ns}: {err}");
+        assert_eq!(err.kind(), ErrorKind::Input);
+        let err = graph
+            .update_state(&bad, Update::new(), None)
+            .await
+            .expect_err("no such subgraph");
+        assert!(matches!(err, Error::SubgraphNotFound { .. }), "{ns}: {err}");
+        let err = graph
+            .get_state_history(&bad)
+            .await
+            .expect_err("no such subgraph");
+        assert!(matches!(err, Error::SubgraphNotFound { .. }), "{ns}: {err}");
+    }
 }
