@@ -800,6 +800,10 @@ pub struct StreamModes {
     /// Off by default and in [`all`](Self::all); on for traces and differential tests that
     /// record every task.
     pub hidden: bool,
+    /// Also the events of subgraph runs, however deep, in the modes above, as
+    /// [`StreamItem::Subgraph`] (the reference's `subgraphs=True`). Off by default and in
+    /// [`all`](Self::all): a subgraph's run then streams nothing.
+    pub subgraphs: bool,
 }
 
 impl StreamModes {
@@ -811,6 +815,7 @@ impl StreamModes {
             custom: true,
             debug: true,
             hidden: false,
+            subgraphs: false,
         }
     }
 }
@@ -1122,8 +1127,18 @@ impl CompiledGraph {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum StreamItem {
-    /// An event.
+    /// An event of the graph streamed.
     Event(StreamEvent),
+    /// An event of a subgraph's run, with [`StreamModes::subgraphs`]: the same modes as the
+    /// graph's own events, tagged with the namespace the subgraph runs in (its task's
+    /// [`TaskSnapshot::subgraph_ns`], nested with `|`), as the reference's `subgraphs=True`
+    /// stream tags them.
+    Subgraph {
+        /// The subgraph run's checkpoint namespace.
+        namespace: String,
+        /// The event.
+        event: StreamEvent,
+    },
     /// The run finished with this outcome (always the last item).
     Done(RunOutcome),
 }

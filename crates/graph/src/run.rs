@@ -958,13 +958,15 @@ impl Drop for Persist<'_> {
 struct Emitter<'a> {
     tx: Option<&'a UnboundedSender<Result<StreamItem>>>,
     modes: StreamModes,
+    /// The run's config: a subgraph's events are tagged with its namespace.
+    cfg: &'a RunConfig,
 }
 
 impl Emitter<'_> {
     fn send(&self, ev: StreamEvent) {
         if let Some(tx) = self.tx {
             // A closed receiver means the stream was dropped; the run stops at its next await.
-            let _ = tx.unbounded_send(Ok(StreamItem::Event(ev)));
+            let _ = tx.unbounded_send(Ok(crate::types::stream_item(self.cfg, ev)));
         }
     }
 }
@@ -1244,6 +1246,10 @@ pub(crate) async fn run(
         cp: cp_arc.cloned(),
         cfg: cfg.clone(),
         custom: tx.filter(|_| modes.custom).cloned(),
+        subgraph_stream: tx
+            .filter(|_| modes.subgraphs)
+            .cloned()
+            .map(|tx| (tx, modes)),
     });
     let scope = cfg.scope();
     let mut persist = Persist {
@@ -1259,7 +1265,7 @@ pub(crate) async fn run(
         metadata: cfg.metadata.clone(),
         parents: cfg.parents.clone(),
     };
-    let em = Emitter { tx, modes };
+    let em = Emitter { tx, modes, cfg };
     let r = run_inner(g, cp, &info, cache, input, cfg, &mut persist, &em).await;
     // Exit durability: persist on every exit path (normal, error, interrupt).
     let flushed = persist.flush().await;

@@ -95,7 +95,21 @@ impl Node for SubgraphNode {
             Some(snap) => return Ok(Command::from(project(&snap.values, &ctx_schema(&ctx)))),
             None => Input::Values(project(&input, &self.graph.g.schema)),
         };
-        let out = match sub.invoke(sub_input, &cfg).await {
+        // With a stream that asks for subgraphs' events the subgraph's run streams into it.
+        let (tx, modes) = match &info.subgraph_stream {
+            Some((tx, modes)) => (Some(tx), *modes),
+            None => (None, crate::compiled::StreamModes::default()),
+        };
+        let run = crate::run::run(
+            &sub.g,
+            sub.cp.as_ref(),
+            &sub.cache,
+            sub_input,
+            &cfg,
+            tx,
+            modes,
+        );
+        let out = match run.await {
             Ok(out) => out,
             // `Command::to_parent` inside the subgraph: the command becomes this task's result.
             Err(crate::Error::ParentCommand(cmd)) => return Ok(*cmd),

@@ -266,6 +266,30 @@ pub(crate) struct RunInfo {
     /// Where custom events go while the task runs (a stream with the `custom` mode).
     pub(crate) custom:
         Option<futures::channel::mpsc::UnboundedSender<crate::Result<crate::compiled::StreamItem>>>,
+    /// Where a subgraph node's run streams, and in which modes: set only for a stream with
+    /// [`StreamModes::subgraphs`](crate::StreamModes::subgraphs).
+    pub(crate) subgraph_stream: Option<(
+        futures::channel::mpsc::UnboundedSender<crate::Result<crate::compiled::StreamItem>>,
+        crate::compiled::StreamModes,
+    )>,
+}
+
+/// A stream item of `event` from the run `cfg` configures: the streamed graph's own event, or
+/// a subgraph run's tagged with its namespace. A subgraph's run is the one whose config names
+/// enclosing steps (`parents`, which only a subgraph node sets): a caller's run given a
+/// namespace streams its events as its own.
+pub(crate) fn stream_item(
+    cfg: &crate::compiled::RunConfig,
+    event: crate::compiled::StreamEvent,
+) -> crate::compiled::StreamItem {
+    if cfg.parents.is_empty() {
+        crate::compiled::StreamItem::Event(event)
+    } else {
+        crate::compiled::StreamItem::Subgraph {
+            namespace: cfg.checkpoint_ns.clone(),
+            event,
+        }
+    }
 }
 
 pub(crate) struct TaskCtx {
@@ -362,9 +386,10 @@ impl Context {
     /// Emits a custom stream event, delivered at once to a stream with the `custom` mode
     /// (dropped when nobody streams custom events).
     ///
-    /// A node of a subgraph emits into its subgraph's run, which streams nothing: its events
-    /// are dropped, as the reference drops a subgraph's events unless the caller streams with
-    /// `subgraphs=True` (which antler does not offer yet).
+    /// A node of a subgraph emits into its subgraph's run, which streams only for a stream
+    /// with [`StreamModes::subgraphs`](crate::StreamModes::subgraphs) (tagged with its
+    /// namespace): otherwise its events are dropped, as the reference drops a subgraph's events
+    /// unless the caller streams with `subgraphs=True`.
     pub fn emit(&self, value: Json) {
         if let Some(tx) = &self.inner.run.custom {
             let ev = crate::compiled::StreamEvent::Custom {
@@ -372,7 +397,7 @@ impl Context {
                 value,
             };
             // A closed receiver means the stream was dropped; the run stops at its next await.
-            let _ = tx.unbounded_send(Ok(crate::compiled::StreamItem::Event(ev)));
+            let _ = tx.unbounded_send(Ok(stream_item(&self.inner.run.cfg, ev)));
         }
     }
 }

@@ -31,6 +31,7 @@ async fn stream_modes_values_updates_custom() {
             custom: true,
             debug: true,
             hidden,
+            ..StreamModes::default()
         };
         let items: Vec<_> = graph
             .stream(
@@ -245,6 +246,7 @@ async fn a_subgraph_breakpoint_streams_no_empty_interrupt_event() {
         custom: true,
         debug: true,
         hidden: false,
+        ..StreamModes::default()
     };
     let items: Vec<_> = graph
         .stream(
@@ -697,7 +699,125 @@ async fn a_subgraphs_custom_events_are_not_streamed() {
         })
         .collect();
     assert_eq!(custom, ["top \"from the parent\""]);
+    assert!(
+        !items
+            .iter()
+            .any(|i| matches!(i, Ok(StreamItem::Subgraph { .. })))
+    );
     assert!(matches!(items.last(), Some(Ok(StreamItem::Done(_)))));
+}
+
+/// With `subgraphs`, the runs of subgraphs, however deep, stream their events in the modes
+/// asked for, tagged with the namespace each runs in (the namespace its task names in the
+/// parent's snapshot), as the reference's `subgraphs=True` stream does, before the parent's
+/// update of the subgraph node; the streamed graph's own events stay untagged, also when the
+/// caller runs it in a namespace of its own. Before 2026-12-02 no subgraph event was streamed.
+#[tokio::test]
+async fn subgraph_events_stream_tagged_with_their_namespace_when_asked() {
+    let mut inner = graph();
+    inner.add_node("deep", |_s, ctx: Context| async move {
+        ctx.emit(json!("from the inner graph"));
+        Ok(Update::new().set(&LOG, log(&["deep"])))
+    });
+    inner
+        .add_edge("__start__", "deep")
+        .add_edge("deep", "__end__");
+    let mut mid = graph();
+    mid.add_node("m", |_s, ctx: Context| async move {
+        ctx.emit(json!("from the middle graph"));
+        Ok(Update::new().set(&LOG, log(&["m"])))
+    });
+    mid.add_subgraph("inner", inner.compile().unwrap());
+    mid.add_edge("__start__", "m")
+        .add_edge("m", "inner")
+        .add_edge("inner", "__end__");
+    let mut outer = graph();
+    outer.add_subgraph("sub", mid.compile().unwrap());
+    outer.add_node("top", |_s, ctx: Context| async move {
+        ctx.emit(json!("from the parent"));
+        Ok(Update::new().set(&LOG, log(&["top"])))
+    });
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "top")
+        .add_edge("top", "__end__");
+    let graph = memory(outer);
+    let modes = StreamModes {
+        custom: true,
+        updates: true,
+        subgraphs: true,
+        ..StreamModes::default()
+    };
+    let cfg = RunConfig::new("t");
+    let items: Vec<_> = graph
+        .stream(Update::new().set(&LOG, log(&["in"])), &cfg, modes)
+        .collect()
+        .await;
+    let render = |e: &StreamEvent| match e {
+        StreamEvent::Custom { node, value } => format!("custom {node} {value}"),
+        StreamEvent::Updates { node, .. } => format!("updates {node}"),
+        other => format!("{other:?}"),
+    };
+    let seen: Vec<(String, String)> = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamItem::Event(e)) => Some((String::new(), render(e))),
+            Ok(StreamItem::Subgraph { namespace, event }) => {
+                Some((namespace.clone(), render(event)))
+            }
+            _ => None,
+        })
+        .collect();
+    // The namespaces, as the snapshots name them.
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    let sub_ns = history
+        .iter()
+        .find_map(|s| s.tasks.first().and_then(|t| t.subgraph_ns.clone()))
+        .expect("the step that ran `sub`");
+    let mut mid_cfg = RunConfig::new("t");
+    mid_cfg.checkpoint_ns = sub_ns.clone();
+    let inner_ns = graph
+        .get_state_history(&mid_cfg)
+        .await
+        .unwrap()
+        .iter()
+        .find_map(|s| s.tasks.first().and_then(|t| t.subgraph_ns.clone()))
+        .expect("the middle step that ran `inner`");
+    assert!(
+        inner_ns.starts_with(&format!("{sub_ns}|inner:")),
+        "{inner_ns}"
+    );
+    let expected: Vec<(String, String)> = [
+        (&sub_ns, "custom m \"from the middle graph\""),
+        (&sub_ns, "updates m"),
+        (&inner_ns, "custom deep \"from the inner graph\""),
+        (&inner_ns, "updates deep"),
+        (&sub_ns, "updates inner"),
+        (&String::new(), "updates sub"),
+        (&String::new(), "custom top \"from the parent\""),
+        (&String::new(), "updates top"),
+    ]
+    .into_iter()
+    .map(|(ns, e)| (ns.clone(), e.to_owned()))
+    .collect();
+    assert_eq!(seen, expected);
+    assert!(matches!(items.last(), Some(Ok(StreamItem::Done(_)))));
+
+    // A caller's run in a namespace of its own: its events are its own, untagged.
+    let mut own = RunConfig::new("t2");
+    own.checkpoint_ns = "elsewhere:1".to_owned();
+    let items: Vec<_> = graph
+        .stream(Update::new().set(&LOG, log(&["in"])), &own, modes)
+        .collect()
+        .await;
+    assert!(items.iter().any(|i| matches!(
+        i,
+        Ok(StreamItem::Event(StreamEvent::Updates { node, .. })) if node.as_str() == "top"
+    )));
+    assert!(items.iter().any(|i| matches!(
+        i,
+        Ok(StreamItem::Subgraph { namespace, .. }) if namespace.starts_with("elsewhere:1|sub:")
+    )));
 }
 
 /// The stream ends with the run's outcome although a node left a clone of its `Context` in a
