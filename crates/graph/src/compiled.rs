@@ -477,8 +477,8 @@ pub struct RunConfig {
     pub checkpoint_id: Option<CheckpointId>,
     /// Checkpoint namespace (default `""`, the root graph; subgraphs run in `<node>:<task id>`,
     /// nested with `|`). The state calls hand a subgraph's namespace to that subgraph
-    /// ([`CompiledGraph::get_state`]); a run given one runs this graph in it, as the
-    /// reference's does.
+    /// ([`CompiledGraph::get_state`]); a run given one is refused ([`Error::NamespacedRun`]):
+    /// a subgraph's namespace is run by its parent's task.
     pub checkpoint_ns: String,
     /// Super-steps allowed per call (default 10007, as the reference).
     pub recursion_limit: usize,

@@ -278,6 +278,15 @@ pub enum Error {
         /// Its path of node names, task ids left out.
         path: String,
     },
+    /// A run was given a checkpoint namespace: runs start in the root namespace, and a
+    /// subgraph's namespace is run by its parent's task (resume the parent instead).
+    #[error(
+        "a run starts in the root namespace: checkpoint namespace '{namespace}' holds a subgraph's checkpoints, which its parent's task runs (run or resume the parent instead)"
+    )]
+    NamespacedRun {
+        /// The namespace given.
+        namespace: String,
+    },
     /// An operation needs a checkpointer but the graph has none.
     #[error("operation needs a checkpointer")]
     NoCheckpointer,
@@ -349,6 +358,7 @@ impl Error {
             | Self::ParentCommand(_)
             | Self::NoCheckpointer
             | Self::SubgraphNotFound { .. }
+            | Self::NamespacedRun { .. }
             | Self::AmbiguousAsNode { .. }
             | Self::ReservedMetadataKey { .. }
             | Self::InvalidCheckpointId { .. } => ErrorKind::Input,

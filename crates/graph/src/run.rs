@@ -1233,6 +1233,16 @@ pub(crate) async fn run(
     tx: Option<&UnboundedSender<Result<StreamItem>>>,
     modes: StreamModes,
 ) -> Result<RunOutcome> {
+    // A caller's run starts in the root namespace: another one holds a subgraph's
+    // checkpoints, which only its parent's task runs (with the parent's step it belongs to,
+    // `parents`). Running this graph there would store this graph's checkpoints among the
+    // subgraph's; the reference instead runs the root's head, ignoring the namespace and an
+    // addressed checkpoint alike, which would run something the caller did not address.
+    if !cfg.checkpoint_ns.is_empty() && cfg.parents.is_empty() {
+        return Err(Error::NamespacedRun {
+            namespace: cfg.checkpoint_ns.clone(),
+        });
+    }
     // One run of the root graph per thread at a time (see `running.rs`); a subgraph's run is
     // part of its enclosing one. Held until the run ends or its future is dropped.
     let _running = match cp_arc {

@@ -276,8 +276,7 @@ pub(crate) struct RunInfo {
 
 /// A stream item of `event` from the run `cfg` configures: the streamed graph's own event, or
 /// a subgraph run's tagged with its namespace. A subgraph's run is the one whose config names
-/// enclosing steps (`parents`, which only a subgraph node sets): a caller's run given a
-/// namespace streams its events as its own.
+/// enclosing steps (`parents`, which only a subgraph node sets).
 pub(crate) fn stream_item(
     cfg: &crate::compiled::RunConfig,
     event: crate::compiled::StreamEvent,

@@ -710,8 +710,9 @@ async fn a_subgraphs_custom_events_are_not_streamed() {
 /// With `subgraphs`, the runs of subgraphs, however deep, stream their events in the modes
 /// asked for, tagged with the namespace each runs in (the namespace its task names in the
 /// parent's snapshot), as the reference's `subgraphs=True` stream does, before the parent's
-/// update of the subgraph node; the streamed graph's own events stay untagged, also when the
-/// caller runs it in a namespace of its own. Before 2026-12-02 no subgraph event was streamed.
+/// update of the subgraph node; the streamed graph's own events stay untagged. A caller's run
+/// given a namespace is refused (`NamespacedRun`). Before 2026-12-02 no subgraph event was
+/// streamed, and such a run stored the graph's checkpoints in that namespace.
 #[tokio::test]
 async fn subgraph_events_stream_tagged_with_their_namespace_when_asked() {
     let mut inner = graph();
@@ -803,21 +804,21 @@ async fn subgraph_events_stream_tagged_with_their_namespace_when_asked() {
     assert_eq!(seen, expected);
     assert!(matches!(items.last(), Some(Ok(StreamItem::Done(_)))));
 
-    // A caller's run in a namespace of its own: its events are its own, untagged.
+    // A caller's run in a namespace is refused (a subgraph's namespace is its parent's to
+    // run), streaming nothing but the error.
     let mut own = RunConfig::new("t2");
     own.checkpoint_ns = "elsewhere:1".to_owned();
     let items: Vec<_> = graph
         .stream(Update::new().set(&LOG, log(&["in"])), &own, modes)
         .collect()
         .await;
-    assert!(items.iter().any(|i| matches!(
-        i,
-        Ok(StreamItem::Event(StreamEvent::Updates { node, .. })) if node.as_str() == "top"
-    )));
-    assert!(items.iter().any(|i| matches!(
-        i,
-        Ok(StreamItem::Subgraph { namespace, .. }) if namespace.starts_with("elsewhere:1|sub:")
-    )));
+    assert!(
+        matches!(
+            items.as_slice(),
+            [Err(antler_graph::Error::NamespacedRun { namespace })] if namespace == "elsewhere:1"
+        ),
+        "{items:?}"
+    );
 }
 
 /// The stream ends with the run's outcome although a node left a clone of its `Context` in a
