@@ -648,9 +648,11 @@ pub struct TaskSnapshot {
     pub interrupts: Vec<Interrupt>,
     /// Its saved error message.
     pub error: Option<String>,
-    /// For a task of a subgraph node, the namespace its subgraph's checkpoints live in: set it
-    /// as [`RunConfig::checkpoint_ns`] to read or update the subgraph's state through this
-    /// graph (the reference's task `state` config); `None` for any other node.
+    /// For a task of a subgraph node, the namespace its subgraph's checkpoints live in (once
+    /// the task has started): set it as [`RunConfig::checkpoint_ns`] to read or update the
+    /// subgraph's state through this graph (the reference's task `state` config); `None` for
+    /// any other node. An update there before the subgraph has stored anything is refused
+    /// ([`Error::SubgraphNotStarted`]).
     pub subgraph_ns: Option<String>,
 }
 
@@ -1015,8 +1017,14 @@ impl CompiledGraph {
     pub async fn get_state(&self, config: &RunConfig) -> Result<Option<StateSnapshot>> {
         let cp = self.cp.as_deref().ok_or(Error::NoCheckpointer)?;
         match self.subgraph_at(&config.checkpoint_ns)? {
-            // A subgraph's runs start from the store, never from a hot cache of its own.
-            Some(sub) => crate::run::get_state(&sub.g, cp, &HotCache::default(), config).await,
+            // A subgraph's runs start from the store, never from a hot cache of its own. A
+            // caller's read waits for what a dropped run still stores, in the subgraph's
+            // namespace too (the runtime's own reads of it are part of the enclosing run and
+            // do not wait).
+            Some(sub) => {
+                crate::landing::settle(config.thread_id.as_str()).await;
+                crate::run::get_state(&sub.g, cp, &HotCache::default(), config).await
+            }
             None => crate::run::get_state(&self.g, cp, &self.cache, config).await,
         }
     }
@@ -1070,9 +1078,14 @@ impl CompiledGraph {
         query: &HistoryQuery,
     ) -> Result<Vec<StateSnapshot>> {
         let cp = self.cp.as_deref().ok_or(Error::NoCheckpointer)?;
-        let g = self
-            .subgraph_at(&config.checkpoint_ns)?
-            .map_or(&self.g, |sub| &sub.g);
+        let g = match self.subgraph_at(&config.checkpoint_ns)? {
+            Some(sub) => {
+                // As for `get_state`.
+                crate::landing::settle(config.thread_id.as_str()).await;
+                &sub.g
+            }
+            None => &self.g,
+        };
         crate::run::history(g, cp, config, query).await
     }
 

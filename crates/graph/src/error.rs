@@ -287,6 +287,15 @@ pub enum Error {
         /// The namespace given.
         namespace: String,
     },
+    /// `update_state` on a subgraph's namespace that holds no checkpoint yet: the subgraph
+    /// has not run there, and its first checkpoint is its parent task's to make.
+    #[error(
+        "checkpoint namespace '{namespace}' holds no checkpoint yet: the subgraph has not run there, and its first checkpoint is its parent task's to make"
+    )]
+    SubgraphNotStarted {
+        /// The namespace given.
+        namespace: String,
+    },
     /// An operation needs a checkpointer but the graph has none.
     #[error("operation needs a checkpointer")]
     NoCheckpointer,
@@ -362,7 +371,9 @@ impl Error {
             | Self::AmbiguousAsNode { .. }
             | Self::ReservedMetadataKey { .. }
             | Self::InvalidCheckpointId { .. } => ErrorKind::Input,
-            Self::CheckpointNotFound { .. } => ErrorKind::NotFound,
+            Self::CheckpointNotFound { .. } | Self::SubgraphNotStarted { .. } => {
+                ErrorKind::NotFound
+            }
             Self::Serialization { .. } => ErrorKind::Serialization,
             Self::Storage { .. } | Self::RunFailedUnstored { .. } => ErrorKind::Storage,
             Self::Build(_) | Self::StoreModeMismatch { .. } => ErrorKind::Build,

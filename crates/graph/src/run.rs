@@ -1795,7 +1795,10 @@ async fn run_inner(
                 em.send(StreamEvent::Values(values.clone()));
             }
             // A subgraph's pause has no interrupt to report, as a static breakpoint here has none.
-            if !interrupts.is_empty() {
+            // A subgraph's interrupts are reported by its enclosing run, once it has stored them
+            // as its task's: a consumer that stops at an `Interrupted` event must not drop the
+            // stream before that (its own events of the subgraph would otherwise stop first).
+            if !interrupts.is_empty() && cfg.parents.is_empty() {
                 em.send(StreamEvent::Interrupted(interrupts.clone()));
             }
             let (mut outcome, head) = finish(g, live, ckpt_id, dirty, interrupts, true);
@@ -2605,6 +2608,13 @@ pub(crate) async fn update_state(
         return Err(Error::CheckpointNotFound {
             thread: cfg.thread_id.to_string(),
             checkpoint: id.to_string(),
+        });
+    }
+    // A subgraph's first checkpoint is its parent task's to make: one made by an update would
+    // make the task take the subgraph as already run, and skip the parent's input.
+    if saved.is_none() && !cfg.checkpoint_ns.is_empty() {
+        return Err(Error::SubgraphNotStarted {
+            namespace: cfg.checkpoint_ns.clone(),
         });
     }
     let (mut live, parent, step) = match &saved {

@@ -857,3 +857,149 @@ async fn the_stream_ends_with_the_outcome_whatever_a_node_left_running() {
         "{items:?}"
     );
 }
+
+/// A read of a subgraph's namespace through the parent waits, as one of the root namespace
+/// does, for what a dropped run still stores: here the subgraph's step checkpoint, in flight
+/// under async durability when the stream was dropped. Before 2026-12-02 (when such a read
+/// was first handed to the subgraph) it returned the subgraph's earlier checkpoint at once.
+#[tokio::test]
+async fn a_read_of_a_subgraph_namespace_waits_for_the_dropped_runs_stores() {
+    use std::sync::Mutex;
+    let started = Arc::new(Notify::new());
+    let ns = Arc::new(Mutex::new(String::new()));
+    let mut inner = graph();
+    inner.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    let (s, n) = (started.clone(), ns.clone());
+    inner.add_node("b", move |_s: State, ctx: Context| {
+        let (s, n) = (s.clone(), n.clone());
+        async move {
+            // The subgraph's namespace: the task's own without its last part.
+            let task_ns = ctx.checkpoint_ns().to_owned();
+            *n.lock().expect("not poisoned") = task_ns
+                .rsplit_once('|')
+                .map_or(task_ns.clone(), |(sub, _)| sub.to_owned());
+            s.notify_one();
+            std::future::pending::<()>().await;
+            Ok(Update::new())
+        }
+    });
+    inner.add_edge("__start__", "a").add_edge("a", "b");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.compile().expect("valid subgraph"));
+    outer.add_edge("__start__", "sub");
+    // Step 1 is only the subgraph's (after `a`): the root never gets past step 0 here.
+    let store = Arc::new(GatedStore::new(1));
+    let graph = outer
+        .compile()
+        .expect("valid graph")
+        .with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t").with_durability(antler_graph::Durability::Async);
+    {
+        let mut s = Box::pin(graph.stream(
+            Update::new().set(&LOG, log(&["in"])),
+            &cfg,
+            StreamModes::default(),
+        ));
+        let poll = async { while s.next().await.is_some() {} };
+        let reached = async {
+            store.entered.notified().await;
+            started.notified().await;
+        };
+        tokio::select! {
+            biased;
+            () = poll => panic!("the run must not finish"),
+            () = reached => {}
+        }
+    }
+    let mut sub_cfg = RunConfig::new("t");
+    sub_cfg.checkpoint_ns = ns.lock().expect("not poisoned").clone();
+    assert!(sub_cfg.checkpoint_ns.starts_with("sub:"));
+    let read = tokio::spawn({
+        let graph = graph.clone();
+        async move { graph.get_state(&sub_cfg).await }
+    });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !read.is_finished(),
+        "the read waits for the subgraph's checkpoint"
+    );
+    store.open();
+    let snap = read
+        .await
+        .expect("no panic")
+        .expect("read")
+        .expect("the subgraph's head");
+    assert_eq!(snap.next, vec!["b".into()], "the checkpoint after `a`");
+}
+
+/// With `subgraphs`, an interrupt inside a subgraph is streamed once, as the streamed graph's
+/// own `Interrupted` event, after its task stored it: a consumer that stops at the first
+/// `Interrupted` item finds the interrupt stored. Before, the subgraph's run streamed it
+/// first, tagged, and a consumer stopping there dropped the run before the parent stored it.
+#[tokio::test]
+async fn a_subgraph_interrupt_streams_once_after_it_is_stored() {
+    let mut inner = graph();
+    inner.add_node("ask", |_s: State, ctx: Context| async move {
+        let a = ctx.interrupt(json!("inner?"))?;
+        Ok(Update::new().set(&LOG, log(&[&format!("answer={a}")])))
+    });
+    inner
+        .add_edge("__start__", "ask")
+        .add_edge("ask", "__end__");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.compile().expect("valid subgraph"));
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = memory(outer);
+    let modes = StreamModes {
+        updates: true,
+        values: true,
+        subgraphs: true,
+        ..StreamModes::default()
+    };
+    // The whole stream: one `Interrupted`, the graph's own.
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&LOG, log(&["in"])),
+            &RunConfig::new("t"),
+            modes,
+        )
+        .collect()
+        .await;
+    let interrupted: Vec<bool> = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamItem::Event(StreamEvent::Interrupted(_))) => Some(false),
+            Ok(StreamItem::Subgraph {
+                event: StreamEvent::Interrupted(_),
+                ..
+            }) => Some(true),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(interrupted, [false], "{items:?}");
+    // A consumer that stops at the first `Interrupted` item, tagged or not.
+    let cfg = RunConfig::new("t2");
+    {
+        let mut s = Box::pin(graph.stream(Update::new().set(&LOG, log(&["in"])), &cfg, modes));
+        while let Some(item) = s.next().await {
+            if matches!(
+                item,
+                Ok(StreamItem::Event(StreamEvent::Interrupted(_))
+                    | StreamItem::Subgraph {
+                        event: StreamEvent::Interrupted(_),
+                        ..
+                    })
+            ) {
+                break;
+            }
+        }
+    }
+    let head = graph.get_state(&cfg).await.unwrap().expect("a head");
+    assert_eq!(head.interrupts().len(), 1, "the interrupt is stored");
+}

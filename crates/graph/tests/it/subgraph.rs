@@ -853,3 +853,54 @@ async fn a_namespaced_state_call_is_handed_to_the_subgraph() {
         assert!(matches!(err, Error::SubgraphNotFound { .. }), "{ns}: {err}");
     }
 }
+
+/// An update of a subgraph task's namespace before the subgraph stored anything there is
+/// refused (`SubgraphNotStarted`): the subgraph's first checkpoint is its parent task's to
+/// make, and one made by the update would make the task take the subgraph as already run,
+/// skipping the parent's input. Reading the namespace finds nothing.
+#[tokio::test]
+async fn updating_a_subgraph_namespace_before_the_subgraph_ran_is_refused() {
+    use antler_graph::{Error, ErrorKind};
+    let mut inner = graph();
+    inner.add_node("x", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["inner.x"])))
+    });
+    inner.add_edge("__start__", "x").add_edge("x", "__end__");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    outer.interrupt_before(["sub"]);
+    let graph = outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert!(out.paused, "stopped before `sub`");
+    let head = graph.get_state(&cfg).await.unwrap().expect("a head");
+    let ns = head.tasks[0]
+        .subgraph_ns
+        .clone()
+        .expect("sub is a subgraph");
+    let mut sub_cfg = RunConfig::new("t");
+    sub_cfg.checkpoint_ns = ns.clone();
+    assert!(graph.get_state(&sub_cfg).await.unwrap().is_none());
+    let err = graph
+        .update_state(&sub_cfg, Update::new().set(&LOG, log(&["early"])), None)
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, Error::SubgraphNotStarted { namespace } if *namespace == ns),
+        "{err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    // The parent's task then runs the subgraph on the parent's input (whose whole final
+    // `log` the parent's appending reducer receives back).
+    let out = graph.invoke(None::<Update>, &cfg).await.unwrap();
+    assert_eq!(out.values.get(&LOG), Some(&log(&["in", "in", "inner.x"])));
+}
