@@ -1657,7 +1657,20 @@ impl<B: Backend> Engine<B> {
             });
         };
         if writes.is_empty() {
-            return Ok(());
+            // Nothing to store, but a write for an unknown checkpoint is refused all the same,
+            // with or without writes (before 2026-12-02 an empty one passed unchecked).
+            return match self
+                .backend
+                .checkpoint(thread, &config.checkpoint_ns, Some(cp))
+                .await?
+            {
+                Some(_) => Ok(()),
+                None => Err(Error::UnknownCheckpoint {
+                    thread_id: thread.clone(),
+                    checkpoint_ns: config.checkpoint_ns.clone(),
+                    checkpoint_id: cp,
+                }),
+            };
         }
         self.gate_before_write(config).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();

@@ -29,7 +29,8 @@ use crate::model::{
 ///   values make the second `put` fail with [`Error::Conflict`](crate::Error::Conflict)
 ///   (nothing written) instead of sharing a value. Re-putting an identical value is fine.
 /// - **put_writes** attaches writes of one task to an existing checkpoint
-///   (an unknown checkpoint is an error). Regular writes are keyed
+///   (an unknown checkpoint is an error, also for an empty list of writes, which stores
+///   nothing). Regular writes are keyed
 ///   `(task_id, idx)` and insert-if-absent; control writes (`__error__`,
 ///   `__scheduled__`, `__interrupt__`, `__resume__`) take fixed negative
 ///   indexes and are upserts.

@@ -1741,7 +1741,7 @@ pub async fn history_seed_ancestor_own_writes_are_replayed(saver: &dyn Saver) {
 
 // ---- antler's own obligations ---------------------------------------------------------------
 
-/// A write for an unknown checkpoint is a typed error naming it.
+/// A write for an unknown checkpoint is a typed error naming it, also with no writes at all.
 pub async fn antler_put_writes_unknown_checkpoint_is_error(saver: &dyn Saver) {
     chain(saver, "t", "", 1, None).await;
     let missing = CheckpointId::generate();
@@ -1759,6 +1759,37 @@ pub async fn antler_put_writes_unknown_checkpoint_is_error(saver: &dyn Saver) {
         err.to_string().contains(&missing.to_string()) && err.to_string().contains("thread t"),
         "{err}"
     );
+    // No writes at all: refused alike for an unknown checkpoint, nothing stored for a known one.
+    let err = saver
+        .put_writes(
+            &cfg("t", "", Some(missing)),
+            Vec::new(),
+            &TaskId::new("x"),
+            &TaskPath::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let known = saver
+        .get_tuple(&cfg("t", "", None))
+        .await
+        .unwrap()
+        .expect("the chain's checkpoint");
+    saver
+        .put_writes(
+            &known.config,
+            Vec::new(),
+            &TaskId::new("x"),
+            &TaskPath::default(),
+        )
+        .await
+        .expect("an empty write on a known checkpoint");
+    let after = saver
+        .get_tuple(&known.config)
+        .await
+        .unwrap()
+        .expect("still there");
+    assert_eq!(after.pending_writes.len(), known.pending_writes.len());
 }
 
 /// A write refused because its checkpoint does not exist stores nothing, and the saver does
