@@ -12,13 +12,15 @@
 //!   a conflicting re-declaration is a [`BuildError`].
 //! - Control flow: edges, joins, routers, [`Command`] gotos, [`Send`] fan-out, deferred nodes,
 //!   [`Context::interrupt`] with [`Command::resume`], static breakpoints, subgraphs
-//!   ([`StateGraph::add_subgraph`]) in their own checkpoint namespace.
+//!   ([`StateGraph::add_subgraph`]) in their own checkpoint namespace, whose state the
+//!   parent's `get_state`, `get_state_history` and `update_state` reach by that namespace.
 //! - Persistence through the [`Checkpointer`] seam: [`MemoryCheckpointer`], or any
 //!   `antler_checkpoint::Saver` through [`SaverCheckpointer`]; [`Durability`] sync / async / exit;
 //!   time travel ([`CompiledGraph::get_state_history`], pages of it with
 //!   [`CompiledGraph::get_state_history_with`] and a [`HistoryQuery`],
 //!   [`RunConfig::with_checkpoint`], [`CompiledGraph::update_state`]); a per-thread hot-state cache.
-//! - Streaming ([`CompiledGraph::stream`]): values, updates, custom and debug events.
+//! - Streaming ([`CompiledGraph::stream`]): values, updates, custom and debug events, and on
+//!   request ([`StreamModes::subgraphs`]) those of subgraph runs, tagged with their namespace.
 //!
 //! This crate knows channels, checkpoints and nodes; it never learns that middleware hooks exist.
 //!
