@@ -11,7 +11,7 @@ use antler_graph::{
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::{LAST, LOG, N, Op, Recording, graph, log, memory};
+use crate::common::{LAST, LOG, N, Op, Recording, graph, log, memory, only_subgraph};
 
 fn add(
     name: &'static str,
@@ -1211,10 +1211,7 @@ async fn a_retry_policy_retries_only_what_its_rule_accepts() {
         let mut failing = inner.compile().unwrap();
         if depth == 2 {
             let mut middle = graph();
-            middle.add_subgraph("inner", failing);
-            middle
-                .add_edge("__start__", "inner")
-                .add_edge("inner", "__end__");
+            only_subgraph(&mut middle, "inner", failing);
             failing = middle.compile().unwrap();
         }
         let err = memory(retried_subgraph(failing))
@@ -2308,10 +2305,11 @@ async fn live_writes_to_an_undeclared_channel_or_node_fail_the_task() {
     outer
         .channel(&LOG, ChannelSpec::last_value())
         .expect("declared once");
-    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(
+        &mut outer,
+        "sub",
+        inner.compile().expect("valid inner graph"),
+    );
     let graph = outer
         .compile()
         .expect("valid outer graph")

@@ -116,6 +116,12 @@ impl Checkpointer for Recording {
     }
 }
 
+/// Adds `sub` as node `name`, the only step of `g`: `__start__` → `name` → `__end__`.
+pub(crate) fn only_subgraph(g: &mut StateGraph, name: &str, sub: CompiledGraph) {
+    g.add_subgraph(name, sub);
+    g.add_edge("__start__", name).add_edge(name, "__end__");
+}
+
 pub(crate) fn memory(g: StateGraph) -> CompiledGraph {
     g.compile()
         .expect("valid graph")

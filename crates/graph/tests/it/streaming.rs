@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::{GatedStore, LOG, graph, log, memory};
+use crate::common::{GatedStore, LOG, graph, log, memory, only_subgraph};
 
 /// The modes' events in order. The `__start__` task, which applies the input, streams no
 /// update unless `hidden` asks for it: the reference tags its start node hidden, and its
@@ -235,10 +235,7 @@ async fn a_subgraph_breakpoint_streams_no_empty_interrupt_event() {
         .add_edge("second", "__end__");
     inner.interrupt_before(["second"]);
     let mut outer = graph();
-    outer.add_subgraph("sub", inner.compile().unwrap());
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(&mut outer, "sub", inner.compile().unwrap());
     let graph = memory(outer);
     let modes = StreamModes {
         values: true,
@@ -951,10 +948,7 @@ async fn a_subgraph_interrupt_streams_once_after_it_is_stored() {
         .add_edge("__start__", "ask")
         .add_edge("ask", "__end__");
     let mut outer = graph();
-    outer.add_subgraph("sub", inner.compile().expect("valid subgraph"));
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(&mut outer, "sub", inner.compile().expect("valid subgraph"));
     let graph = memory(outer);
     let modes = StreamModes {
         updates: true,

@@ -7,7 +7,7 @@ use antler_graph::{
 };
 use serde_json::json;
 
-use crate::common::{LOG, graph, log};
+use crate::common::{LOG, graph, log, only_subgraph};
 
 #[tokio::test]
 async fn subgraph_runs_in_its_own_namespace_and_interrupts_bubble_up() {
@@ -126,10 +126,11 @@ async fn command_to_parent_from_a_subgraph_applies_in_the_parent() {
     outer
         .channel(&LOG, ChannelSpec::last_value())
         .expect("declared once");
-    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(
+        &mut outer,
+        "sub",
+        inner.compile().expect("valid inner graph"),
+    );
     let graph = outer
         .compile()
         .expect("valid outer graph")
@@ -183,10 +184,7 @@ async fn a_command_before_a_subgraph_forks_the_subgraph_too() {
         outer
             .channel(&MESSAGES, ChannelSpec::messages_delta(2))
             .unwrap();
-        outer.add_subgraph("sub", inner_graph());
-        outer
-            .add_edge("__start__", "sub")
-            .add_edge("sub", "__end__");
+        only_subgraph(&mut outer, "sub", inner_graph());
         outer
             .compile()
             .unwrap()
@@ -381,10 +379,11 @@ async fn a_subgraph_that_fails_after_its_resume_shows_as_failed() {
     outer
         .channel(&LOG, ChannelSpec::last_value())
         .expect("declared once");
-    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(
+        &mut outer,
+        "sub",
+        inner.compile().expect("valid inner graph"),
+    );
     let graph = outer
         .compile()
         .expect("valid outer graph")
@@ -428,10 +427,7 @@ async fn every_interrupt_of_a_subgraph_surfaces_and_a_map_answers_them_all() {
         .add_edge("right", "__end__");
     let inner = inner.compile().expect("valid inner graph");
     let mut outer = graph();
-    outer.add_subgraph("sub", inner);
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(&mut outer, "sub", inner);
     let graph = outer
         .compile()
         .expect("valid outer graph")
@@ -589,10 +585,7 @@ fn a_subgraph_mixing_delta_and_full_messages_with_its_parent_does_not_compile() 
     let outcome = |parent: ChannelSpec<Vec<Message>>, sub: Option<ChannelSpec<Vec<Message>>>| {
         let mut outer = StateGraph::new();
         outer.channel(&MESSAGES, parent).expect("declared once");
-        outer.add_subgraph("sub", compiled(sub));
-        outer
-            .add_edge("__start__", "sub")
-            .add_edge("sub", "__end__");
+        only_subgraph(&mut outer, "sub", compiled(sub));
         outer.compile().err()
     };
     for (parent, sub) in [
@@ -641,10 +634,11 @@ fn a_shared_key_whose_values_cannot_cross_does_not_compile() {
     inner.add_edge("__start__", "s").add_edge("s", "__end__");
     let mut outer = StateGraph::new();
     outer.channel(&PUSHED, push()).expect("declared once");
-    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(
+        &mut outer,
+        "sub",
+        inner.compile().expect("valid inner graph"),
+    );
     assert!(matches!(
         outer.compile().err(),
         Some(antler_graph::BuildError::ChannelConflict { ref channel, .. }) if channel == "pushed"
@@ -684,10 +678,7 @@ async fn updating_a_subgraph_namespace_during_the_run_is_refused() {
         .add_edge("wait", "__end__");
     let inner = inner.compile().expect("valid inner graph");
     let mut outer = graph();
-    outer.add_subgraph("sub", inner);
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(&mut outer, "sub", inner);
     let store = Arc::new(MemoryCheckpointer::new());
     let graph = outer
         .compile()
@@ -751,19 +742,22 @@ async fn a_namespaced_state_call_is_handed_to_the_subgraph() {
         .add_edge("first", "ask")
         .add_edge("ask", "__end__");
     let mut mid = graph();
-    mid.add_subgraph("inner", inner.compile().expect("valid inner graph"));
-    mid.add_edge("__start__", "inner")
-        .add_edge("inner", "__end__");
+    only_subgraph(
+        &mut mid,
+        "inner",
+        inner.compile().expect("valid inner graph"),
+    );
     // The root's `log` is a last value: reading the inner checkpoints with it would still
     // work, but the root has neither `first` nor `ask` to update as.
     let mut outer = StateGraph::new();
     outer
         .channel(&LOG, ChannelSpec::last_value())
         .expect("declared once");
-    outer.add_subgraph("mid", mid.compile().expect("valid middle graph"));
-    outer
-        .add_edge("__start__", "mid")
-        .add_edge("mid", "__end__");
+    only_subgraph(
+        &mut outer,
+        "mid",
+        mid.compile().expect("valid middle graph"),
+    );
     let graph = outer
         .compile()
         .expect("valid outer graph")
@@ -867,10 +861,11 @@ async fn updating_a_subgraph_namespace_before_the_subgraph_ran_is_refused() {
     });
     inner.add_edge("__start__", "x").add_edge("x", "__end__");
     let mut outer = graph();
-    outer.add_subgraph("sub", inner.compile().expect("valid inner graph"));
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "__end__");
+    only_subgraph(
+        &mut outer,
+        "sub",
+        inner.compile().expect("valid inner graph"),
+    );
     outer.interrupt_before(["sub"]);
     let graph = outer
         .compile()
