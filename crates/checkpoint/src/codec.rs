@@ -528,11 +528,20 @@ pub(crate) fn decode_blob(bytes: &[u8]) -> CResult<StoredBlob> {
 }
 
 /// The runs a stored blob or write value references, for garbage collection: none for an
-/// inline blob, an error for a reference blob that does not decode or a tag this build does
-/// not know (a newer format may reference bodies).
+/// inline blob, an error for a reference blob that does not decode, for any payload whose
+/// checksum fails, or for a tag this build does not know (a newer format may reference bodies).
 pub(crate) fn gc_runs(bytes: &[u8]) -> CResult<Vec<(u64, u64)>> {
     match bytes.first() {
-        Some(&(TAG_BLOB_NULL_V1 | TAG_BLOB_JSON_V1 | TAG_BLOB_BYTES_V1)) => Ok(Vec::new()),
+        Some(&(TAG_BLOB_NULL_V1 | TAG_BLOB_JSON_V1 | TAG_BLOB_BYTES_V1)) => {
+            // Checked, not trusted by its tag: a reference list whose tag byte was damaged
+            // into an inline one would otherwise reference nothing, and collection would
+            // delete the bodies only it needs (before 2026-12-02).
+            open(
+                bytes,
+                &[TAG_BLOB_NULL_V1, TAG_BLOB_JSON_V1, TAG_BLOB_BYTES_V1],
+            )?;
+            Ok(Vec::new())
+        }
         Some(&TAG_BLOB_MESSAGE_REFS_V1) => {
             let (_, body) = open(bytes, &[TAG_BLOB_MESSAGE_REFS_V1])?;
             decode_refs(body).map(|(_, runs)| runs)
@@ -672,6 +681,25 @@ mod tests {
         // 4000 consecutive messages cost a handful of bytes.
         let many: Vec<u64> = (1..=4000).collect();
         assert!(encode_refs(MessagesKind::Snapshot, &many).len() < 16);
+    }
+
+    /// Garbage collection reads a payload's references only from a payload that checks: a
+    /// reference list with a damaged tag byte (now an inline tag) is an error, not "no
+    /// references"; an intact inline payload references nothing.
+    #[test]
+    fn collection_trusts_no_tag_without_its_checksum() {
+        let refs = encode_refs(MessagesKind::Snapshot, &[1, 2, 3]);
+        assert_eq!(gc_runs(&refs).unwrap(), vec![(1, 3)]);
+        for tag in [TAG_BLOB_NULL_V1, TAG_BLOB_JSON_V1, TAG_BLOB_BYTES_V1] {
+            let mut bad = refs.clone();
+            bad[0] = tag;
+            assert!(gc_runs(&bad).is_err(), "tag {tag:#x}");
+        }
+        let inline = seal(TAG_BLOB_JSON_V1, b"{}");
+        assert!(gc_runs(&inline).unwrap().is_empty());
+        let mut damaged = inline.clone();
+        damaged[HEADER_LEN] ^= 0x01;
+        assert!(gc_runs(&damaged).is_err());
     }
 
     #[test]

@@ -599,7 +599,15 @@ pub async fn materialize(
     let mut histories = saver
         .delta_channel_history(&config, &[ChannelName::new(channel)])
         .await?;
-    let history = histories.remove(channel).unwrap_or_default();
+    // A walk that leaves the channel out read nothing for it (a saver that breaks the
+    // trait's contract): an error, never an empty value in its place (before 2026-12-02 it
+    // read as an empty list, which the next snapshot would have stored).
+    let history = histories.remove(channel).ok_or_else(|| Error::Corrupt {
+        thread_id: thread_id.clone(),
+        checkpoint_id: cp,
+        what: format!("delta history of channel {channel}"),
+        detail: "the saver's history walk returned no entry for the channel".into(),
+    })?;
     let restored =
         DeltaMessages::restore(frequency, &history, thread_id, cp)?.with_counters(counters);
     Ok(Materialized {

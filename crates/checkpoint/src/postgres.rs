@@ -703,14 +703,13 @@ const CP_BY_ID_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FR
 const CP_LATEST_SQL: &str = "SELECT checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints
   WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY checkpoint_id DESC LIMIT 1";
 
-/// `keys` as the channel and version arrays the blob statements take.
-fn key_arrays(keys: &[(ChannelName, ChannelVersion)]) -> Result<(Vec<&str>, Vec<i64>)> {
-    let channels = keys.iter().map(|(c, _)| c.as_str()).collect();
-    let versions = keys
-        .iter()
-        .map(|(_, v)| i64_of(v.get(), "channel version"))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((channels, versions))
+/// `keys` as the channel and version arrays the blob statements take, without the keys whose
+/// version the column cannot hold (a record an older build stored): no value is stored under
+/// them, so they read as no value, as on the memory saver, not as the caller's error.
+fn key_arrays(keys: &[(ChannelName, ChannelVersion)]) -> (Vec<&str>, Vec<i64>) {
+    keys.iter()
+        .filter_map(|(c, v)| Some((c.as_str(), i64::try_from(v.get()).ok()?)))
+        .unzip()
 }
 
 /// Whether every body the values and writes of `rows` reference was read.
@@ -798,7 +797,7 @@ async fn read_blobs(
     keys: &[(ChannelName, ChannelVersion)],
     ctx: String,
 ) -> Result<Vec<BlobRow>> {
-    let (channels, versions) = key_arrays(keys)?;
+    let (channels, versions) = key_arrays(keys);
     let rows = c
         .query(st, &[&thread.as_str(), &ns.as_str(), &channels, &versions])
         .await
@@ -825,7 +824,7 @@ async fn read_checkpoint_blobs(
     keys: &[(ChannelName, ChannelVersion)],
     ctx: String,
 ) -> Result<Option<(CheckpointRow, Vec<BlobRow>)>> {
-    let (channels, versions) = key_arrays(keys)?;
+    let (channels, versions) = key_arrays(keys);
     let rows = c
         .query(
             st,
@@ -2380,7 +2379,12 @@ impl PgBackend {
         let stored = tx
             .query(
                 &self.sql(
-                    "SELECT thread_id, checkpoint_ns, MAX(version) FROM {s}.blobs GROUP BY 1, 2",
+                    // A namespace with a negative (damaged) value version gets -1, an unknown
+                    // mark, whatever intact versions it also holds (before 2026-12-02 a
+                    // greater intact version hid it).
+                    "SELECT thread_id, checkpoint_ns,
+                            CASE WHEN MIN(version) < 0 THEN -1 ELSE MAX(version) END
+                       FROM {s}.blobs GROUP BY 1, 2",
                 ),
                 &[],
             )
@@ -3164,12 +3168,16 @@ mod tests {
         let options = PostgresOptions::new(database_url().expect("url"))
             .with_schema(b.s.trim_matches('"').to_owned());
         let reopened = PostgresSaver::connect(options, StoreConfig::full()).await;
-        let max = match &reopened {
-            Ok(r) => Some(
-                r.max_channel_version(&ThreadId::new("huge"), &CheckpointNs::root())
-                    .await,
+        let (max, read, listed) = match &reopened {
+            Ok(r) => (
+                Some(
+                    r.max_channel_version(&ThreadId::new("huge"), &CheckpointNs::root())
+                        .await,
+                ),
+                Some(r.get_tuple(&CheckpointConfig::latest("huge")).await),
+                Some(r.list(&crate::model::ListQuery::thread("huge")).await),
             ),
-            Err(_) => None,
+            Err(_) => (None, None, None),
         };
         saver.drop_schema().await.expect("drop");
         let reopened = reopened.expect("the store opens");
@@ -3179,6 +3187,18 @@ mod tests {
             Some(u64::MAX),
             "the namespace falls back to its records"
         );
+        // The record reads back, with no value under a version no row can have (before
+        // 2026-12-02 the read failed with the caller's `InvalidArgument`).
+        let read = read
+            .expect("opened")
+            .expect("the checkpoint reads")
+            .expect("it exists");
+        assert_eq!(
+            read.checkpoint.channel_versions.get(&ChannelName::new("a")),
+            Some(&ChannelVersion::new(u64::MAX))
+        );
+        assert!(read.checkpoint.channel_values.is_empty());
+        assert_eq!(listed.expect("opened").expect("the thread lists").len(), 1);
     }
 
     /// The message index keeps the first sequence number of a repeated body, so the backend

@@ -336,10 +336,11 @@ fn backfill_runs(tx: &rusqlite::Transaction<'_>) -> Result<()> {
                 .ok()
                 .and_then(|v| v.as_blob().ok())
                 .unwrap_or_default();
+            // A thread key that is not text names no thread a read can address.
             if let Ok(m) = crate::codec::decode_metadata(metadata)
                 && let Some(run) = m.run_id
+                && let Some(thread) = text_at(r, 0)
             {
-                let thread: String = r.get(0).map_err(sql_err(ctx))?;
                 pairs.insert((run.as_str().to_owned(), thread));
             }
         }
@@ -351,6 +352,15 @@ fn backfill_runs(tx: &rusqlite::Transaction<'_>) -> Result<()> {
         insert.execute([run, thread]).map_err(sql_err(ctx))?;
     }
     Ok(())
+}
+
+/// Column `i` of `r` as text; `None` for a value of another type (damage a migration steps
+/// over instead of failing every open).
+fn text_at(r: &rusqlite::Row<'_>, i: usize) -> Option<String> {
+    r.get_ref(i)
+        .ok()
+        .and_then(|v| v.as_str().ok())
+        .map(str::to_owned)
 }
 
 /// Gives every namespace of the store its version mark (see `engine::MarkFold`), reading the
@@ -371,24 +381,36 @@ fn backfill_marks(tx: &rusqlite::Transaction<'_>) -> Result<()> {
                     .and_then(|v| v.as_blob().ok())
                     .unwrap_or_default()
             };
-            fold.add(
-                r.get(0).map_err(sql_err(ctx))?,
-                r.get(1).map_err(sql_err(ctx))?,
-                blob(2),
-                blob(3),
-            );
+            // Keys that are not text name no namespace a read can address.
+            let (Some(thread), Some(ns)) = (text_at(r, 0), text_at(r, 1)) else {
+                continue;
+            };
+            fold.add(thread, ns, blob(2), blob(3));
         }
+        // A namespace with any damaged value version (negative, or not an integer) gets -1,
+        // an unknown mark, whatever intact versions it also holds: the scan reports the
+        // damage (before 2026-12-02 a greater intact version hid a negative one, and a
+        // version that is no integer failed the migration, so every open).
         let mut stmt = tx
-            .prepare("SELECT thread_id, checkpoint_ns, MAX(version) FROM blobs GROUP BY 1, 2")
+            .prepare(
+                "SELECT thread_id, checkpoint_ns,
+                        CASE WHEN SUM(typeof(version) <> 'integer') > 0 OR MIN(version) < 0
+                             THEN -1 ELSE MAX(version) END
+                   FROM blobs GROUP BY 1, 2",
+            )
             .map_err(sql_err(ctx))?;
         let mut rows = stmt.query([]).map_err(sql_err(ctx))?;
         while let Some(r) = rows.next().map_err(sql_err(ctx))? {
-            let version = r.get(2).map_err(sql_err(ctx))?;
-            fold.stored(
-                r.get(0).map_err(sql_err(ctx))?,
-                r.get(1).map_err(sql_err(ctx))?,
-                version,
-            );
+            // Keys that are not text name no namespace a read can address.
+            let (Some(thread), Some(ns)) = (text_at(r, 0), text_at(r, 1)) else {
+                continue;
+            };
+            let version = r
+                .get_ref(2)
+                .ok()
+                .and_then(|v| v.as_i64().ok())
+                .unwrap_or(-1);
+            fold.stored(thread, ns, version);
         }
     }
     let mut insert = tx
@@ -541,16 +563,15 @@ fn read_blobs(
         .map_err(sql_err(ctx.clone()))?;
     let mut out = Vec::new();
     for (channel, version) in keys {
+        // A version the column cannot hold (a record an older build stored) has no value
+        // stored under it: no value, as the memory saver answers, not the caller's error.
+        let Ok(stored_version) = i64::try_from(version.get()) else {
+            continue;
+        };
         let data: Option<Vec<u8>> = stmt
-            .query_row(
-                params![
-                    thread,
-                    ns,
-                    channel.as_str(),
-                    i64_of(version.get(), "channel version")?
-                ],
-                |r| r.get(0),
-            )
+            .query_row(params![thread, ns, channel.as_str(), stored_version], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(sql_err(ctx.clone()))?;
         if let Some(data) = data {
@@ -1664,6 +1685,25 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(max, u64::MAX, "the namespace falls back to its records");
+        // The record reads back, with no value under a version no row can have (before
+        // 2026-12-02 the read failed with the caller's `InvalidArgument`).
+        let read = saver
+            .get_tuple(&CheckpointConfig::latest("huge"))
+            .await
+            .expect("the checkpoint reads")
+            .expect("it exists");
+        assert_eq!(
+            read.checkpoint
+                .channel_versions
+                .get(&crate::ids::ChannelName::new("a")),
+            Some(&ChannelVersion::new(u64::MAX))
+        );
+        assert!(read.checkpoint.channel_values.is_empty());
+        let listed = saver
+            .list(&crate::model::ListQuery::thread("huge"))
+            .await
+            .expect("the thread lists");
+        assert_eq!(listed.len(), 1);
     }
 
     /// Recording the configuration is a compare-and-set: a process whose read found no

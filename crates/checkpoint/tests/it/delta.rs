@@ -428,3 +428,114 @@ fn a_relative_record_without_the_channel_materialises_from_history() {
         assert_eq!(m.seed_checkpoint, None);
     });
 }
+
+/// A saver whose history walk leaves the asked channel out (breaking the trait's contract):
+/// the memory saver for everything else.
+struct ForgetfulWalk(MemorySaver);
+
+#[async_trait::async_trait]
+impl Saver for ForgetfulWalk {
+    async fn get_tuple(
+        &self,
+        config: &CheckpointConfig,
+    ) -> antler_checkpoint::Result<Option<antler_checkpoint::CheckpointTuple>> {
+        self.0.get_tuple(config).await
+    }
+    async fn list(
+        &self,
+        query: &antler_checkpoint::ListQuery,
+    ) -> antler_checkpoint::Result<Vec<antler_checkpoint::CheckpointTuple>> {
+        self.0.list(query).await
+    }
+    async fn put(
+        &self,
+        config: &CheckpointConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: &ChannelVersions,
+    ) -> antler_checkpoint::Result<CheckpointConfig> {
+        self.0.put(config, checkpoint, metadata, new_versions).await
+    }
+    async fn put_writes(
+        &self,
+        config: &CheckpointConfig,
+        writes: Vec<(antler_checkpoint::ChannelName, antler_checkpoint::Blob)>,
+        task_id: &TaskId,
+        task_path: &TaskPath,
+    ) -> antler_checkpoint::Result<()> {
+        self.0.put_writes(config, writes, task_id, task_path).await
+    }
+    async fn delete_thread(
+        &self,
+        t: &antler_checkpoint::ThreadId,
+    ) -> antler_checkpoint::Result<()> {
+        self.0.delete_thread(t).await
+    }
+    async fn delete_for_runs(
+        &self,
+        runs: &[antler_checkpoint::RunId],
+    ) -> antler_checkpoint::Result<()> {
+        self.0.delete_for_runs(runs).await
+    }
+    async fn copy_thread(
+        &self,
+        source: &antler_checkpoint::ThreadId,
+        target: &antler_checkpoint::ThreadId,
+    ) -> antler_checkpoint::Result<()> {
+        self.0.copy_thread(source, target).await
+    }
+    async fn prune(
+        &self,
+        threads: &[antler_checkpoint::ThreadId],
+        strategy: antler_checkpoint::PruneStrategy,
+    ) -> antler_checkpoint::Result<()> {
+        self.0.prune(threads, strategy).await
+    }
+    async fn delta_channel_history(
+        &self,
+        _config: &CheckpointConfig,
+        _channels: &[antler_checkpoint::ChannelName],
+    ) -> antler_checkpoint::Result<
+        std::collections::BTreeMap<
+            antler_checkpoint::ChannelName,
+            antler_checkpoint::DeltaChannelHistory,
+        >,
+    > {
+        Ok(std::collections::BTreeMap::new())
+    }
+    fn store_config(&self) -> StoreConfig {
+        self.0.store_config()
+    }
+}
+
+/// Materialising through a history walk that returns no entry for the channel is a typed
+/// error naming the thread and checkpoint, never an empty list (before 2026-12-02 it read as
+/// empty, and the next snapshot would have stored that).
+#[test]
+fn a_walk_that_leaves_the_channel_out_is_an_error() {
+    antler_checkpoint::testing::block_on(async {
+        let freq = f(10);
+        let saver = ForgetfulWalk(MemorySaver::new(StoreConfig::delta(freq)));
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("messages".into(), 1.into());
+        let stored = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                cp,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        let tuple = saver.get_tuple(&stored).await.unwrap().unwrap();
+        let err = materialize(&saver, &tuple, "messages", freq)
+            .await
+            .expect_err("no history entry");
+        assert_eq!(err.kind(), antler_checkpoint::ErrorKind::Corrupt, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("thread t") && text.contains(&tuple.checkpoint.id.to_string()),
+            "{text}"
+        );
+    });
+}

@@ -159,6 +159,9 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
             ("t", "sub:x", 6, false),
             ("bad", "", 4, false),
             ("neg", "", 5, false),
+            // One damaged value beside an intact one.
+            ("mixed", "", 5, false),
+            ("mixed", "", 7, false),
         ] {
             let cp = checkpoint(&[("a", v, serde_json::json!(v))]);
             let nv: ChannelVersions = cp.channel_versions.clone();
@@ -203,7 +206,8 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
             .batch_execute(&format!(
                 "DROP TABLE \"{s}\".version_marks; DROP TABLE \"{s}\".run_threads; DELETE FROM \"{s}\".antler_migrations WHERE v >= 3;
                  UPDATE \"{s}\".checkpoints SET record = '\\x00' WHERE thread_id = 'bad';
-                 UPDATE \"{s}\".blobs SET version = -5 WHERE thread_id = 'neg';"
+                 UPDATE \"{s}\".blobs SET version = -5 WHERE thread_id = 'neg';
+                 UPDATE \"{s}\".blobs SET version = -5 WHERE thread_id = 'mixed' AND version = 5;"
             ))
             .await
             .unwrap();
@@ -228,6 +232,11 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         let err = max("neg", "").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
         saver.delete_thread(&"neg".into()).await.unwrap();
+        // Not hidden by an intact greater version beside it (before 2026-12-02 the mark was
+        // that greater version).
+        let err = max("mixed", "").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        saver.delete_thread(&"mixed".into()).await.unwrap();
         // The unknown mark stays unknown after a put with lower versions, and a copy carries it.
         saver
             .put(

@@ -94,12 +94,18 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         put(&saver, "t", "sub:x", 6, None).await;
         put(&saver, "bad", "", 4, None).await;
         put(&saver, "neg", "", 5, None).await;
+        // One damaged value beside an intact one, and a value under a version that is no number.
+        let five = put(&saver, "mixed", "", 5, None).await;
+        put(&saver, "mixed", "", 7, Some(five)).await;
+        put(&saver, "text", "", 5, None).await;
         drop(saver);
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "DROP TABLE version_marks; DROP TABLE run_threads; PRAGMA user_version = 2;
              UPDATE checkpoints SET record = X'00' WHERE thread_id = 'bad';
-             UPDATE blobs SET version = -5 WHERE thread_id = 'neg';",
+             UPDATE blobs SET version = -5 WHERE thread_id = 'neg';
+             UPDATE blobs SET version = -5 WHERE thread_id = 'mixed' AND version = 5;
+             UPDATE blobs SET version = 'five' WHERE thread_id = 'text';",
         )
         .unwrap();
         drop(conn);
@@ -123,6 +129,15 @@ fn a_version_2_store_gets_its_version_marks_from_its_records() {
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
         assert!(err.to_string().contains("thread neg"), "{err}");
         saver.delete_thread(&"neg".into()).await.unwrap();
+        // Not hidden by an intact greater version beside it (before 2026-12-02 the mark was
+        // that greater version), and a version that is no number does not stop the migration
+        // (before, every open failed).
+        for t in ["mixed", "text"] {
+            let err = max(t, "").await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{t}: {err}");
+            assert!(err.to_string().contains(&format!("thread {t}")), "{err}");
+            saver.delete_thread(&t.into()).await.unwrap();
+        }
         // The unknown mark stays unknown: a put with lower versions does not make it known (it
         // would be below the damaged record's), and a copy carries it.
         let stored = saver
