@@ -167,7 +167,10 @@ pub(crate) fn message_from_fields(mut f: Fields) -> Result<Message> {
             .insert("__openai_role__".into(), Value::String("developer".into()));
     }
     // Chunk-only fields do not survive the chunk → message conversion.
-    f.extra.shift_remove("tool_call_chunks");
+    let chunks_given = f
+        .extra
+        .shift_remove("tool_call_chunks")
+        .is_some_and(|v| truthy(&v));
     f.extra.shift_remove("chunk_position");
     // Role-specific keys on another role are kept as extras, as LangChain's
     // models keep unknown attributes.
@@ -179,12 +182,24 @@ pub(crate) fn message_from_fields(mut f: Fields) -> Result<Message> {
     match kind {
         MessageType::Ai => {
             let mut invalid = Vec::new();
-            let calls = match f.tool_calls.take() {
+            let mut calls = match f.tool_calls.take() {
                 Some(calls) => tool_calls(calls, &mut invalid)?,
                 None => Vec::new(),
             };
             if let Some(raw) = f.invalid_tool_calls.take() {
                 invalid.append(&mut invalid_tool_calls(raw)?);
+            }
+            // LangChain's AI message parses the provider's raw calls when it is given no
+            // parsed ones (`_backwards_compat_tool_calls`).
+            if calls.is_empty()
+                && invalid.is_empty()
+                && !chunks_given
+                && let Some(raw) = msg.additional_kwargs().get("tool_calls")
+                && truthy(raw)
+                && let Some((parsed, unparsed)) = raw_tool_calls(raw)?
+            {
+                calls = parsed;
+                invalid = unparsed;
             }
             if !calls.is_empty() {
                 *msg.tool_calls_mut() = calls;
@@ -326,6 +341,102 @@ fn tool_calls(value: Value, invalid: &mut Vec<InvalidToolCall>) -> Result<Vec<To
         });
     }
     Ok(out)
+}
+
+/// Python's truth value of a JSON value.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|x| x != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+    }
+}
+
+/// The provider's raw calls (`additional_kwargs.tool_calls`, OpenAI shape) parsed as
+/// LangChain's `default_tool_parser` parses them for an AI message given no parsed calls:
+/// `None` where the reference's parse stops on an exception it suppresses (anything but a
+/// list; an entry that is neither an object nor a text or list without `"function"`; a
+/// `function` without a `name` or without text `arguments`), so no call is taken from them.
+/// Arguments that are not JSON make an invalid call without an error text; a name, id or
+/// argument value the message model refuses (the reference's validation error after the
+/// parse) is [`Error::MalformedMessage`]. (Python's parser also takes `NaN` and
+/// `Infinity`, which serde does not: such arguments make an invalid call here.)
+fn raw_tool_calls(raw: &Value) -> Result<Option<(Vec<ToolCall>, Vec<InvalidToolCall>)>> {
+    let Value::Array(items) = raw else {
+        return Ok(None);
+    };
+    let (mut calls, mut invalid) = (Vec::new(), Vec::new());
+    for item in items {
+        let call = match item {
+            Value::Object(m) => match m.get("function") {
+                None => continue,
+                Some(f) => f,
+            },
+            // `"function" in item`: a substring or member test, then an index that fails.
+            Value::String(s) if !s.contains("function") => continue,
+            Value::Array(a) if !a.iter().any(|v| v.as_str() == Some("function")) => continue,
+            _ => return Ok(None),
+        };
+        let Value::Object(function) = call else {
+            return Ok(None);
+        };
+        let (Some(name), Some(Value::String(arguments))) =
+            (function.get("name"), function.get("arguments"))
+        else {
+            return Ok(None);
+        };
+        let id = match item.get("id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                return Err(Error::malformed(format!(
+                    "a raw tool call's `id` must be a string, got {}",
+                    short(other)
+                )));
+            }
+        };
+        match serde_json::from_str::<Value>(arguments) {
+            Ok(args) => {
+                let args = match args {
+                    Value::Object(m) => m,
+                    other if !truthy(&other) => Map::new(),
+                    other => {
+                        return Err(Error::malformed(format!(
+                            "a raw tool call's arguments must be a JSON object, got {}",
+                            short(&other)
+                        )));
+                    }
+                };
+                let name = match name {
+                    Value::String(s) => s.clone(),
+                    other if !truthy(other) => String::new(),
+                    other => {
+                        return Err(Error::malformed(format!(
+                            "a raw tool call's name must be a string, got {}",
+                            short(other)
+                        )));
+                    }
+                };
+                calls.push(ToolCall {
+                    id,
+                    name,
+                    args,
+                    extra: Map::new(),
+                });
+            }
+            Err(_) => invalid.push(InvalidToolCall {
+                id,
+                name: opt_string(Some(name.clone()), "name")?,
+                args: Some(arguments.clone()),
+                error: None,
+                extra: Map::new(),
+            }),
+        }
+    }
+    Ok(Some((calls, invalid)))
 }
 
 fn invalid_tool_calls(value: Value) -> Result<Vec<InvalidToolCall>> {

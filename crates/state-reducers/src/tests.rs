@@ -665,6 +665,83 @@ fn r18_openai_tool_calls_are_converted() {
     assert_eq!(m.invalid_tool_calls()[0].args.as_deref(), Some("{bad"));
 }
 
+/// An AI message given no parsed calls takes them from the provider's raw calls in
+/// `additional_kwargs.tool_calls`, as LangChain's AI message does
+/// (`_backwards_compat_tool_calls` with `default_tool_parser`): arguments that are not JSON
+/// make an invalid call without an error text, an entry without `function` is skipped, an
+/// entry the reference's parse stops on (a `function` without a name) leaves every call out,
+/// and a value the message model refuses fails the message. Parsed calls given beside raw
+/// ones win. The read path (serde) parses alike, and the parse is stable over a round trip.
+/// Before 2026-12-02 the raw calls were never parsed.
+#[test]
+fn r23_raw_provider_calls_are_parsed_when_no_parsed_ones_are_given() {
+    let raw = |calls: Value| {
+        json!({"type": "ai", "content": "", "tool_calls": [],
+               "additional_kwargs": {"tool_calls": calls}})
+    };
+    let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
+    let m = Message::from_json(raw(json!([
+        call("c1", "task", "{\"description\": \"x\"}"),
+        {"id": "skip", "type": "other"},
+        call("c2", "write_file", "{bad"),
+        call("c3", "empty", "null"),
+    ])))
+    .unwrap();
+    let calls: Vec<(Option<&str>, &str, Value)> = m
+        .tool_calls()
+        .iter()
+        .map(|c| {
+            (
+                c.id.as_deref(),
+                c.name.as_str(),
+                Value::Object(c.args.clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (Some("c1"), "task", json!({"description": "x"})),
+            (Some("c3"), "empty", json!({})),
+        ]
+    );
+    let invalid = &m.invalid_tool_calls()[0];
+    assert_eq!(
+        (
+            invalid.id.as_deref(),
+            invalid.name.as_deref(),
+            invalid.args.as_deref(),
+            invalid.error.as_deref()
+        ),
+        (Some("c2"), Some("write_file"), Some("{bad"), None)
+    );
+    assert!(m.additional_kwargs().contains_key("tool_calls"), "kept raw");
+    // The read path, and a round trip.
+    let read: Message = serde_json::from_value(raw(json!([call("c1", "f", "{}")]))).unwrap();
+    assert_eq!(read.tool_calls()[0].name, "f");
+    let again = Message::from_json(read.to_json()).unwrap();
+    assert_eq!(again, read);
+    // Parsed calls given beside raw ones win.
+    let mut given = raw(json!([call("raw", "f", "{}")]));
+    given["tool_calls"] = json!([{"id": "p", "name": "g", "args": {}}]);
+    let m = Message::from_json(given).unwrap();
+    assert_eq!(m.tool_calls().len(), 1);
+    assert_eq!(m.tool_calls()[0].id.as_deref(), Some("p"));
+    // A `function` without a name stops the reference's parse: no call at all.
+    let m = Message::from_json(raw(json!([
+        call("c1", "f", "{}"),
+        {"id": "c2", "function": {"arguments": "{}"}},
+    ])))
+    .unwrap();
+    assert!(m.tool_calls().is_empty() && m.invalid_tool_calls().is_empty());
+    // Not a list: nothing parsed.
+    let m = Message::from_json(raw(json!({"function": "x"}))).unwrap();
+    assert!(m.tool_calls().is_empty());
+    // Arguments that are JSON but no object fail the message, as the reference's validation does.
+    let err = Message::from_json(raw(json!([call("c1", "f", "[1]")]))).unwrap_err();
+    assert!(err.to_string().contains("arguments"), "{err}");
+}
+
 // ---- R19 id assignment -----------------------------------------------------
 
 #[test]
