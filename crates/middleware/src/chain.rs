@@ -425,19 +425,29 @@ impl ChainBuilder {
             if let (Some(o), Some(i)) = (last_outer, first_inner)
                 && o >= i
             {
-                // The extension that placed one of the two entries is the cause; else the
-                // constraint's contributor, or the core order.
-                let placed_by = [o, i]
-                    .iter()
-                    .filter_map(|&at| self.entries.get(at))
-                    .find_map(|e| self.source_of(&e.id()));
+                // The extensions that placed any violating entry (an outer one at or after the
+                // first inner one, an inner one at or before the last outer one), in chain
+                // order, are the cause; else the constraint's contributor, or the core order.
+                // (Before 2026-12-02 only the two reported entries were looked at, so an
+                // extension's entry between them went unnamed.)
+                let mut sources: Vec<&str> = Vec::new();
+                for (at, e) in self.entries.iter().enumerate() {
+                    let violating =
+                        (at >= i && matches(e, &c.outer)) || (at <= o && matches(e, &c.inner));
+                    if let Some(s) = self.source_of(&e.id()).filter(|_| violating)
+                        && !sources.contains(&s)
+                    {
+                        sources.push(s);
+                    }
+                }
+                let placed_by = (!sources.is_empty()).then(|| sources.join(", "));
                 return Err(Error::OrderingViolation {
                     outer: c.outer.to_string(),
                     outer_index: o,
                     inner: c.inner.to_string(),
                     inner_index: i,
                     reason: c.reason.clone(),
-                    contributor: placed_by.map(str::to_owned).unwrap_or_else(|| {
+                    contributor: placed_by.unwrap_or_else(|| {
                         c.contributor
                             .clone()
                             .unwrap_or_else(|| "core middleware order".to_owned())

@@ -615,6 +615,26 @@ fn r124_ordering_constraint_violation_names_everything() {
             .to_string()
             .ends_with("(contributed by ext-a)")
     );
+    // Every extension whose entry violates the order is named, also one whose entry sits
+    // between the two reported ones (before 2026-12-02: the core order was blamed here).
+    let mut b = ChainBuilder::new();
+    b.push(mw("ToolErrorHandlingMiddleware"));
+    b.place_from(
+        labelled("ToolProgressMiddleware", "x"),
+        &[PlacementRule::InnerOf(kinds::TOOL_ERROR_HANDLING)],
+        "ext-a",
+    );
+    b.place_from(
+        labelled("ToolProgressMiddleware", "y"),
+        &[PlacementRule::End],
+        "ext-b",
+    );
+    b.push(mw("ToolProgressMiddleware"));
+    let err = b.build().unwrap_err();
+    assert!(
+        err.to_string().ends_with("(contributed by ext-a, ext-b)"),
+        "{err}"
+    );
 }
 
 /// Names for generated extras and chain members.
