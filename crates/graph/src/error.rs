@@ -348,6 +348,23 @@ impl Error {
         }
     }
 
+    /// For a store error of the checkpoint crate's savers (through
+    /// [`SaverCheckpointer`](crate::SaverCheckpointer)), that error's own kind: a mode mismatch
+    /// (kernel-spec R34–R35), corruption, a conflict worth retrying, a backend failure…, which
+    /// [`kind`](Self::kind) reports as [`ErrorKind::Storage`]. Also the store error of a
+    /// [`Error::RunFailedUnstored`]. `None` for any other error.
+    pub fn checkpoint_kind(&self) -> Option<antler_checkpoint::ErrorKind> {
+        match self {
+            Self::Storage { source } => source
+                .downcast_ref::<antler_checkpoint::Error>()
+                .map(antler_checkpoint::Error::kind),
+            Self::RunFailedUnstored { error, storage } => storage
+                .checkpoint_kind()
+                .or_else(|| error.checkpoint_kind()),
+            _ => None,
+        }
+    }
+
     /// The coarse kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

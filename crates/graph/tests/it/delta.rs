@@ -3060,15 +3060,21 @@ async fn r35_a_full_mode_write_on_an_old_checkpoint_checks_the_delta_head() {
         Some(2),
         "R35 a: the old checkpoint reads"
     );
+    // The saver's kind is reachable for callers that branch on it.
+    let mismatch = Some(cp::ErrorKind::ModeMismatch);
     let err = graph.invoke(human(3), &at_old).await.unwrap_err();
     assert!(err.to_string().contains("requires delta mode"), "{err}");
+    assert_eq!(err.checkpoint_kind(), mismatch, "{err}");
     let err = graph.invoke(Input::Continue, &at_old).await.unwrap_err();
     assert!(err.to_string().contains("requires delta mode"), "{err}");
+    assert_eq!(err.checkpoint_kind(), mismatch, "{err}");
     let err = graph
         .update_state(&at_old, human(4), Some(antler_graph::NodeId::new("reply")))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("requires delta mode"), "{err}");
+    assert_eq!(err.checkpoint_kind(), mismatch, "{err}");
+    assert_eq!(antler_graph::Error::NoCheckpointer.checkpoint_kind(), None);
     assert_eq!(count().await, before, "nothing was written");
 }
 
