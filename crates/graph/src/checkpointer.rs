@@ -204,7 +204,9 @@ pub trait Checkpointer: Send + Sync {
     ///
     /// The default reads the page's ids, then each checkpoint on its own; the
     /// `SaverCheckpointer` reads the page's rows, values and writes with one saver `list` (the
-    /// message bodies the page's lists share are fetched once).
+    /// message bodies the page's lists share are fetched once), then completes each relative
+    /// record of the page as a single read does (the values it inherits, with one
+    /// `get_channel_values` call per such record, and on a cold adapter its ancestors).
     async fn list_page(
         &self,
         scope: &Scope,
