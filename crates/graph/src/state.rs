@@ -135,6 +135,39 @@ impl Update {
     pub fn extend(&mut self, other: Update) {
         self.writes.extend(other.writes);
     }
+    /// The plain writes of type `W` to `key`'s channel (not its overwrites), in write order,
+    /// for code that checks or adjusts a sub-result's writes before passing them on (an
+    /// agent's tool step checks that a tool's command answers its call). A write shared with
+    /// a clone of this update is copied first, so the clone keeps its value.
+    ///
+    /// ```
+    /// use antler_graph::{Key, Update};
+    /// const LOG: Key<Vec<String>> = Key::from_static("log");
+    /// let mut update = Update::new().set(&LOG, vec!["a".to_owned()]);
+    /// for w in update.writes_mut(&LOG) {
+    ///     w.push("b".to_owned());
+    /// }
+    /// assert_eq!(update.writes_mut(&LOG).next().map(|w| w.len()), Some(2));
+    /// ```
+    pub fn writes_mut<V: 'static, W: Clone + Send + Sync + 'static>(
+        &mut self,
+        key: &Key<V, W>,
+    ) -> impl Iterator<Item = &mut W> {
+        let name = key.name();
+        self.writes
+            .iter_mut()
+            .filter(move |w| &*w.channel == name && w.type_id == TypeId::of::<W>())
+            .filter_map(|w| {
+                let Write::Value(v) = &mut w.write else {
+                    return None;
+                };
+                if Arc::get_mut(v).is_none() {
+                    let copy: W = v.downcast_ref::<W>()?.clone();
+                    *v = Arc::new(copy);
+                }
+                Arc::get_mut(v)?.downcast_mut::<W>()
+            })
+    }
 }
 
 impl fmt::Debug for Update {

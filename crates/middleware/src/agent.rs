@@ -355,6 +355,46 @@ fn after_model_route(state: &State, targets: &Targets) -> NodeId {
 /// ends when the last AI message has no tool calls). Messages after the AI message, such as a
 /// reminder an after-model hook appended, do not hide its calls, and a call already answered
 /// is not run again.
+/// Checks that a tool's command answers its call, as LangGraph's tool node does: its update
+/// carries a tool message for the call's id (which then gets the call's tool name), unless
+/// the update only removes every message. Otherwise the model would next see a call without
+/// an answer, which providers refuse; the error says what the command wrote instead.
+fn answer_call(update: &mut Update, id: Option<&str>, name: &str) -> Result<(), String> {
+    let mut written: Vec<&mut Vec<Message>> = update.writes_mut(&MESSAGES).collect();
+    let all: Vec<&Message> = written.iter().flat_map(|w| w.iter()).collect();
+    if let [only] = all.as_slice()
+        && only.is_remove_all()
+    {
+        return Ok(());
+    }
+    let seen: Vec<String> = all
+        .iter()
+        .map(|m| match (m.kind, m.tool_call_id()) {
+            (MessageType::Tool, Some(answers)) => format!("tool (answering '{answers}')"),
+            (kind, _) => kind.as_str().to_owned(),
+        })
+        .collect();
+    let mut answered = false;
+    for m in written.iter_mut().flat_map(|w| w.iter_mut()) {
+        if m.kind == MessageType::Tool && id.is_some() && m.tool_call_id() == id {
+            m.name = Some(name.to_owned());
+            answered = true;
+        }
+    }
+    if answered {
+        return Ok(());
+    }
+    Err(format!(
+        "a tool's command must answer its call with a tool message: tool '{name}' (call '{}') returned a command without one (its messages: {})",
+        id.unwrap_or("without an id"),
+        if seen.is_empty() {
+            "none".to_owned()
+        } else {
+            seen.join(", ")
+        }
+    ))
+}
+
 fn pending_tool_calls(state: &State) -> Vec<antler_state_reducers::ToolCall> {
     let Some(ms) = state.get(&MESSAGES) else {
         return Vec::new();
@@ -490,6 +530,11 @@ struct ToolsNode {
 impl ToolsNode {
     async fn run(&self, state: State, ctx: Context) -> Result<Command, NodeError> {
         let calls = pending_tool_calls(&state);
+        // Each outcome's call, in call order (the outcomes come back in that order).
+        let answering: Vec<(Option<String>, String)> = calls
+            .iter()
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
         let runs = calls.into_iter().map(|call| {
             let tool = self.tools.iter().find(|t| t.name() == call.name).cloned();
             let request = ToolRequest {
@@ -511,7 +556,7 @@ impl ToolsNode {
         let mut out = Update::new();
         let mut messages = Vec::new();
         let mut to_end = false;
-        for outcome in outcomes {
+        for (outcome, (call_id, call_name)) in outcomes.into_iter().zip(&answering) {
             match outcome? {
                 ToolOutcome::Message(m) => messages.push(m),
                 ToolOutcome::Command(c) => {
@@ -536,7 +581,8 @@ impl ToolsNode {
                                 .to_owned(),
                         ));
                     }
-                    let (u, gotos) = c.into_update_and_gotos();
+                    let (mut u, gotos) = c.into_update_and_gotos();
+                    answer_call(&mut u, call_id.as_deref(), call_name).map_err(refused)?;
                     out.extend(u);
                     // R49 lets a tool end the run; any other destination has no place in the
                     // loop (the tools step always returns to the model), so it is refused

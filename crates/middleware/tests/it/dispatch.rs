@@ -10,7 +10,7 @@ use antler_middleware::{
     ModelNext, ModelRequest, ModelResponse, NodeHook, NodeHooks, Tool, ToolNext, ToolOutcome,
     ToolRequest,
 };
-use antler_state_reducers::{Message, ToolCall};
+use antler_state_reducers::{Message, MessageType, ToolCall};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
@@ -510,6 +510,12 @@ enum Beyond {
     Jump,
     /// Addresses the parent graph.
     Parent,
+    /// Ends the run without a tool message answering the call.
+    Unanswered,
+    /// Ends the run with a tool message answering another call.
+    OtherCall,
+    /// Ends the run removing every message (no answer needed).
+    RemoveAll,
 }
 
 struct GotoModel {
@@ -531,7 +537,15 @@ impl Middleware for GotoModel {
     ) -> Result<ToolOutcome, NodeError> {
         let answer = Message::tool("elsewhere", req.call.id.clone().unwrap_or_default());
         let update = Update::new().set(&MESSAGES, vec![answer]);
+        let end = |messages: Vec<Message>| {
+            antler_graph::Command::new()
+                .update(Update::new().set(&MESSAGES, messages))
+                .goto(antler_graph::END)
+        };
         Ok(ToolOutcome::Command(match self.beyond {
+            Beyond::Unanswered => end(vec![Message::ai("done").with_id("x")]),
+            Beyond::OtherCall => end(vec![Message::tool("hm", "another-call")]),
+            Beyond::RemoveAll => end(vec![Message::remove_all()]),
             Beyond::Jump => antler_graph::Command::new()
                 .update(update.set(&antler_middleware::JUMP_TO, "model".to_owned())),
             Beyond::Goto => antler_graph::Command::new().update(update).goto("model"),
@@ -553,6 +567,15 @@ async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
         (
             Beyond::Parent,
             "may not resume interrupts or address the parent graph",
+        ),
+        // Not answering the call (before 2026-12-02 accepted, leaving the call unanswered).
+        (
+            Beyond::Unanswered,
+            "must answer its call with a tool message: tool 'search' (call 'call-0') returned a command without one (its messages: ai)",
+        ),
+        (
+            Beyond::OtherCall,
+            "(its messages: tool (answering 'another-call'))",
         ),
     ] {
         let model = Arc::new(Scripted {
@@ -590,6 +613,59 @@ async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
             "{err:?}"
         );
     }
+}
+
+/// A tool's command that answers its call passes, and the answer takes the call's tool name,
+/// as LangGraph's tool node names it; a command that removes every message needs no answer.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tool_command_answering_its_call_passes_and_names_the_answer() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["ask_clarification"])]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(EndOnAsk));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .expect("the run succeeds");
+    let answer = out
+        .values
+        .get(&MESSAGES)
+        .and_then(|ms| ms.iter().find(|m| m.kind == MessageType::Tool))
+        .expect("the answer is stored");
+    assert_eq!(answer.name.as_deref(), Some("ask_clarification"));
+    // Removing every message needs no answer.
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["search"])]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(GotoModel {
+        beyond: Beyond::RemoveAll,
+    }));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .with_tools(vec![echo("search", &Arc::default())])
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .expect("a command removing every message passes");
+    assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(0));
 }
 
 #[tokio::test(flavor = "current_thread")]
