@@ -726,6 +726,24 @@ fn r54_a_clarification_family_member_is_clarification() {
         order(&chain),
         ["ThreadDataMiddleware", "A", "B", "MyClarification"]
     );
+    // A second member of the family as an extra: it goes before the first Clarification, which
+    // is then the first member and moves back to the end, and the chain, where the extra now
+    // follows the built-in one, is refused (R119).
+    let mut b = ChainBuilder::new();
+    b.push(mw("ThreadDataMiddleware"));
+    b.push(mw("ClarificationMiddleware"));
+    b.insert_extras(vec![Arc::new(Mw {
+        kind: k("MyClarification"),
+        anchors: Anchors::NONE,
+        families: vec![kinds::CLARIFICATION],
+        label: None,
+    })])
+    .unwrap();
+    let err = b.build().unwrap_err();
+    assert!(
+        matches!(&err, Error::ClarificationNotLast { after } if after == "MyClarification"),
+        "{err}"
+    );
 }
 
 /// Two extras with one id are refused with a typed error (before, both went into the chain,
