@@ -554,6 +554,28 @@ impl Middleware for GotoModel {
     }
 }
 
+/// One turn of an agent whose model calls `search` once, with [`GotoModel`] answering it.
+async fn run_beyond(beyond: Beyond) -> antler_graph::Result<antler_graph::RunOutcome> {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![ai_calling(&["search"])]),
+        log: Arc::default(),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(GotoModel { beyond }));
+    let graph = AgentGraph::new(chain.build().expect("valid chain"), model)
+        .with_tools(vec![echo("search", &Arc::default())])
+        .build()
+        .expect("valid agent")
+        .compile()
+        .expect("compiles");
+    graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+}
+
 /// A tool's command may end the run (R49) and nothing else: a goto to another node fails the
 /// tool step with an error naming it (before, the goto was dropped without a word).
 #[tokio::test(flavor = "current_thread")]
@@ -578,25 +600,7 @@ async fn a_tool_command_going_anywhere_but_the_end_is_refused() {
             "(its messages: tool (answering 'another-call'))",
         ),
     ] {
-        let model = Arc::new(Scripted {
-            answers: Mutex::new(vec![ai_calling(&["search"])]),
-            log: Arc::default(),
-        });
-        let mut chain = ChainBuilder::new();
-        chain.push(Arc::new(GotoModel { beyond }));
-        let graph = AgentGraph::new(chain.build().unwrap(), model)
-            .with_tools(vec![echo("search", &Arc::default())])
-            .build()
-            .unwrap()
-            .compile()
-            .unwrap();
-        let err = graph
-            .invoke(
-                Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
-                &RunConfig::new("t"),
-            )
-            .await
-            .unwrap_err();
+        let err = run_beyond(beyond).await.unwrap_err();
         assert!(err.to_string().contains(expected), "{err}");
         // Typed: the tools node failed with the middleware's error as its source.
         let source = match &err {
@@ -644,25 +648,7 @@ async fn a_tool_command_answering_its_call_passes_and_names_the_answer() {
         .expect("the answer is stored");
     assert_eq!(answer.name.as_deref(), Some("ask_clarification"));
     // Removing every message needs no answer.
-    let model = Arc::new(Scripted {
-        answers: Mutex::new(vec![ai_calling(&["search"])]),
-        log: Arc::default(),
-    });
-    let mut chain = ChainBuilder::new();
-    chain.push(Arc::new(GotoModel {
-        beyond: Beyond::RemoveAll,
-    }));
-    let graph = AgentGraph::new(chain.build().unwrap(), model)
-        .with_tools(vec![echo("search", &Arc::default())])
-        .build()
-        .unwrap()
-        .compile()
-        .unwrap();
-    let out = graph
-        .invoke(
-            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
-            &RunConfig::new("t"),
-        )
+    let out = run_beyond(Beyond::RemoveAll)
         .await
         .expect("a command removing every message passes");
     assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(0));
