@@ -122,19 +122,7 @@ async fn command_to_parent_from_a_subgraph_applies_in_the_parent() {
         .add_edge("__start__", "escalate")
         .add_edge("escalate", "never")
         .add_edge("never", "__end__");
-    let mut outer = StateGraph::new();
-    outer
-        .channel(&LOG, ChannelSpec::last_value())
-        .expect("declared once");
-    only_subgraph(
-        &mut outer,
-        "sub",
-        inner.compile().expect("valid inner graph"),
-    );
-    let graph = outer
-        .compile()
-        .expect("valid outer graph")
-        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let graph = last_value_parent("sub", inner.compile().expect("valid inner graph"));
     let out = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
         .await
@@ -375,19 +363,7 @@ async fn a_subgraph_that_fails_after_its_resume_shows_as_failed() {
     inner
         .add_edge("__start__", "ask")
         .add_edge("ask", "__end__");
-    let mut outer = StateGraph::new();
-    outer
-        .channel(&LOG, ChannelSpec::last_value())
-        .expect("declared once");
-    only_subgraph(
-        &mut outer,
-        "sub",
-        inner.compile().expect("valid inner graph"),
-    );
-    let graph = outer
-        .compile()
-        .expect("valid outer graph")
-        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let graph = last_value_parent("sub", inner.compile().expect("valid inner graph"));
     let cfg = RunConfig::new("t");
     let out = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
@@ -749,19 +725,7 @@ async fn a_namespaced_state_call_is_handed_to_the_subgraph() {
     );
     // The root's `log` is a last value: reading the inner checkpoints with it would still
     // work, but the root has neither `first` nor `ask` to update as.
-    let mut outer = StateGraph::new();
-    outer
-        .channel(&LOG, ChannelSpec::last_value())
-        .expect("declared once");
-    only_subgraph(
-        &mut outer,
-        "mid",
-        mid.compile().expect("valid middle graph"),
-    );
-    let graph = outer
-        .compile()
-        .expect("valid outer graph")
-        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let graph = last_value_parent("mid", mid.compile().expect("valid middle graph"));
     let cfg = RunConfig::new("t");
     let out = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
@@ -898,4 +862,18 @@ async fn updating_a_subgraph_namespace_before_the_subgraph_ran_is_refused() {
     // `log` the parent's appending reducer receives back).
     let out = graph.invoke(None::<Update>, &cfg).await.unwrap();
     assert_eq!(out.values.get(&LOG), Some(&log(&["in", "in", "inner.x"])));
+}
+
+/// A parent whose only step is the subgraph `sub` at node `name`, declaring `log` as a last
+/// value (so the subgraph's final `log` replaces the parent's), on an in-process checkpointer.
+fn last_value_parent(name: &str, sub: antler_graph::CompiledGraph) -> antler_graph::CompiledGraph {
+    let mut outer = StateGraph::new();
+    outer
+        .channel(&LOG, ChannelSpec::last_value())
+        .expect("declared once");
+    only_subgraph(&mut outer, name, sub);
+    outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
 }
