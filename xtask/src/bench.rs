@@ -329,17 +329,17 @@ fn markdown(
     let _ = writeln!(
         s,
         "Driver: {driver_text}.\n\
-         Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes.\n\
+         Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes; \"stored B\" is the physical size beside them (SQLite: the file after `VACUUM`; PostgreSQL: `pg_column_size` of the thread's rows).\n\
          Full mode runs up to T = {full_max_turns}; F does not apply to it. Runs took {elapsed:.1} s.\n"
     );
-    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms median (min–p90) | body scan cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
+    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | stored B | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms median (min–p90) | body scan cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
     s.push_str(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
             r["saver"].as_str().unwrap_or("?"),
             r["mode"].as_str().unwrap_or("?"),
             if r["mode"] == "full" {
@@ -351,6 +351,7 @@ fn markdown(
             r["persisted_bytes"],
             r["new_data_bytes"],
             num(r, "amplification"),
+            stored_bytes(r),
             num(r, "bytes_per_turn_mean"),
             num(r, "invoke_ms_mean"),
             num(r, "invoke_ms_p50"),
@@ -384,6 +385,15 @@ fn cold_spread(r: &Value) -> String {
 
 /// A latency not every run reports (the graph driver's cold-process costs, the database
 /// savers' body scan): two decimals or `–`.
+/// The physical size of a result's store (SQLite file after `VACUUM`, PostgreSQL
+/// `pg_column_size`), `–` where there is none (the memory saver).
+fn stored_bytes(r: &Value) -> String {
+    ["sqlite_file_bytes_after_vacuum", "pg_column_size_bytes"]
+        .iter()
+        .find_map(|k| r[*k].as_u64())
+        .map_or_else(|| "–".to_owned(), |b| b.to_string())
+}
+
 fn opt_ms(r: &Value, key: &str) -> String {
     r[key]
         .as_f64()
@@ -463,4 +473,52 @@ fn plot_svg(rows: &[Value]) -> String {
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// Every row of the table has as many cells as the header, and the stored size comes from
+    /// the saver's own key (`–` for the memory saver).
+    #[test]
+    fn the_table_shows_the_stored_size_in_its_column() {
+        let row = |saver: &str, key: Option<&str>| {
+            let mut r = json!({
+                "saver": saver, "mode": "delta", "snapshot_frequency": 10, "turns": 100,
+                "persisted_bytes": 1, "new_data_bytes": 1, "amplification": 1.0,
+                "bytes_per_turn_mean": 1.0, "invoke_ms_mean": 1.0, "invoke_ms_p50": 1.0,
+                "invoke_ms_p99": 1.0, "invoke_ms_last10_mean": 1.0, "get_state_ms_warm": 1.0,
+                "get_state_ms_cold": 1.0, "get_state_peak_bytes": 1, "max_replayed_writes": 1,
+            });
+            if let Some(k) = key {
+                r[k] = json!(4242);
+            }
+            r
+        };
+        let md = super::markdown(
+            &[
+                row("memory", None),
+                row("sqlite", Some("sqlite_file_bytes_after_vacuum")),
+                row("postgres", Some("pg_column_size_bytes")),
+            ],
+            true,
+            "graph",
+            2000,
+            1.0,
+        );
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        let cells = |l: &str| l.matches('|').count();
+        let header = lines.first().copied().unwrap_or_default();
+        let column = header
+            .split('|')
+            .position(|c| c.trim() == "stored B")
+            .expect("a stored B column");
+        assert!(lines.iter().all(|l| cells(l) == cells(header)), "{md}");
+        let stored: Vec<&str> = lines[2..]
+            .iter()
+            .map(|l| l.split('|').nth(column).unwrap_or_default().trim())
+            .collect();
+        assert_eq!(stored, ["–", "4242", "4242"]);
+    }
 }
