@@ -657,7 +657,8 @@ pub struct TaskSnapshot {
 }
 
 /// Which checkpoints [`CompiledGraph::get_state_history_with`] returns: those older than
-/// `before`, newest first, at most `limit` (LangGraph's `before` and `limit`).
+/// `before` whose metadata matches `filter`, newest first, at most `limit` (LangGraph's
+/// `before`, `filter` and `limit`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HistoryQuery {
@@ -665,14 +666,19 @@ pub struct HistoryQuery {
     pub before: Option<CheckpointId>,
     /// At most this many snapshots.
     pub limit: Option<usize>,
+    /// Only checkpoints whose metadata holds each of these entries, as the reference's
+    /// filter compares them: `source` (`"input"`, `"loop"`, `"update"`, `"fork"`), `step`,
+    /// `run_id`, `parents` (namespace → checkpoint id) and the free keys of
+    /// [`RunConfig::metadata`]; a key the metadata lacks compares as `null`.
+    pub filter: serde_json::Map<String, Json>,
 }
 
 impl HistoryQuery {
     /// The newest `limit` checkpoints (none for 0, without reading the store).
     pub fn limit(limit: usize) -> Self {
         Self {
-            before: None,
             limit: Some(limit),
+            ..Self::default()
         }
     }
 
@@ -680,6 +686,13 @@ impl HistoryQuery {
     #[must_use]
     pub fn before(mut self, id: CheckpointId) -> Self {
         self.before = Some(id);
+        self
+    }
+
+    /// Only checkpoints whose metadata `key` is `value` (see the `filter` field).
+    #[must_use]
+    pub fn filter(mut self, key: impl Into<String>, value: impl Into<Json>) -> Self {
+        self.filter.insert(key.into(), value.into());
         self
     }
 }

@@ -2452,6 +2452,65 @@ pub(crate) async fn get_state(
     }
 }
 
+/// A page of the thread's history older than `before`, as `get_state` reads each of its
+/// checkpoints; one deleted meanwhile (a prune by another process) is no longer history: left
+/// out.
+async fn history_page(
+    cp: &dyn Checkpointer,
+    scope: &Scope,
+    before: Option<&CheckpointId>,
+    limit: usize,
+) -> Result<Vec<CheckpointTuple>> {
+    let mut page = cp.list_page(scope, before, limit).await?;
+    // An empty page ends the history only when nothing older is left: every checkpoint of a
+    // page can go between its listing and its reads while older ones stay (a prune keeps
+    // seeds and full records), and the next listing, taken after those deletes, finds them.
+    // Older checkpoints are only ever deleted (new ones are newer than any `before`), so this
+    // stops; the bound covers a store that keeps bringing old ids back (a delete and a copy
+    // onto the thread, repeated), and is an error rather than an empty page that would read
+    // as the end.
+    let mut reads = 1;
+    loop {
+        if !page.is_empty() || cp.list_ids(scope, before, Some(1)).await?.is_empty() {
+            return Ok(page);
+        }
+        if reads == 16 {
+            return Err(Error::Storage {
+                source: Box::new(crate::checkpointer::BrokenHistory {
+                    thread: scope.thread.to_string(),
+                    checkpoint: before.map_or_else(|| "newest".to_owned(), ToString::to_string),
+                    why: "older checkpoints remain, but every read of the page before \
+                          it found them gone",
+                }),
+            });
+        }
+        reads += 1;
+        page = cp.list_page(scope, before, limit).await?;
+    }
+}
+
+/// Whether a checkpoint's metadata holds every entry of `filter`, compared as the reference's
+/// history filter compares its metadata: `source`, `step`, `run_id`, `parents` and the free
+/// keys; a key the metadata lacks compares as `null`.
+fn metadata_matches(t: &CheckpointTuple, filter: &serde_json::Map<String, Json>) -> bool {
+    let c = &t.checkpoint;
+    filter.iter().all(|(key, want)| {
+        let have = match key.as_str() {
+            "source" => Json::from(c.source.as_str()),
+            "step" => Json::from(c.step),
+            "run_id" => c.run_id.clone().map_or(Json::Null, Json::from),
+            "parents" => Json::Object(
+                c.parents
+                    .iter()
+                    .map(|(ns, id)| (ns.clone(), Json::from(id.as_str())))
+                    .collect(),
+            ),
+            other => c.metadata.get(other).cloned().unwrap_or(Json::Null),
+        };
+        have == *want
+    })
+}
+
 pub(crate) async fn history(
     g: &Graph,
     cp: &dyn Checkpointer,
@@ -2484,45 +2543,27 @@ pub(crate) async fn history(
             .await?
             .into_iter()
             .filter(|t| query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b))
+            .filter(|t| metadata_matches(t, &query.filter))
             .collect(),
-        // A page, as `get_state` reads each of its checkpoints; one deleted meanwhile (a prune
-        // by another process) is no longer history: left out.
-        Some(limit) => {
-            let mut page = cp.list_page(&scope, query.before.as_ref(), limit).await?;
-            // An empty page ends the history only when nothing older is left: every checkpoint
-            // of a page can go between its listing and its reads while older ones stay (a
-            // prune keeps seeds and full records), and the next listing, taken after those
-            // deletes, finds them. Older checkpoints are only ever deleted (new ones are
-            // newer than any `before`), so this stops; the bound covers a store that keeps
-            // bringing old ids back (a delete and a copy onto the thread, repeated), and is an
-            // error rather than an empty page that would read as the end.
-            let mut reads = 1;
-            loop {
-                if !page.is_empty()
-                    || cp
-                        .list_ids(&scope, query.before.as_ref(), Some(1))
-                        .await?
-                        .is_empty()
-                {
-                    break page;
-                }
-                if reads == 16 {
-                    return Err(Error::Storage {
-                        source: Box::new(crate::checkpointer::BrokenHistory {
-                            thread: scope.thread.to_string(),
-                            checkpoint: query
-                                .before
-                                .as_ref()
-                                .map_or_else(|| "newest".to_owned(), ToString::to_string),
-                            why: "older checkpoints remain, but every read of the page before \
-                                  it found them gone",
-                        }),
-                    });
-                }
-                reads += 1;
-                page = cp.list_page(&scope, query.before.as_ref(), limit).await?;
+        // A filtered page: pages read in turn, older each time, until `limit` checkpoints
+        // match or the history ends (the filter is applied to what a page read returns, so a
+        // rare match costs reading the pages before it).
+        Some(limit) if !query.filter.is_empty() => {
+            let mut matched: Vec<CheckpointTuple> = Vec::new();
+            let mut before = query.before.clone();
+            while matched.len() < limit {
+                let page = history_page(cp, &scope, before.as_ref(), limit).await?;
+                let Some(last) = page.last() else { break };
+                before = Some(last.checkpoint.id.clone());
+                matched.extend(
+                    page.into_iter()
+                        .filter(|t| metadata_matches(t, &query.filter)),
+                );
             }
+            matched.truncate(limit);
+            matched
         }
+        Some(limit) => history_page(cp, &scope, query.before.as_ref(), limit).await?,
     };
     // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's
     // delta channels instead of walking history again: one walk per run of consecutive

@@ -340,3 +340,125 @@ async fn an_update_on_a_fresh_thread_is_step_zero() {
         .unwrap();
     assert_eq!(graph.get_state(&cfg).await.unwrap().unwrap().step, 0);
 }
+
+/// `HistoryQuery::filter` keeps the checkpoints whose metadata holds every entry, as the
+/// reference's history filter does (source, step, run id, free keys; a missing key is
+/// `null`), with the whole history and with pages, through a saver and in process alike; a
+/// filtered page reads older pages until it has `limit` matches. Before 2026-12-02 the
+/// history had no filter.
+#[tokio::test]
+async fn the_history_filters_on_checkpoint_metadata() {
+    use antler_graph::{HistoryQuery, MemoryCheckpointer, Source};
+    let saver: Arc<dyn cp::Saver> = Arc::new(
+        cp::SqliteSaver::open(":memory:", cp::StoreConfig::full())
+            .await
+            .unwrap(),
+    );
+    let in_process = {
+        let mut g = graph();
+        g.add_node("a", |_s: State, _c: Context| async {
+            Ok(Update::new().set(&LOG, log(&["a"])))
+        });
+        g.add_edge("__start__", "a").add_edge("a", "__end__");
+        g.compile()
+            .expect("valid graph")
+            .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
+    };
+    for graph in [over(saver), in_process] {
+        for (i, run) in ["r1", "r2", "r3"].into_iter().enumerate() {
+            let mut cfg = RunConfig::new("t").with_run_id(run);
+            if i != 1 {
+                cfg = cfg.with_metadata("user", "ann");
+            }
+            graph.invoke(input(&format!("in{i}")), &cfg).await.unwrap();
+        }
+        let cfg = RunConfig::new("t");
+        let all = graph.get_state_history(&cfg).await.unwrap();
+        assert_eq!(all.len(), 9, "three checkpoints a run");
+        let ids = |snaps: &[antler_graph::StateSnapshot]| {
+            snaps
+                .iter()
+                .map(|s| s.checkpoint_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let expect = |keep: &dyn Fn(&antler_graph::StateSnapshot) -> bool| {
+            all.iter()
+                .filter(|s| keep(s))
+                .map(|s| s.checkpoint_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let query = |q: HistoryQuery| {
+            let graph = &graph;
+            let cfg = &cfg;
+            async move { ids(&graph.get_state_history_with(cfg, &q).await.unwrap()) }
+        };
+        // Free key, source, step, run id; two entries at once.
+        let ann = expect(&|s| s.metadata.get("user") == Some(&json!("ann")));
+        assert_eq!(ann.len(), 6);
+        assert_eq!(
+            query(HistoryQuery::default().filter("user", "ann")).await,
+            ann
+        );
+        let loops = expect(&|s| s.source == Source::Loop);
+        assert_eq!(
+            query(HistoryQuery::default().filter("source", "loop")).await,
+            loops
+        );
+        let step = expect(&|s| s.step == 1);
+        assert_eq!(query(HistoryQuery::default().filter("step", 1)).await, step);
+        let r2 = expect(&|s| s.run_id.as_deref() == Some("r2"));
+        assert_eq!(r2.len(), 3);
+        assert_eq!(
+            query(HistoryQuery::default().filter("run_id", "r2")).await,
+            r2
+        );
+        let ann_loops =
+            expect(&|s| s.source == Source::Loop && s.metadata.get("user") == Some(&json!("ann")));
+        assert_eq!(
+            query(
+                HistoryQuery::default()
+                    .filter("user", "ann")
+                    .filter("source", "loop")
+            )
+            .await,
+            ann_loops
+        );
+        // A key the metadata lacks compares as null: r2's checkpoints have no user.
+        assert_eq!(
+            query(HistoryQuery::default().filter("user", serde_json::Value::Null)).await,
+            r2
+        );
+        // Pages: the first two matches, then the next two after the second, reading past
+        // the newest run's checkpoints, none of which matches `run_id = r1`.
+        let r1 = expect(&|s| s.run_id.as_deref() == Some("r1"));
+        assert_eq!(
+            query(HistoryQuery::limit(2).filter("run_id", "r1")).await,
+            r1[..2]
+        );
+        assert_eq!(
+            query(
+                HistoryQuery::limit(2)
+                    .filter("run_id", "r1")
+                    .before(r1[1].clone())
+            )
+            .await,
+            r1[2..]
+        );
+        assert!(
+            query(HistoryQuery::limit(5).filter("run_id", "nobody"))
+                .await
+                .is_empty()
+        );
+        // The matching snapshots are the unfiltered ones.
+        let page = graph
+            .get_state_history_with(&cfg, &HistoryQuery::limit(1).filter("run_id", "r1"))
+            .await
+            .unwrap();
+        let same = all
+            .iter()
+            .find(|s| s.checkpoint_id == page[0].checkpoint_id)
+            .expect("in the history");
+        assert_eq!(page[0].values.get(&LOG), same.values.get(&LOG));
+        assert_eq!(page[0].next, same.next);
+    }
+}
