@@ -696,11 +696,12 @@ async fn history_and_fork(
     })
 }
 
-/// Samples the stored bytes before each of the last 10 turns (and after the last one).
 /// Size samples taken in this process: the tests check that a timed pass takes none.
 #[cfg(test)]
 static SAMPLES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Samples the stored bytes before each of the last 10 turns (and after the last one), on the
+/// growth pass's scratch thread.
 struct Growth {
     last_total: Option<u64>,
     deltas: Vec<f64>,

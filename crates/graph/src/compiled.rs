@@ -1077,8 +1077,10 @@ impl CompiledGraph {
 
     /// The checkpoints of the thread that `query` selects, newest first (all branches).
     ///
-    /// With a limit, the cost is that of `limit` [`get_state`](Self::get_state) reads of
-    /// older checkpoints however long the thread is; walk further back by passing the last
+    /// With a limit and no filter, the cost is that of `limit` [`get_state`](Self::get_state)
+    /// reads of older checkpoints however long the thread is (with a filter, pages of at least
+    /// 64 checkpoints are read until `limit` match, so a rare match costs reading the pages
+    /// before it); walk further back by passing the last
     /// snapshot's id as the next query's `before`, until a page comes back empty (a page can
     /// be short without being the last: a checkpoint deleted between listing and reading it
     /// is left out; an empty page is checked against the store and read again while older

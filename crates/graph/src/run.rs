@@ -1,6 +1,6 @@
 //! The super-step loop (runtime-spec §2): load, input handling, plan → run → barrier → checkpoint.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::UnboundedSender;
@@ -2489,9 +2489,35 @@ async fn history_page(
     }
 }
 
+/// The fewest checkpoints a filtered history page reads at a time.
+const FILTERED_PAGE: usize = 64;
+
+/// Whether two JSON values are equal as Python compares them: numbers by value (`1` and `1.0`
+/// are equal), lists and maps element by element.
+fn json_eq(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(i), Some(j)) => i == j,
+            _ => match (x.as_u64(), y.as_u64()) {
+                (Some(i), Some(j)) => i == j,
+                _ => x.as_f64() == y.as_f64(),
+            },
+        },
+        (Json::Array(x), Json::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
+        }
+        (Json::Object(x), Json::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
 /// Whether a checkpoint's metadata holds every entry of `filter`, compared as the reference's
 /// history filter compares its metadata: `source`, `step`, `run_id`, `parents` and the free
-/// keys; a key the metadata lacks compares as `null`.
+/// keys; a key the metadata lacks compares as `null`, and numbers compare by value.
 fn metadata_matches(t: &CheckpointTuple, filter: &serde_json::Map<String, Json>) -> bool {
     let c = &t.checkpoint;
     filter.iter().all(|(key, want)| {
@@ -2507,7 +2533,7 @@ fn metadata_matches(t: &CheckpointTuple, filter: &serde_json::Map<String, Json>)
             ),
             other => c.metadata.get(other).cloned().unwrap_or(Json::Null),
         };
-        have == *want
+        json_eq(&have, want)
     })
 }
 
@@ -2535,35 +2561,57 @@ pub(crate) async fn history(
         // empty page read from the store would look emptied by a concurrent delete).
         return Ok(Vec::new());
     }
-    // Newest first, as returned.
-    let tuples: Vec<CheckpointTuple> = match query.limit {
+    // Newest first, as returned. With a filter, every checkpoint read is rebuilt (a match's
+    // parent that does not match still lets the match continue its delta channels instead
+    // of walking history) and only the matches are returned (`wanted`).
+    let (tuples, wanted): (Vec<CheckpointTuple>, Option<HashSet<CheckpointId>>) = match query.limit
+    {
         // The whole history: one bulk read beats a read per checkpoint.
-        None => cp
-            .list(&scope)
-            .await?
-            .into_iter()
-            .filter(|t| query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b))
-            .filter(|t| metadata_matches(t, &query.filter))
-            .collect(),
+        None => {
+            let tuples: Vec<CheckpointTuple> = cp
+                .list(&scope)
+                .await?
+                .into_iter()
+                .filter(|t| query.before.as_ref().is_none_or(|b| t.checkpoint.id < *b))
+                .collect();
+            let wanted = (!query.filter.is_empty()).then(|| {
+                tuples
+                    .iter()
+                    .filter(|t| metadata_matches(t, &query.filter))
+                    .map(|t| t.checkpoint.id.clone())
+                    .collect()
+            });
+            (tuples, wanted)
+        }
         // A filtered page: pages read in turn, older each time, until `limit` checkpoints
-        // match or the history ends (the filter is applied to what a page read returns, so a
-        // rare match costs reading the pages before it).
+        // match or the history ends; the filter is applied to what the reads return, so a
+        // rare match costs reading the pages before it (read at least `FILTERED_PAGE` at a
+        // time, not `limit`, which may be one).
         Some(limit) if !query.filter.is_empty() => {
-            let mut matched: Vec<CheckpointTuple> = Vec::new();
+            let mut read: Vec<CheckpointTuple> = Vec::new();
+            let mut wanted = HashSet::new();
             let mut before = query.before.clone();
-            while matched.len() < limit {
-                let page = history_page(cp, &scope, before.as_ref(), limit).await?;
+            while wanted.len() < limit {
+                let page =
+                    history_page(cp, &scope, before.as_ref(), limit.max(FILTERED_PAGE)).await?;
                 let Some(last) = page.last() else { break };
                 before = Some(last.checkpoint.id.clone());
-                matched.extend(
-                    page.into_iter()
-                        .filter(|t| metadata_matches(t, &query.filter)),
-                );
+                for t in page {
+                    if wanted.len() == limit {
+                        break;
+                    }
+                    if metadata_matches(&t, &query.filter) {
+                        wanted.insert(t.checkpoint.id.clone());
+                    }
+                    read.push(t);
+                }
             }
-            matched.truncate(limit);
-            matched
+            (read, Some(wanted))
         }
-        Some(limit) => history_page(cp, &scope, query.before.as_ref(), limit).await?,
+        Some(limit) => (
+            history_page(cp, &scope, query.before.as_ref(), limit).await?,
+            None,
+        ),
     };
     // Oldest first, so that a checkpoint whose parent was just rebuilt continues the parent's
     // delta channels instead of walking history again: one walk per run of consecutive
@@ -2576,6 +2624,10 @@ pub(crate) async fn history(
     let mut out = Vec::with_capacity(tuples.len());
     let mut rebuilt: HashMap<CheckpointId, (Live, Vec<PendingWrite>)> = HashMap::new();
     for t in tuples.into_iter().rev() {
+        let shown = wanted.as_ref().is_none_or(|w| w.contains(&t.checkpoint.id));
+        if !shown && !parents.contains(&t.checkpoint.id) {
+            continue;
+        }
         let parent = t.checkpoint.parent.as_ref().and_then(|p| rebuilt.get(p));
         let live = match parent {
             Some((p, writes)) => Live::continue_from(g, &t.checkpoint, p, writes)?,
@@ -2599,13 +2651,15 @@ pub(crate) async fn history(
             },
         };
         if parents.contains(&t.checkpoint.id) {
-            out.push(snapshot_from(
-                g,
-                &scope,
-                &t,
-                live.clone(),
-                Finished::Stored,
-            )?);
+            if shown {
+                out.push(snapshot_from(
+                    g,
+                    &scope,
+                    &t,
+                    live.clone(),
+                    Finished::Stored,
+                )?);
+            }
             rebuilt.insert(t.checkpoint.id.clone(), (live, t.pending_writes));
         } else {
             out.push(snapshot_from(g, &scope, &t, live, Finished::Stored)?);

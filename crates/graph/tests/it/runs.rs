@@ -449,16 +449,41 @@ async fn the_history_filters_on_checkpoint_metadata() {
                 .await
                 .is_empty()
         );
-        // The matching snapshots are the unfiltered ones.
-        let page = graph
-            .get_state_history_with(&cfg, &HistoryQuery::limit(1).filter("run_id", "r1"))
-            .await
-            .unwrap();
-        let same = all
-            .iter()
-            .find(|s| s.checkpoint_id == page[0].checkpoint_id)
-            .expect("in the history");
-        assert_eq!(page[0].values.get(&LOG), same.values.get(&LOG));
-        assert_eq!(page[0].next, same.next);
+        // Numbers compare by value, as in Python; the top level's parents are empty.
+        assert_eq!(
+            query(HistoryQuery::default().filter("step", 1.0)).await,
+            step
+        );
+        assert_eq!(
+            query(HistoryQuery::default().filter("parents", json!({}))).await,
+            ids(&all)
+        );
+        // The whole history with a bound and a filter.
+        assert_eq!(
+            query(
+                HistoryQuery::default()
+                    .filter("run_id", "r1")
+                    .before(r1[0].clone())
+            )
+            .await,
+            r1[1..]
+        );
+        // Every filtered snapshot is the unfiltered one, also where the checkpoints between
+        // the matches were left out (pages, and the whole history).
+        for q in [
+            HistoryQuery::limit(3).filter("source", "loop"),
+            HistoryQuery::default().filter("source", "loop"),
+            HistoryQuery::limit(1).filter("run_id", "r1"),
+        ] {
+            for snap in graph.get_state_history_with(&cfg, &q).await.unwrap() {
+                let same = all
+                    .iter()
+                    .find(|s| s.checkpoint_id == snap.checkpoint_id)
+                    .expect("in the history");
+                assert_eq!(snap.values.get(&LOG), same.values.get(&LOG), "{q:?}");
+                assert_eq!(snap.next, same.next, "{q:?}");
+                assert_eq!(snap.tasks.len(), same.tasks.len(), "{q:?}");
+            }
+        }
     }
 }
