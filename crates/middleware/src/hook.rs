@@ -283,12 +283,15 @@ pub trait Middleware: Send + Sync + 'static {
 /// The inner layers of a model call: the remaining wrappers, then the model.
 ///
 /// A wrapper may call [`run`](Self::run) more than once (a retry of a failed call) or not at
-/// all (a short circuit); it is a cheap copy of references.
-#[derive(Clone, Copy)]
+/// all (a short circuit); cloning it is cheap (references and a shared call counter).
+#[derive(Clone)]
 pub struct ModelNext<'a> {
     pub(crate) rest: &'a [Arc<dyn Middleware>],
     pub(crate) model: &'a dyn ChatModel,
     pub(crate) ctx: &'a Context,
+    /// How many model calls the step's onion made so far (a wrap hook may call the inner
+    /// layers more than once): each call's token events carry its number.
+    pub(crate) calls: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl<'a> ModelNext<'a> {
@@ -302,6 +305,7 @@ impl<'a> ModelNext<'a> {
             rest: chain,
             model,
             ctx,
+            calls: Arc::default(),
         }
     }
 
@@ -318,20 +322,27 @@ impl<'a> ModelNext<'a> {
                     rest,
                     model: self.model,
                     ctx: self.ctx,
+                    calls: self.calls.clone(),
                 };
                 outer.wrap_model_call(request, next).await
             }
             None => {
                 // The innermost layer streams, so tokens reach the graph's
-                // custom stream while the model is still answering.
+                // custom stream while the model is still answering. Each token names its
+                // model call (1, then 2… when a wrap hook calls again, say after a failure),
+                // so a consumer can drop the tokens of a call that was not the last.
                 use futures::StreamExt;
+                let call = self
+                    .calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
                 let mut stream = self.model.stream(&request);
                 let mut last = None;
                 while let Some(chunk) = stream.next().await {
                     match chunk.map_err(NodeError::failed)? {
-                        crate::model::ModelChunk::Token(text) => self
-                            .ctx
-                            .emit(serde_json::json!({"event": "token", "text": text})),
+                        crate::model::ModelChunk::Token(text) => self.ctx.emit(
+                            serde_json::json!({"event": "token", "text": text, "call": call}),
+                        ),
                         crate::model::ModelChunk::Message(m) => last = Some(m),
                     }
                 }

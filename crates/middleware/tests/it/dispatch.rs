@@ -1253,6 +1253,97 @@ impl Middleware for RetryOnce {
     }
 }
 
+/// Streams a token, then fails with [`Transient`], on its first call; streams two tokens and
+/// its answer on the next.
+struct StreamsThenFails {
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl ChatModel for StreamsThenFails {
+    fn name(&self) -> &str {
+        "streams-then-fails"
+    }
+    async fn invoke(&self, _: &ModelRequest) -> Result<Message, BoxError> {
+        Ok(Message::ai("ok").with_id("ok"))
+    }
+    fn stream<'a>(
+        &'a self,
+        _: &'a ModelRequest,
+    ) -> futures::stream::BoxStream<'a, Result<antler_middleware::ModelChunk, BoxError>> {
+        use antler_middleware::ModelChunk;
+        let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
+        let chunks: Vec<Result<ModelChunk, BoxError>> = if first {
+            vec![
+                Ok(ModelChunk::Token("partial".into())),
+                Err(Box::new(Transient)),
+            ]
+        } else {
+            vec![
+                Ok(ModelChunk::Token("o".into())),
+                Ok(ModelChunk::Token("k".into())),
+                Ok(ModelChunk::Message(Message::ai("ok").with_id("ok"))),
+            ]
+        };
+        Box::pin(futures::stream::iter(chunks))
+    }
+}
+
+/// Every streamed token names its model call within the step, so a consumer can drop the
+/// partial tokens of a call a wrap hook retried. Before 2026-12-02 the retried call's tokens
+/// and the failed call's came alike.
+#[tokio::test]
+async fn streamed_tokens_name_their_model_call() {
+    use futures::StreamExt;
+    let model = Arc::new(StreamsThenFails {
+        calls: AtomicUsize::new(0),
+    });
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(RetryOnce));
+    let graph = AgentGraph::new(chain.build().unwrap(), model)
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    let modes = antler_graph::StreamModes {
+        custom: true,
+        ..antler_graph::StreamModes::default()
+    };
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+            modes,
+        )
+        .collect()
+        .await;
+    let tokens: Vec<(String, u64)> = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(antler_graph::StreamItem::Event(antler_graph::StreamEvent::Custom {
+                value,
+                ..
+            })) if value["event"] == "token" => Some((
+                value["text"].as_str().unwrap_or_default().to_owned(),
+                value["call"].as_u64().unwrap_or_default(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            ("partial".to_owned(), 1),
+            ("o".to_owned(), 2),
+            ("k".to_owned(), 2)
+        ]
+    );
+    assert!(matches!(
+        items.last(),
+        Some(Ok(antler_graph::StreamItem::Done(_)))
+    ));
+}
+
 /// A wrap hook may call the inner handler more than once and decide on the failure it got:
 /// the wrapper retries a transient model failure once, and passes any other failure on with
 /// its text. Before 2026-12-01 `ModelNext::run` consumed the handler, and a failure offered
