@@ -14,14 +14,17 @@ use crate::common::{LOG, graph, log, memory};
 
 /// START → a → END over `saver`; `a` logs "a".
 fn over(saver: Arc<dyn cp::Saver>) -> CompiledGraph {
+    stored_in(Arc::new(SaverCheckpointer::new(saver)))
+}
+
+/// START → a → END over any checkpointer; `a` logs "a".
+fn stored_in(store: Arc<dyn antler_graph::Checkpointer>) -> CompiledGraph {
     let mut g = graph();
     g.add_node("a", |_s: State, _c: Context| async {
         Ok(Update::new().set(&LOG, log(&["a"])))
     });
     g.add_edge("__start__", "a").add_edge("a", "__end__");
-    g.compile()
-        .expect("valid graph")
-        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+    g.compile().expect("valid graph").with_checkpointer(store)
 }
 
 fn input(item: &str) -> Update {
@@ -354,16 +357,7 @@ async fn the_history_filters_on_checkpoint_metadata() {
             .await
             .unwrap(),
     );
-    let in_process = {
-        let mut g = graph();
-        g.add_node("a", |_s: State, _c: Context| async {
-            Ok(Update::new().set(&LOG, log(&["a"])))
-        });
-        g.add_edge("__start__", "a").add_edge("a", "__end__");
-        g.compile()
-            .expect("valid graph")
-            .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
-    };
+    let in_process = stored_in(Arc::new(MemoryCheckpointer::new()));
     for graph in [over(saver), in_process] {
         for (i, run) in ["r1", "r2", "r3"].into_iter().enumerate() {
             let mut cfg = RunConfig::new("t").with_run_id(run);
