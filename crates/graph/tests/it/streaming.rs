@@ -651,29 +651,16 @@ async fn a_subgraph_task_does_not_wait_for_its_enclosing_runs_put() {
 }
 
 /// A subgraph's run streams nothing to the enclosing stream, custom events included: the
-/// reference drops a subgraph's events unless the caller asks for them with `subgraphs=True`,
-/// which antler does not offer yet. The parent's own custom events still arrive.
+/// reference drops a subgraph's events unless the caller asks for them with `subgraphs=True`
+/// (`StreamModes::subgraphs` here). The parent's own custom events still arrive.
 #[tokio::test]
 async fn a_subgraphs_custom_events_are_not_streamed() {
     let mut inner = graph();
-    inner.add_node("deep", |_s, ctx: Context| async move {
-        ctx.emit(json!("from the subgraph"));
-        Ok(Update::new().set(&LOG, log(&["deep"])))
-    });
+    emitting(&mut inner, "deep", "from the subgraph");
     inner
         .add_edge("__start__", "deep")
         .add_edge("deep", "__end__");
-    let mut outer = graph();
-    outer.add_subgraph("sub", inner.compile().unwrap());
-    outer.add_node("top", |_s, ctx: Context| async move {
-        ctx.emit(json!("from the parent"));
-        Ok(Update::new().set(&LOG, log(&["top"])))
-    });
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "top")
-        .add_edge("top", "__end__");
-    let graph = memory(outer);
+    let graph = then_top(inner.compile().unwrap());
     let modes = StreamModes {
         custom: true,
         ..StreamModes::default()
@@ -713,33 +700,17 @@ async fn a_subgraphs_custom_events_are_not_streamed() {
 #[tokio::test]
 async fn subgraph_events_stream_tagged_with_their_namespace_when_asked() {
     let mut inner = graph();
-    inner.add_node("deep", |_s, ctx: Context| async move {
-        ctx.emit(json!("from the inner graph"));
-        Ok(Update::new().set(&LOG, log(&["deep"])))
-    });
+    emitting(&mut inner, "deep", "from the inner graph");
     inner
         .add_edge("__start__", "deep")
         .add_edge("deep", "__end__");
     let mut mid = graph();
-    mid.add_node("m", |_s, ctx: Context| async move {
-        ctx.emit(json!("from the middle graph"));
-        Ok(Update::new().set(&LOG, log(&["m"])))
-    });
+    emitting(&mut mid, "m", "from the middle graph");
     mid.add_subgraph("inner", inner.compile().unwrap());
     mid.add_edge("__start__", "m")
         .add_edge("m", "inner")
         .add_edge("inner", "__end__");
-    let mut outer = graph();
-    outer.add_subgraph("sub", mid.compile().unwrap());
-    outer.add_node("top", |_s, ctx: Context| async move {
-        ctx.emit(json!("from the parent"));
-        Ok(Update::new().set(&LOG, log(&["top"])))
-    });
-    outer
-        .add_edge("__start__", "sub")
-        .add_edge("sub", "top")
-        .add_edge("top", "__end__");
-    let graph = memory(outer);
+    let graph = then_top(mid.compile().unwrap());
     let modes = StreamModes {
         custom: true,
         updates: true,
@@ -996,4 +967,25 @@ async fn a_subgraph_interrupt_streams_once_after_it_is_stored() {
     }
     let head = graph.get_state(&cfg).await.unwrap().expect("a head");
     assert_eq!(head.interrupts().len(), 1, "the interrupt is stored");
+}
+
+/// Adds node `node`, which emits `text` as a custom event and logs its name.
+fn emitting(g: &mut antler_graph::StateGraph, node: &'static str, text: &'static str) {
+    g.add_node(node, move |_s, ctx: Context| async move {
+        ctx.emit(json!(text));
+        Ok(Update::new().set(&LOG, log(&[node])))
+    });
+}
+
+/// START → `sub` (the subgraph `sub`) → `top` → END on an in-process checkpointer, where `top`
+/// emits "from the parent".
+fn then_top(sub: antler_graph::CompiledGraph) -> antler_graph::CompiledGraph {
+    let mut outer = graph();
+    outer.add_subgraph("sub", sub);
+    emitting(&mut outer, "top", "from the parent");
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "top")
+        .add_edge("top", "__end__");
+    memory(outer)
 }
