@@ -878,40 +878,56 @@ impl ChatModel for Streaming {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn model_tokens_reach_the_custom_stream_in_order() {
+/// One turn streamed with the custom mode: every item, and the model node's token events as
+/// (text, model call) pairs.
+async fn streamed_turn(
+    graph: &antler_graph::CompiledGraph,
+) -> (
+    Vec<antler_graph::Result<antler_graph::StreamItem>>,
+    Vec<(String, u64)>,
+) {
     use antler_graph::{StreamEvent, StreamItem, StreamModes};
     use futures::StreamExt;
+    let modes = StreamModes {
+        custom: true,
+        ..StreamModes::default()
+    };
+    let items: Vec<_> = graph
+        .stream(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+            modes,
+        )
+        .collect()
+        .await;
+    let tokens = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamItem::Event(StreamEvent::Custom { node, value }))
+                if node.as_str() == "model" && value["event"] == "token" =>
+            {
+                Some((
+                    value["text"].as_str()?.to_owned(),
+                    value["call"].as_u64().unwrap_or_default(),
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    (items, tokens)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn model_tokens_reach_the_custom_stream_in_order() {
+    use antler_graph::StreamItem;
     let graph = AgentGraph::new(ChainBuilder::new().build().unwrap(), Arc::new(Streaming))
         .build()
         .unwrap()
         .compile()
         .unwrap();
-    let modes = StreamModes {
-        custom: true,
-        ..StreamModes::default()
-    };
-    let config = RunConfig::new("t");
-    let items: Vec<_> = graph
-        .stream(
-            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
-            &config,
-            modes,
-        )
-        .collect()
-        .await;
-    let tokens: Vec<_> = items
-        .iter()
-        .filter_map(|i| match i {
-            Ok(StreamItem::Event(StreamEvent::Custom { node, value }))
-                if node.as_str() == "model" =>
-            {
-                value["text"].as_str().map(str::to_owned)
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(tokens, ["Hello", " world", "!"]);
+    let (items, tokens) = streamed_turn(&graph).await;
+    let texts: Vec<&str> = tokens.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(texts, ["Hello", " world", "!"]);
     let Some(Ok(StreamItem::Done(out))) = items.last() else {
         panic!("the stream ends with the outcome")
     };
@@ -1294,7 +1310,6 @@ impl ChatModel for StreamsThenFails {
 /// and the failed call's came alike.
 #[tokio::test]
 async fn streamed_tokens_name_their_model_call() {
-    use futures::StreamExt;
     let model = Arc::new(StreamsThenFails {
         calls: AtomicUsize::new(0),
     });
@@ -1305,31 +1320,7 @@ async fn streamed_tokens_name_their_model_call() {
         .unwrap()
         .compile()
         .unwrap();
-    let modes = antler_graph::StreamModes {
-        custom: true,
-        ..antler_graph::StreamModes::default()
-    };
-    let items: Vec<_> = graph
-        .stream(
-            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
-            &RunConfig::new("t"),
-            modes,
-        )
-        .collect()
-        .await;
-    let tokens: Vec<(String, u64)> = items
-        .iter()
-        .filter_map(|i| match i {
-            Ok(antler_graph::StreamItem::Event(antler_graph::StreamEvent::Custom {
-                value,
-                ..
-            })) if value["event"] == "token" => Some((
-                value["text"].as_str().unwrap_or_default().to_owned(),
-                value["call"].as_u64().unwrap_or_default(),
-            )),
-            _ => None,
-        })
-        .collect();
+    let (items, tokens) = streamed_turn(&graph).await;
     assert_eq!(
         tokens,
         [
