@@ -130,6 +130,17 @@ pub struct PostgresOptions {
     /// that a long body read can split over them (`read_bodies_split`); with one, reads never
     /// split.
     pub pool_size: usize,
+    /// Whether each connection's session plans prepared statements generically (default
+    /// `true`): `SET plan_cache_mode = force_generic_plan` when the connection is made.
+    ///
+    /// Every statement of the saver looks rows up by key, so a plan made for one set of
+    /// arguments fits all of them. PostgreSQL's own choice plans each of a prepared
+    /// statement's first five runs anew at bind time, and keeps doing so for statements
+    /// whose generic plan it estimates to cost more: on the development machine the three
+    /// statements of a cold `get_state` spent 0.13–0.74 ms each in binding that way, against
+    /// 0.02–0.07 ms with the plan the warm-up of a new connection made
+    /// (`docs/checkpoint-format.md`, "Reading"). `false` leaves the server's setting alone.
+    pub generic_plans: bool,
 }
 
 impl PostgresOptions {
@@ -139,6 +150,7 @@ impl PostgresOptions {
             url: url.into(),
             schema: "public".into(),
             pool_size: 4,
+            generic_plans: true,
         }
     }
 
@@ -153,6 +165,14 @@ impl PostgresOptions {
     #[must_use]
     pub fn with_pool_size(mut self, n: usize) -> Self {
         self.pool_size = n.max(1);
+        self
+    }
+
+    /// Sets whether sessions plan prepared statements generically (default `true`, see
+    /// [`Self::generic_plans`]).
+    #[must_use]
+    pub fn with_generic_plans(mut self, generic: bool) -> Self {
+        self.generic_plans = generic;
         self
     }
 }
@@ -361,9 +381,10 @@ pub(crate) struct PgBackend {
 /// the statistics the planner reads. A server log of a cold `get_state` on a fresh
 /// connection put several milliseconds into parsing and binding the read's statements.
 /// Paying that when the connection is created moves it out of the first read on it; a
-/// pooled connection lives for many reads. (The plans themselves are not kept: PostgreSQL
-/// plans each of a prepared statement's first five runs afresh, so the first read plans
-/// again, with warm caches, and one run sooner switches to a generic plan.)
+/// pooled connection lives for many reads. With generic plans (the default, see
+/// [`PostgresOptions::generic_plans`]) the warm-up's runs also make the plans every later
+/// run reuses; otherwise PostgreSQL plans each of a statement's first five runs afresh, and
+/// the first read plans again, with warm caches.
 ///
 /// The warm-up waits at most [`WARM_LOCK_TIMEOUT`] for a table lock: a table locked by
 /// someone else's DDL must not hold up a connection that may never read it. It runs in a
@@ -391,6 +412,11 @@ async fn warm_reads(
     c.batch_execute("ROLLBACK").await?;
     Ok(warmed)
 }
+
+/// Makes a session plan its prepared statements generically (see
+/// [`PostgresOptions::generic_plans`]). Session level, outside any transaction: the warm-up's
+/// rollback must not undo it.
+const GENERIC_PLANS_SQL: &str = "SET plan_cache_mode = force_generic_plan";
 
 /// How long the warm-up of a new connection waits for a table lock.
 const WARM_LOCK_TIMEOUT: &str = "100ms";
@@ -2103,11 +2129,18 @@ impl PostgresSaver {
         // warmed once the migrations ran; every later one as it is created.
         let ready = Arc::new(AtomicBool::new(false));
         let (hook_hot, hook_ready) = (Arc::clone(&hot), Arc::clone(&ready));
+        let generic = options.generic_plans;
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .post_create(Hook::async_fn(move |c, _| {
                 let (hot, ready) = (Arc::clone(&hook_hot), Arc::clone(&hook_ready));
                 Box::pin(async move {
+                    // Before the warm-up, whose runs then make the generic plans later reads
+                    // reuse. A server that refuses the setting (older than PostgreSQL 12, a
+                    // pooler) leaves a usable connection that plans as it always did.
+                    if generic {
+                        let _ = c.batch_execute(GENERIC_PLANS_SQL).await;
+                    }
                     if ready.load(Ordering::Acquire) {
                         // A failed warm-up leaves a usable connection that is merely not warm.
                         let _ = warm_reads(c, &hot)
@@ -3289,6 +3322,69 @@ mod tests {
         assert_ne!(pids[0], pids[1], "two sessions");
         drop((first, second));
         saver.drop_schema().await.expect("drop");
+    }
+
+    /// Sessions plan generically unless told not to: every connection of the pool reports
+    /// the setting, the warm-up's runs of the read path made generic plans only, and a read
+    /// reuses them instead of planning at bind time. With the option off, the session keeps
+    /// the server's setting (the default, `auto`, under test), and the same runs made custom
+    /// plans.
+    #[tokio::test]
+    async fn sessions_plan_generically_unless_told_not_to() {
+        use crate::{CheckpointConfig, CheckpointMetadata, Saver};
+        for generic in [true, false] {
+            let Some(options) = fresh_options(2) else {
+                return;
+            };
+            let saver =
+                PostgresSaver::connect(options.with_generic_plans(generic), StoreConfig::full())
+                    .await
+                    .expect("connect");
+            let thread = ThreadId::new("t");
+            let cp = crate::testing::checkpoint(&[("a", 1, serde_json::json!(1))]);
+            let versions = cp.channel_versions.clone();
+            saver
+                .put(
+                    &CheckpointConfig::latest(thread.clone()),
+                    cp,
+                    CheckpointMetadata::default(),
+                    &versions,
+                )
+                .await
+                .expect("put");
+            for _ in 0..2 {
+                saver
+                    .get_tuple(&CheckpointConfig::latest(thread.clone()))
+                    .await
+                    .expect("read")
+                    .expect("stored");
+            }
+            let b = &saver.engine.backend;
+            let first = b.client("test").await.expect("client");
+            let second = b.client("test").await.expect("client");
+            for c in [&first, &second] {
+                let mode: String = c
+                    .query_one("SHOW plan_cache_mode", &[])
+                    .await
+                    .expect("show")
+                    .get(0);
+                let custom = read_statements(c, &b.hot, "custom_plans > 0").await;
+                if generic {
+                    assert_eq!(mode, "force_generic_plan");
+                    assert_eq!(custom, 0, "no read statement planned at bind time");
+                    assert_eq!(
+                        read_statements(c, &b.hot, "generic_plans > 0").await,
+                        8,
+                        "each made its generic plan in the warm-up"
+                    );
+                } else {
+                    assert_eq!(mode, "auto");
+                    assert_eq!(custom, 8);
+                }
+            }
+            drop((first, second));
+            saver.drop_schema().await.expect("drop");
+        }
     }
 
     /// Statements run on a connection so far: PostgreSQL counts a plan (custom, or the
