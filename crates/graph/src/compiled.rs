@@ -497,6 +497,9 @@ pub struct RunConfig {
     /// Namespace → checkpoint id of the enclosing graphs' steps (set for a subgraph's run by
     /// its parent; empty at the top level), stored as the checkpoints' `parents` metadata.
     pub(crate) parents: std::collections::BTreeMap<String, CheckpointId>,
+    /// The enclosing run's resume inputs (set for a subgraph's run by its parent's task; none
+    /// at the top level): see `SharedResume::parent`.
+    pub(crate) parent_resume: Option<std::sync::Arc<crate::types::SharedResume>>,
 }
 
 impl RunConfig {
@@ -511,6 +514,7 @@ impl RunConfig {
             run_id: None,
             metadata: serde_json::Map::new(),
             parents: std::collections::BTreeMap::new(),
+            parent_resume: None,
         }
     }
     /// Where this config's checkpoints live.

@@ -1475,7 +1475,10 @@ async fn run_inner(
         }
     }
     let resuming = live.has_versions() && matches!(input, Input::Continue | Input::Command(_));
-    let mut shared = SharedResume::default();
+    let mut shared = SharedResume {
+        parent: cfg.parent_resume.clone(),
+        ..SharedResume::default()
+    };
     // The command's writes to store on the loaded checkpoint, stored only once they applied:
     // stored first, a write the channels refuse (two values for a last-value channel, a
     // removal of an unknown message) would fail every later read and run of the thread.

@@ -50,6 +50,10 @@ impl Node for SubgraphNode {
             .insert(info.cfg.checkpoint_ns.clone(), ctx.inner.checkpoint.clone());
         cfg.checkpoint_ns = ctx.inner.ns.clone();
         cfg.checkpoint_id = None;
+        // An interrupt of the subgraph that its own resume inputs do not answer takes this
+        // run's: the parent's resume value reaches a subgraph node that interrupts for the
+        // first time (after a static breakpoint, or a state update that left new tasks).
+        cfg.parent_resume = Some(ctx.inner.shared.clone());
         let mut sub = self.graph.clone();
         if let Some(cp) = &info.cp {
             sub = sub.with_checkpointer(cp.clone());

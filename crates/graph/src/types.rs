@@ -245,9 +245,37 @@ pub(crate) struct ResumeState {
 pub(crate) struct SharedResume {
     pub(crate) null_value: Mutex<Option<Json>>,
     pub(crate) map: HashMap<InterruptId, Json>,
+    /// The enclosing run's, for a subgraph's run: an interrupt the subgraph's own resume
+    /// inputs do not answer takes the parent's (runtime-spec §2.7; the reference's scratchpad
+    /// falls back to its parent's NULL-task resume value, and hands the resume map down).
+    pub(crate) parent: Option<Arc<SharedResume>>,
+}
+
+impl std::fmt::Debug for SharedResume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedResume")
+            .field("mapped", &self.map.len())
+            .field("nested", &self.parent.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl SharedResume {
+    /// The answer the run's inputs give interrupt `id`: its entry in the resume map, else the
+    /// NULL task's resume value (taken: it answers one interrupt), else, in a subgraph's run,
+    /// the enclosing run's answer.
+    pub(crate) fn answer(&self, id: &InterruptId) -> Option<Json> {
+        if let Some(v) = self.map.get(id) {
+            return Some(v.clone());
+        }
+        let own = self
+            .null_value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        own.or_else(|| self.parent.as_ref()?.answer(id))
+    }
+
     /// Drops the NULL task's resume value with the loaded checkpoint's other pending writes
     /// (runtime-spec §2.3): it answers an interrupt of the step the run resumes, never one a
     /// later step raises.
@@ -353,16 +381,7 @@ impl Context {
             return Ok(v.clone());
         }
         let id = interrupt_id(&self.inner.ns, slot);
-        let answer = match self.inner.shared.map.get(&id) {
-            Some(v) => Some(v.clone()),
-            None => self
-                .inner
-                .shared
-                .null_value
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        };
+        let answer = self.inner.shared.answer(&id);
         match answer {
             Some(v) if st.answers.len() == slot => {
                 st.answers.push(v.clone());

@@ -877,3 +877,71 @@ fn last_value_parent(name: &str, sub: antler_graph::CompiledGraph) -> antler_gra
         .expect("valid outer graph")
         .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
 }
+
+/// A subgraph node that interrupts for the first time after the parent resumed takes the
+/// parent's resume value, as a top-level node does (runtime-spec §2.7: `interrupt()` uses the
+/// NULL task's resume value; the reference's subgraph falls back to its parent's): here the
+/// subgraph paused before `approve` at a static breakpoint, so nothing in it was waiting for
+/// an answer when the parent was resumed with one. Nested one and two subgraphs deep, and at
+/// the top level for comparison. Before, the value stayed with the parent and `approve` asked
+/// again.
+#[tokio::test]
+async fn a_parents_resume_value_answers_a_subgraphs_first_interrupt() {
+    fn approving() -> StateGraph {
+        let mut g = graph();
+        g.add_node("plan", |_s: State, _c| async {
+            Ok(Update::new().set(&LOG, log(&["plan"])))
+        });
+        g.add_node("approve", |_s: State, ctx: Context| async move {
+            let a = ctx.interrupt(json!("approve?"))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("approve={a}")])))
+        });
+        g.add_edge("__start__", "plan")
+            .add_edge("plan", "approve")
+            .add_edge("approve", "__end__");
+        g.interrupt_before(["approve"]);
+        g
+    }
+    /// `inner` as the only node of a parent whose `log` takes the subgraph's final list.
+    fn wrapped(inner: antler_graph::CompiledGraph) -> StateGraph {
+        let mut outer = StateGraph::new();
+        outer
+            .channel(&LOG, ChannelSpec::last_value())
+            .expect("declared once");
+        outer.add_subgraph("sub", inner);
+        outer
+            .add_edge("__start__", "sub")
+            .add_edge("sub", "__end__");
+        outer
+    }
+    for depth in 0..3 {
+        let mut g = approving();
+        for _ in 0..depth {
+            g = wrapped(g.compile().expect("valid graph"));
+        }
+        let graph = g
+            .compile()
+            .expect("valid graph")
+            .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+        let cfg = RunConfig::new("t");
+        let out = graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        assert!(out.paused && out.interrupts.is_empty(), "depth {depth}");
+        let out = graph
+            .invoke(Command::resume(json!("yes")), &cfg)
+            .await
+            .unwrap();
+        assert!(
+            out.interrupts.is_empty(),
+            "depth {depth}: {:?}",
+            out.interrupts
+        );
+        assert_eq!(
+            out.values.get(&LOG).unwrap(),
+            &log(&["in", "plan", "approve=\"yes\""]),
+            "depth {depth}"
+        );
+    }
+}
