@@ -133,13 +133,19 @@ pub struct PostgresOptions {
     /// Whether each connection's session plans prepared statements generically (default
     /// `true`): `SET plan_cache_mode = force_generic_plan` when the connection is made.
     ///
-    /// Every statement of the saver looks rows up by key, so a plan made for one set of
+    /// The statements of reads and writes look rows up by key, so a plan made for one set of
     /// arguments fits all of them. PostgreSQL's own choice plans each of a prepared
     /// statement's first five runs anew at bind time, and keeps doing so for statements
     /// whose generic plan it estimates to cost more: on the development machine the three
     /// statements of a cold `get_state` spent 0.13–0.74 ms each in binding that way, against
     /// 0.02–0.07 ms with the plan the warm-up of a new connection made
-    /// (`docs/checkpoint-format.md`, "Reading"). `false` leaves the server's setting alone.
+    /// (`docs/checkpoint-format.md`, "Reading"). Statements that go over a whole thread
+    /// (listings, loading the message index, deletes, copies, collection, sizes) keep the
+    /// server's choice, which plans with the thread's own statistics.
+    ///
+    /// `false` leaves the server's setting alone. Turn it off behind a pooler in transaction
+    /// mode: there the session setting would stay with whichever server connection ran it,
+    /// for the pooler's other clients.
     pub generic_plans: bool,
 }
 
@@ -371,6 +377,8 @@ pub(crate) struct PgBackend {
     pool: Pool,
     s: String,
     hot: Arc<HotSql>,
+    /// Whether the pool's sessions plan generically ([`PostgresOptions::generic_plans`]).
+    generic: bool,
 }
 
 /// Runs the read path's statements once on a new connection, with arguments that match no
@@ -417,6 +425,14 @@ async fn warm_reads(
 /// [`PostgresOptions::generic_plans`]). Session level, outside any transaction: the warm-up's
 /// rollback must not undo it.
 const GENERIC_PLANS_SQL: &str = "SET plan_cache_mode = force_generic_plan";
+
+/// Gives one transaction the server's own plan choice back, on a session that plans
+/// generically: see [`PgBackend::whole_thread_tx`].
+const SERVER_PLANS_LOCAL_SQL: &str = "SET LOCAL plan_cache_mode TO DEFAULT";
+
+/// Gives the session the server's own plan choice back, until [`GENERIC_PLANS_SQL`]: see
+/// [`PgBackend::whole_thread`].
+const SERVER_PLANS_SQL: &str = "RESET plan_cache_mode";
 
 /// How long the warm-up of a new connection waits for a table lock.
 const WARM_LOCK_TIMEOUT: &str = "100ms";
@@ -498,6 +514,49 @@ impl PgBackend {
 
     fn sql(&self, template: &str) -> String {
         template.replace("{s}", &self.s)
+    }
+
+    /// Runs `sql`, a statement that may go over every row of a thread (`WHERE thread_id = $1`
+    /// and nothing narrower) or of the store (a listing), with the server's own plan choice,
+    /// also on a session that plans generically.
+    ///
+    /// A generic plan estimates a thread's share of a table as one over the number of
+    /// threads; in a store of a few threads, one of them long, that is a large share, and the
+    /// plan scans the whole table for a short thread too. The server's choice plans with the
+    /// argument, which the statistics know. Pipelined: the three requests leave in this order
+    /// when first polled, so the statement binds between the two settings and the settings cost
+    /// no round trip of their own.
+    async fn whole_thread(
+        &self,
+        c: &deadpool_postgres::Object,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let st = c.prepare_cached(&self.sql(sql)).await?;
+        if !self.generic {
+            return c.query(&st, params).await;
+        }
+        let (server, rows, generic) = tokio::join!(
+            c.batch_execute(SERVER_PLANS_SQL),
+            c.query(&st, params),
+            c.batch_execute(GENERIC_PLANS_SQL)
+        );
+        let rows = rows?;
+        server.and(generic)?;
+        Ok(rows)
+    }
+
+    /// A READ COMMITTED transaction (see [`read_committed`]) whose statements go over whole
+    /// threads: with the server's own plan choice (`SET LOCAL`, see [`Self::whole_thread`]).
+    async fn whole_thread_tx<'c>(
+        &self,
+        c: &'c mut deadpool_postgres::Object,
+    ) -> std::result::Result<deadpool_postgres::Transaction<'c>, tokio_postgres::Error> {
+        let tx = read_committed(c).await?;
+        if self.generic {
+            tx.batch_execute(SERVER_PLANS_LOCAL_SQL).await?;
+        }
+        Ok(tx)
     }
 
     /// Reads the bodies of `runs` on `c`, or, when the read is long and the pool holds an idle
@@ -935,6 +994,20 @@ async fn read_bodies(
     Ok(BodyRead { rows: out, epoch })
 }
 
+/// The one row an aggregate statement returns.
+fn one_row<'r>(rows: &'r [tokio_postgres::Row], ctx: &str) -> Result<&'r tokio_postgres::Row> {
+    match rows {
+        [row] => Ok(row),
+        _ => Err(Error::backend(
+            ctx,
+            std::io::Error::other(format!(
+                "an aggregate returned {} rows, not one",
+                rows.len()
+            )),
+        )),
+    }
+}
+
 /// The error context of a check of which checkpoints exist.
 fn ctx_check(thread: &ThreadId) -> String {
     format!("postgres: thread {thread}: checking checkpoints")
@@ -1175,13 +1248,10 @@ impl Backend for PgBackend {
             .collect();
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             args.iter().map(|a| a.as_ref() as _).collect();
-        // A handful of shapes (which conditions are present): cached per connection.
-        let st = c
-            .prepare_cached(&sql)
-            .await
-            .map_err(pg_err("postgres: listing checkpoints"))?;
-        let rows = c
-            .query(&st, &refs)
+        // A handful of shapes (which conditions are present): cached per connection. A scan
+        // may go over a whole thread, or all of them: the server's own plan choice.
+        let rows = self
+            .whole_thread(&c, &sql, &refs)
             .await
             .map_err(pg_err("postgres: listing checkpoints"))?;
         rows.iter().map(to_row).collect()
@@ -1399,9 +1469,10 @@ impl Backend for PgBackend {
         // No ORDER BY: when the thread is most of the table PostgreSQL scans the heap and
         // sorts every body in the server (measured: 3.5 of 4.4 ms for 4,000 bodies); the
         // rows arrive almost in order, which the sort here checks in one pass.
-        let rows = c
-            .query(
-                &self.sql("SELECT seq, body FROM {s}.messages WHERE thread_id = $1"),
+        let rows = self
+            .whole_thread(
+                &c,
+                "SELECT seq, body FROM {s}.messages WHERE thread_id = $1",
                 &[&thread.as_str()],
             )
             .await
@@ -1569,7 +1640,8 @@ impl Backend for PgBackend {
     async fn delete_thread(&self, thread: &ThreadId) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting");
         let mut c = self.client(&ctx).await?;
-        let tx = read_committed(&mut c)
+        let tx = self
+            .whole_thread_tx(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         // The bump first: it locks the epoch row, so a write of the thread either committed
@@ -1661,7 +1733,8 @@ impl Backend for PgBackend {
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting checkpoints");
         let mut c = self.client(&ctx).await?;
-        let tx = read_committed(&mut c)
+        let tx = self
+            .whole_thread_tx(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         let ns: Vec<&str> = doomed.iter().map(|(n, _)| n.as_str()).collect();
@@ -1723,7 +1796,8 @@ impl Backend for PgBackend {
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()> {
         let ctx = format!("postgres: copying thread {source} to {target}");
         let mut c = self.client(&ctx).await?;
-        let tx = read_committed(&mut c)
+        let tx = self
+            .whole_thread_tx(&mut c)
             .await
             .map_err(deadlock_or(target, ctx.clone()))?;
         // The epoch rows first, in thread order (so two copies in opposite directions cannot
@@ -1872,11 +1946,10 @@ impl Backend for PgBackend {
     ) -> Result<Vec<(CheckpointNs, ChannelName, ChannelVersion)>> {
         let ctx = format!("postgres: thread {thread}: listing blobs");
         let c = self.client(&ctx).await?;
-        let rows = c
-            .query(
-                &self.sql(
-                    "SELECT checkpoint_ns, channel, version FROM {s}.blobs WHERE thread_id = $1",
-                ),
+        let rows = self
+            .whole_thread(
+                &c,
+                "SELECT checkpoint_ns, channel, version FROM {s}.blobs WHERE thread_id = $1",
                 &[&thread.as_str()],
             )
             .await
@@ -1900,7 +1973,8 @@ impl Backend for PgBackend {
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting blobs");
         let mut c = self.client(&ctx).await?;
-        let c = read_committed(&mut c)
+        let c = self
+            .whole_thread_tx(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
         let checkpoints_now = self
@@ -1961,9 +2035,10 @@ impl Backend for PgBackend {
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
         let ctx = format!("postgres: thread {thread}: reading writes");
         let c = self.client(&ctx).await?;
-        let rows = c
-            .query(
-                &self.sql("SELECT value FROM {s}.writes WHERE thread_id = $1"),
+        let rows = self
+            .whole_thread(
+                &c,
+                "SELECT value FROM {s}.writes WHERE thread_id = $1",
                 &[&thread.as_str()],
             )
             .await
@@ -1974,9 +2049,10 @@ impl Backend for PgBackend {
     async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
         let ctx = format!("postgres: thread {thread}: reading blobs");
         let c = self.client(&ctx).await?;
-        let rows = c
-            .query(
-                &self.sql("SELECT data FROM {s}.blobs WHERE thread_id = $1"),
+        let rows = self
+            .whole_thread(
+                &c,
+                "SELECT data FROM {s}.blobs WHERE thread_id = $1",
                 &[&thread.as_str()],
             )
             .await
@@ -1987,7 +2063,10 @@ impl Backend for PgBackend {
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
         let ctx = format!("postgres: thread {thread}: deleting messages");
         let mut c = self.client(&ctx).await?;
-        let tx = read_committed(&mut c).await.map_err(pg_err(ctx.clone()))?;
+        let tx = self
+            .whole_thread_tx(&mut c)
+            .await
+            .map_err(pg_err(ctx.clone()))?;
         // The bump first, as in `delete_thread`: writes of message lists now wait for this
         // transaction, and the references read below include every one committed before.
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
@@ -2048,10 +2127,10 @@ impl Backend for PgBackend {
     async fn stats(&self, thread: &ThreadId) -> Result<StorageStats> {
         let ctx = format!("postgres: thread {thread}: measuring");
         let c = self.client(&ctx).await?;
-        let row = c
-            .query_one(
-                &self.sql(
-                    "SELECT
+        let rows = self
+            .whole_thread(
+                &c,
+                "SELECT
                       (SELECT COALESCE(SUM(length(record) + COALESCE(length(parent_id), 0)), 0)::bigint FROM {s}.checkpoints WHERE thread_id = $1),
                       (SELECT COALESCE(SUM(length(metadata)), 0)::bigint FROM {s}.checkpoints WHERE thread_id = $1),
                       (SELECT COALESCE(SUM(length(data)), 0)::bigint FROM {s}.blobs WHERE thread_id = $1),
@@ -2059,11 +2138,11 @@ impl Backend for PgBackend {
                       (SELECT COALESCE(SUM(length(body)), 0)::bigint FROM {s}.messages WHERE thread_id = $1),
                       (SELECT COUNT(*) FROM {s}.checkpoints WHERE thread_id = $1) + (SELECT COUNT(*) FROM {s}.blobs WHERE thread_id = $1)
                         + (SELECT COUNT(*) FROM {s}.writes WHERE thread_id = $1) + (SELECT COUNT(*) FROM {s}.messages WHERE thread_id = $1)",
-                ),
                 &[&thread.as_str()],
             )
             .await
-            .map_err(pg_err(ctx))?;
+            .map_err(pg_err(ctx.clone()))?;
+        let row = one_row(&rows, &ctx)?;
         let u = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
         Ok(StorageStats {
             checkpoint_bytes: u(0),
@@ -2136,8 +2215,8 @@ impl PostgresSaver {
                 let (hot, ready) = (Arc::clone(&hook_hot), Arc::clone(&hook_ready));
                 Box::pin(async move {
                     // Before the warm-up, whose runs then make the generic plans later reads
-                    // reuse. A server that refuses the setting (older than PostgreSQL 12, a
-                    // pooler) leaves a usable connection that plans as it always did.
+                    // reuse. A server that refuses the setting (older than PostgreSQL 12)
+                    // leaves a usable connection that plans as it always did.
                     if generic {
                         let _ = c.batch_execute(GENERIC_PLANS_SQL).await;
                     }
@@ -2152,7 +2231,12 @@ impl PostgresSaver {
             }))
             .build()
             .map_err(|e| Error::backend("postgres: building the pool", e))?;
-        let backend = PgBackend { pool, hot, s };
+        let backend = PgBackend {
+            pool,
+            hot,
+            s,
+            generic,
+        };
         backend.migrate().await?;
         ready.store(true, Ordering::Release);
         {
@@ -2205,18 +2289,18 @@ impl PostgresSaver {
         let b = &self.engine.backend;
         let ctx = format!("postgres: thread {thread}: measuring");
         let c = b.client(&ctx).await?;
-        let row = c
-            .query_one(
-                &b.sql(
-                    "SELECT ((SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.checkpoints t WHERE thread_id = $1)
+        let rows = b
+            .whole_thread(
+                &c,
+                "SELECT ((SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.checkpoints t WHERE thread_id = $1)
                           + (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.blobs t WHERE thread_id = $1)
                           + (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.writes t WHERE thread_id = $1)
                           + (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {s}.messages t WHERE thread_id = $1))::bigint",
-                ),
                 &[&thread.as_str()],
             )
             .await
-            .map_err(pg_err(ctx))?;
+            .map_err(pg_err(ctx.clone()))?;
+        let row = one_row(&rows, &ctx)?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 }
@@ -3385,6 +3469,99 @@ mod tests {
             drop((first, second));
             saver.drop_schema().await.expect("drop");
         }
+    }
+
+    /// On a session that plans generically, statements over a whole thread still get the
+    /// server's own plan choice (a custom plan for the thread asked for): the size statement
+    /// and a listing of the thread, and the transactions of deletes, copies and collection
+    /// (`whole_thread_tx`, whose one-off statements leave no trace after them). The session
+    /// plans generically again afterwards, and the read path's statements still bind no
+    /// custom plan. Without it, a generic plan took a thread's share of a table as one over the
+    /// number of threads, a large share in a store of a few threads, and scanned the table.
+    #[tokio::test]
+    async fn whole_thread_statements_keep_the_servers_plan_choice() {
+        use crate::{CheckpointConfig, CheckpointMetadata, ListQuery, Saver};
+        let Some(options) = fresh_options(1) else {
+            return;
+        };
+        let saver = PostgresSaver::connect(options, StoreConfig::full())
+            .await
+            .expect("connect");
+        let thread = ThreadId::new("t");
+        let cp = crate::testing::checkpoint(&[("a", 1, serde_json::json!(1))]);
+        let versions = cp.channel_versions.clone();
+        saver
+            .put(
+                &CheckpointConfig::latest(thread.clone()),
+                cp,
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .expect("put");
+        saver
+            .get_tuple(&CheckpointConfig::latest(thread.clone()))
+            .await
+            .expect("read")
+            .expect("stored");
+        saver.storage_stats(&thread).await.expect("stats");
+        assert_eq!(
+            saver
+                .list(&ListQuery::thread(thread.clone()))
+                .await
+                .expect("list")
+                .len(),
+            1
+        );
+        saver.delete_thread(&thread).await.expect("delete");
+        let b = &saver.engine.backend;
+        let mut c = b.client("test").await.expect("client");
+        {
+            let tx = b.whole_thread_tx(&mut c).await.expect("transaction");
+            let mode: String = tx
+                .query_one("SHOW plan_cache_mode", &[])
+                .await
+                .expect("show")
+                .get(0);
+            assert_eq!(mode, "auto", "the server's setting within the transaction");
+            tx.commit().await.expect("commit");
+        }
+        let plans = |pattern: &'static str| {
+            let c = &c;
+            async move {
+                let row = c
+                    .query_one(
+                        "SELECT COALESCE(SUM(custom_plans), 0)::int8, COALESCE(SUM(generic_plans), 0)::int8
+                           FROM pg_prepared_statements WHERE statement LIKE $1",
+                        &[&pattern],
+                    )
+                    .await
+                    .expect("prepared statements");
+                (row.get::<_, i64>(0), row.get::<_, i64>(1))
+            }
+        };
+        for (what, pattern) in [
+            ("the size statement", "%SUM(length(record)%"),
+            (
+                "the thread's listing",
+                "SELECT checkpoint_id, parent_id, record, metadata, thread_id%",
+            ),
+        ] {
+            let (custom, generic) = plans(pattern).await;
+            assert!(
+                custom > 0 && generic == 0,
+                "{what}: {custom} custom, {generic} generic plans"
+            );
+        }
+        let mode: String = c
+            .query_one("SHOW plan_cache_mode", &[])
+            .await
+            .expect("show")
+            .get(0);
+        assert_eq!(mode, "force_generic_plan", "generic again afterwards");
+        assert_eq!(read_statements(&c, &b.hot, "custom_plans > 0").await, 0);
+        drop(c);
+        saver.drop_schema().await.expect("drop");
     }
 
     /// Statements run on a connection so far: PostgreSQL counts a plan (custom, or the
