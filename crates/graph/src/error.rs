@@ -98,7 +98,8 @@ pub enum ErrorKind {
     InvalidUpdate,
     /// The recursion limit was hit.
     RecursionLimit,
-    /// A node returned an error or panicked.
+    /// A node returned an error or panicked. A subgraph's node that failed with one of the
+    /// runtime's own errors inside the subgraph has that error's kind instead.
     Node,
     /// A reducer rejected the step's writes.
     Reducer,
@@ -148,8 +149,8 @@ pub enum Error {
         /// The channel.
         channel: String,
     },
-    /// A `Send` or `goto` names an unknown node.
-    #[error("unknown node '{node}' in goto or Send")]
+    /// A `Send`, a `goto` or `update_state`'s `as_node` names an unknown node.
+    #[error("unknown node '{node}' (in a goto, a Send or as_node)")]
     UnknownNode {
         /// The node.
         node: String,
@@ -374,7 +375,14 @@ impl Error {
             | Self::UnknownChannel { .. }
             | Self::UnknownNode { .. } => ErrorKind::InvalidUpdate,
             Self::RecursionLimit { .. } => ErrorKind::RecursionLimit,
-            Self::NodeFailed { .. } | Self::NodePanicked { .. } => ErrorKind::Node,
+            // A subgraph node whose run failed with one of this runtime's errors (a recursion
+            // limit, an invalid update, a store error…) fails with that error's kind, as the
+            // reference re-raises the subgraph's own exception; a node's own failure, however
+            // deep, stays `Node`.
+            Self::NodeFailed { source, .. } => source
+                .downcast_ref::<Self>()
+                .map_or(ErrorKind::Node, Self::kind),
+            Self::NodePanicked { .. } => ErrorKind::Node,
             Self::Reducer { .. } => ErrorKind::Reducer,
             Self::EmptyInput { .. }
             | Self::EmptyCommand

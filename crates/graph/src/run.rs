@@ -2212,6 +2212,10 @@ async fn persist_result(
         }
     }
     match r {
+        // A command for the parent is no failure of the task: the parent's task takes it as
+        // its result and stores that. Nothing is stored here (as the reference stores nothing
+        // for a bubbling command): the subgraph's step shows the task as not yet run.
+        Some(TaskResult::Failed(Error::ParentCommand(_))) => return Ok(()),
         Some(TaskResult::Done { writes, .. }) => {
             let w = ser_writes(g, writes)?;
             if w.is_empty() {
@@ -2850,8 +2854,9 @@ fn update_as_node(
     let node = match as_node {
         // `__start__` too (node 0): its writers take the values as input and trigger the
         // nodes after it, which is how a thread is seeded without running anything.
-        Some(n) => *g.node_idx.get(&n).ok_or_else(|| Error::AmbiguousAsNode {
-            reason: format!("unknown node '{n}'"),
+        // An unknown node is an invalid update, as the reference's `InvalidUpdateError`.
+        Some(n) => *g.node_idx.get(&n).ok_or_else(|| Error::UnknownNode {
+            node: n.to_string(),
         })?,
         None => infer_as_node(g, live)?,
     };

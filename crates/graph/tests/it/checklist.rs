@@ -2729,3 +2729,36 @@ async fn the_hot_cache_stays_off_when_the_checkpointer_comes_after() {
         assert_eq!(graph.hot_cache_hits() > 0, enabled, "enabled: {enabled}");
     }
 }
+
+/// `update_state` as a node the graph lacks is an invalid update naming the node, as the
+/// reference's `InvalidUpdateError` (before, `AmbiguousAsNode`, kind `Input`); nothing is
+/// stored.
+#[tokio::test]
+async fn update_state_as_an_unknown_node_is_an_invalid_update() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["a"])))
+    });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let before = graph.get_state_history(&cfg).await.unwrap().len();
+    let err = graph
+        .update_state(
+            &cfg,
+            Update::new().set(&LOG, log(&["x"])),
+            Some("typo".into()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownNode { node } if node == "typo"),
+        "{err}"
+    );
+    assert_eq!(err.kind(), antler_graph::ErrorKind::InvalidUpdate);
+    assert_eq!(graph.get_state_history(&cfg).await.unwrap().len(), before);
+}

@@ -3725,8 +3725,10 @@ async fn an_update_as_end_without_values_clears_the_pending_step() {
             .update_state(&cfg, human(1), end.clone())
             .await
             .unwrap_err();
+        // As the reference, which finds no node `__end__` to take values
+        // (`InvalidUpdateError`).
         assert!(
-            matches!(refused, Error::AmbiguousAsNode { .. }),
+            matches!(&refused, Error::UnknownNode { node } if node == "__end__"),
             "{refused}"
         );
         graph

@@ -123,11 +123,30 @@ async fn command_to_parent_from_a_subgraph_applies_in_the_parent() {
         .add_edge("escalate", "never")
         .add_edge("never", "__end__");
     let graph = last_value_parent("sub", inner.compile().expect("valid inner graph"));
+    let cfg = RunConfig::new("t");
     let out = graph
-        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
         .await
         .unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["from child"]));
+    // The hand-off is no failure of the escalating task: its step in the subgraph's namespace
+    // stores nothing for it (before, an error write showed it as failed).
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    let ns = history
+        .iter()
+        .flat_map(|s| &s.tasks)
+        .find_map(|t| t.subgraph_ns.clone())
+        .expect("the parent's step that ran the subgraph");
+    let mut at_sub = cfg.clone();
+    at_sub.checkpoint_ns = ns;
+    let sub = graph.get_state(&at_sub).await.unwrap().expect("stored");
+    let escalate = sub
+        .tasks
+        .iter()
+        .find(|t| t.node.as_str() == "escalate")
+        .expect("escalate is the subgraph's next task");
+    assert_eq!(escalate.error, None);
+    assert_eq!(escalate.status, antler_graph::TaskStatus::Todo);
 }
 
 /// A command on an addressed checkpoint whose next task is a subgraph forks both levels: the
@@ -943,5 +962,42 @@ async fn a_parents_resume_value_answers_a_subgraphs_first_interrupt() {
             &log(&["in", "plan", "approve=\"yes\""]),
             "depth {depth}"
         );
+    }
+}
+
+/// One of the runtime's errors inside a subgraph keeps its kind through the subgraph's node
+/// (the reference re-raises the subgraph's own exception): a subgraph that loops past the
+/// recursion limit fails the parent's run with kind `RecursionLimit`, one or two subgraphs
+/// deep, while a subgraph node's own failure stays kind `Node`. Before, both were `Node`.
+#[tokio::test]
+async fn a_runtime_error_inside_a_subgraph_keeps_its_kind() {
+    use antler_graph::ErrorKind;
+    for (looping, kind) in [(true, ErrorKind::RecursionLimit), (false, ErrorKind::Node)] {
+        for depth in 1..3 {
+            let mut g = graph();
+            g.add_node("work", move |_s: State, _c| async move {
+                if looping {
+                    Ok(Update::new().set(&LOG, log(&["again"])))
+                } else {
+                    Err(antler_graph::NodeError::failed(std::io::Error::other(
+                        "the node's own failure",
+                    )))
+                }
+            });
+            g.add_edge("__start__", "work");
+            g.add_router("work", None, |_s: &State| vec!["work".into()]);
+            let mut sub = g.compile().expect("valid graph");
+            for _ in 0..depth {
+                sub = last_value_parent("sub", sub);
+            }
+            let err = sub
+                .invoke(
+                    Update::new().set(&LOG, log(&["in"])),
+                    &RunConfig::new("t").with_recursion_limit(4),
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), kind, "looping {looping}, depth {depth}: {err}");
+        }
     }
 }
