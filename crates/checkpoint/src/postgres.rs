@@ -494,8 +494,29 @@ impl PgBackend {
         row.map_or(Ok(0), |r| u64_of(thread.as_str(), r.get(0), "thread epoch"))
     }
 
+    /// The thread's epoch once no transaction that holds its row is left: read with `FOR
+    /// SHARE`, which waits for a writer that bumped it (a `delete_thread`, a collection, a
+    /// copy onto the thread) to end, and for one that only locked it (a put).
+    ///
+    /// A write statement's version check runs on the snapshot the statement took when it
+    /// started, before it waited for the epoch row: values such a writer removed and then
+    /// committed still count there, and the check fails on them. What the write failed on
+    /// is known only once that writer is done.
+    async fn settled_epoch(&self, c: &deadpool_postgres::Object, thread: &ThreadId) -> Result<u64> {
+        let ctx = format!("postgres: thread {thread}: waiting for its epoch");
+        let row = c
+            .query_opt(
+                &self.sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1 FOR SHARE"),
+                &[&thread.as_str()],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        row.map_or(Ok(0), |r| u64_of(thread.as_str(), r.get(0), "thread epoch"))
+    }
+
     /// The error of a write statement that divided by zero: a stale index when the thread's
-    /// epoch moved, otherwise `other` (the statement's own guard).
+    /// epoch moved (once settled, see [`Self::settled_epoch`]), otherwise `other` (the
+    /// statement's own guard).
     async fn guard_failure(
         &self,
         c: &deadpool_postgres::Object,
@@ -506,7 +527,7 @@ impl PgBackend {
         if guard.epoch.is_none() {
             return other;
         }
-        match self.read_epoch(c, thread).await {
+        match self.settled_epoch(c, thread).await {
             Ok(now) => guard.check(thread, now).err().unwrap_or(other),
             Err(e) => e,
         }
@@ -1524,27 +1545,35 @@ impl Backend for PgBackend {
         let epoch = guard.epoch.map(|e| i64_of(e, "thread epoch")).transpose()?;
         let mark = i64_of(mark, "channel version")?;
         let run = run.as_ref().map(crate::ids::RunId::as_str);
-        let result = c
-            .execute(
-                &st,
-                &[
-                    &row.thread_id.as_str(),
-                    &row.ns.as_str(),
-                    &row.id.to_bytes().as_slice(),
-                    &parent,
-                    &row.record,
-                    &row.metadata,
-                    &seqs,
-                    &bodies,
-                    &channels,
-                    &versions,
-                    &data,
-                    &epoch,
-                    &mark,
-                    &run,
-                ],
-            )
-            .await;
+        let id = row.id.to_bytes();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 14] = [
+            &row.thread_id.as_str(),
+            &row.ns.as_str(),
+            &id.as_slice(),
+            &parent,
+            &row.record,
+            &row.metadata,
+            &seqs,
+            &bodies,
+            &channels,
+            &versions,
+            &data,
+            &epoch,
+            &mark,
+            &run,
+        ];
+        let mut result = c.execute(&st, &params).await;
+        // A version check that failed on a value a `delete_thread` removed without having
+        // committed yet (a new run on the thread starts its versions again) is no clash once
+        // the delete commits (`settled_epoch`). A put that checks the epoch learns of the
+        // delete from it (`guard_failure`); one that does not runs once more after the writer
+        // is done, on a snapshot taken after it, and a real clash clashes again.
+        if guard.epoch.is_none()
+            && matches!(&result, Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO))
+        {
+            self.settled_epoch(&c, &row.thread_id).await?;
+            result = c.execute(&st, &params).await;
+        }
         match result {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
@@ -3179,6 +3208,78 @@ mod tests {
             left.len()
         );
         drop(writer);
+        saver.drop_schema().await.expect("drop");
+    }
+
+    /// A put that waits for a `delete_thread` holding the thread's epoch row, and then stores
+    /// a version the deleted thread held with other bytes (a new run on the thread starts its
+    /// versions again), is a put to a fresh thread, not a version clash. Its statement's
+    /// snapshot predates the delete's commit, so its version check still saw the deleted
+    /// value: before, a put without a message list (which checks no epoch) failed with
+    /// `Conflict`. A real clash on a live thread still clashes.
+    #[tokio::test]
+    async fn a_put_that_waited_for_delete_thread_does_not_clash_with_what_it_deleted() {
+        use crate::model::{CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let put = |value: i64| {
+            let cp = crate::testing::checkpoint(&[("a", 1, serde_json::json!(value))]);
+            let versions = cp.channel_versions.clone();
+            let saver = &saver;
+            async move {
+                saver
+                    .put(
+                        &CheckpointConfig::latest("t"),
+                        cp,
+                        CheckpointMetadata::default(),
+                        &versions,
+                    )
+                    .await
+            }
+        };
+        put(1).await.expect("put");
+        let clash = put(2).await.expect_err("a real clash");
+        assert_eq!(clash.kind(), crate::ErrorKind::Conflict, "{clash}");
+        let b = &saver.engine.backend;
+        prefill(b, 4).await;
+        // The delete, in its own session and uncommitted: the epoch row first, as
+        // `delete_thread` takes it, then the thread's rows.
+        let deleter = b.client("test").await.expect("client");
+        let mut sql = format!("BEGIN; {};", b.sql(BUMP_EPOCH_SQL).replace("$1", "'t'"));
+        for table in [
+            "run_threads",
+            "writes",
+            "blobs",
+            "messages",
+            "checkpoints",
+            "version_marks",
+        ] {
+            sql.push_str(&b.sql(&format!("DELETE FROM {{s}}.{table} WHERE thread_id = 't';")));
+        }
+        deleter
+            .batch_execute(&sql)
+            .await
+            .expect("the delete, uncommitted");
+        // The put waits for the delete's epoch row (where depends on the put: its statement,
+        // or the wait after its version check failed).
+        let interfere = async {
+            until_a_statement_waits(b, &format!("%{}.thread_epochs%", b.s)).await;
+            deleter.batch_execute("COMMIT").await.expect("commit");
+        };
+        let (stored, ()) = tokio::join!(put(2), interfere);
+        stored.expect("a put to the deleted thread");
+        let read = saver
+            .get_tuple(&CheckpointConfig::latest("t"))
+            .await
+            .expect("read")
+            .expect("stored");
+        assert_eq!(
+            read.checkpoint.channel_values[&crate::ChannelName::new("a")],
+            crate::Blob::json(&2).expect("json")
+        );
+        drop(deleter);
         saver.drop_schema().await.expect("drop");
     }
 
