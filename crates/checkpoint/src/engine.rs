@@ -3284,6 +3284,52 @@ fn merge_runs(runs: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
+/// The check every saver makes of the text keys it is given (thread ids, namespaces, channel
+/// names, task ids and paths, run ids): none may hold a NUL character.
+///
+/// PostgreSQL's text columns cannot hold one, and its error would be a backend error, which
+/// reads as worth retrying; so every saver refuses such a key alike, as the caller's bad
+/// input, before it reads or writes anything.
+pub(crate) mod keys {
+    use crate::error::{Error, Result};
+    use crate::ids::ChannelName;
+    use crate::model::{CheckpointConfig, ListQuery};
+
+    /// Refuses `s` (a `what`) when it holds a NUL character.
+    pub(crate) fn text(what: &str, s: &str) -> Result<()> {
+        if s.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "{what} {s:?} holds a NUL character, which no store keeps in a key"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The thread id and namespace of `config`.
+    pub(crate) fn config(config: &CheckpointConfig) -> Result<()> {
+        text("thread id", config.thread_id.as_str())?;
+        text("checkpoint namespace", config.checkpoint_ns.as_str())
+    }
+
+    /// Channel names.
+    pub(crate) fn channels<'a>(names: impl IntoIterator<Item = &'a ChannelName>) -> Result<()> {
+        names
+            .into_iter()
+            .try_for_each(|c| text("channel name", c.as_str()))
+    }
+
+    /// The thread and namespace a listing is narrowed to.
+    pub(crate) fn query(query: &ListQuery) -> Result<()> {
+        if let Some(t) = &query.thread_id {
+            text("thread id", t.as_str())?;
+        }
+        if let Some(ns) = &query.checkpoint_ns {
+            text("checkpoint namespace", ns.as_str())?;
+        }
+        Ok(())
+    }
+}
+
 /// Implements [`Saver`](crate::Saver) for a newtype `$ty` with an `engine: Engine<_>` field.
 macro_rules! impl_saver {
     ($ty:ty) => {
@@ -3293,12 +3339,14 @@ macro_rules! impl_saver {
                 &self,
                 config: &$crate::model::CheckpointConfig,
             ) -> $crate::Result<Option<$crate::model::CheckpointTuple>> {
+                $crate::engine::keys::config(config)?;
                 self.engine.get_tuple(config).await
             }
             async fn get_tuple_without_values(
                 &self,
                 config: &$crate::model::CheckpointConfig,
             ) -> $crate::Result<Option<$crate::model::CheckpointTuple>> {
+                $crate::engine::keys::config(config)?;
                 self.engine.get_tuple_without_values(config).await
             }
             async fn get_ancestors_without_values(
@@ -3306,6 +3354,7 @@ macro_rules! impl_saver {
                 config: &$crate::model::CheckpointConfig,
                 limit: usize,
             ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
+                $crate::engine::keys::config(config)?;
                 self.engine
                     .get_ancestors_without_values(config, limit)
                     .await
@@ -3315,6 +3364,7 @@ macro_rules! impl_saver {
                 config: &$crate::model::CheckpointConfig,
                 limit: usize,
             ) -> $crate::Result<Option<$crate::model::TupleWithAncestry>> {
+                $crate::engine::keys::config(config)?;
                 self.engine.get_tuple_with_ancestry(config, limit).await
             }
             async fn get_channel_values(
@@ -3329,18 +3379,22 @@ macro_rules! impl_saver {
                     >,
                 >,
             > {
+                $crate::engine::keys::config(config)?;
+                $crate::engine::keys::channels(keys.iter().map(|(c, _)| c))?;
                 self.engine.get_channel_values(config, keys).await
             }
             async fn list(
                 &self,
                 query: &$crate::model::ListQuery,
             ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
+                $crate::engine::keys::query(query)?;
                 self.engine.list(query, true).await
             }
             async fn list_without_values(
                 &self,
                 query: &$crate::model::ListQuery,
             ) -> $crate::Result<Vec<$crate::model::CheckpointTuple>> {
+                $crate::engine::keys::query(query)?;
                 self.engine.list(query, false).await
             }
             async fn put(
@@ -3350,6 +3404,17 @@ macro_rules! impl_saver {
                 metadata: $crate::model::CheckpointMetadata,
                 new_versions: &$crate::model::ChannelVersions,
             ) -> $crate::Result<$crate::model::CheckpointConfig> {
+                $crate::engine::keys::config(config)?;
+                $crate::engine::keys::channels(
+                    checkpoint
+                        .channel_versions
+                        .keys()
+                        .chain(checkpoint.channel_values.keys())
+                        .chain(new_versions.keys()),
+                )?;
+                if let Some(run) = &metadata.run_id {
+                    $crate::engine::keys::text("run id", run.as_str())?;
+                }
                 self.engine
                     .put(config, checkpoint, metadata, new_versions)
                     .await
@@ -3361,6 +3426,10 @@ macro_rules! impl_saver {
                 task_id: &$crate::ids::TaskId,
                 task_path: &$crate::ids::TaskPath,
             ) -> $crate::Result<()> {
+                $crate::engine::keys::config(config)?;
+                $crate::engine::keys::channels(writes.iter().map(|(c, _)| c))?;
+                $crate::engine::keys::text("task id", task_id.as_str())?;
+                $crate::engine::keys::text("task path", task_path.as_str())?;
                 self.engine
                     .put_writes(config, writes, task_id, task_path)
                     .await
@@ -3370,14 +3439,20 @@ macro_rules! impl_saver {
                 thread_id: &$crate::ids::ThreadId,
                 checkpoint_ns: &$crate::ids::CheckpointNs,
             ) -> $crate::Result<u64> {
+                $crate::engine::keys::text("thread id", thread_id.as_str())?;
+                $crate::engine::keys::text("checkpoint namespace", checkpoint_ns.as_str())?;
                 self.engine
                     .max_channel_version(thread_id, checkpoint_ns)
                     .await
             }
             async fn delete_thread(&self, thread_id: &$crate::ids::ThreadId) -> $crate::Result<()> {
+                $crate::engine::keys::text("thread id", thread_id.as_str())?;
                 self.engine.delete_thread(thread_id).await
             }
             async fn delete_for_runs(&self, run_ids: &[$crate::ids::RunId]) -> $crate::Result<()> {
+                run_ids
+                    .iter()
+                    .try_for_each(|r| $crate::engine::keys::text("run id", r.as_str()))?;
                 self.engine.delete_for_runs(run_ids).await
             }
             async fn copy_thread(
@@ -3385,6 +3460,8 @@ macro_rules! impl_saver {
                 source: &$crate::ids::ThreadId,
                 target: &$crate::ids::ThreadId,
             ) -> $crate::Result<()> {
+                $crate::engine::keys::text("thread id", source.as_str())?;
+                $crate::engine::keys::text("thread id", target.as_str())?;
                 self.engine.copy_thread(source, target).await
             }
             async fn prune(
@@ -3392,6 +3469,9 @@ macro_rules! impl_saver {
                 thread_ids: &[$crate::ids::ThreadId],
                 strategy: $crate::model::PruneStrategy,
             ) -> $crate::Result<()> {
+                thread_ids
+                    .iter()
+                    .try_for_each(|t| $crate::engine::keys::text("thread id", t.as_str()))?;
                 self.engine.prune(thread_ids, strategy).await
             }
             async fn delta_channel_history(
@@ -3404,6 +3484,8 @@ macro_rules! impl_saver {
                     $crate::model::DeltaChannelHistory,
                 >,
             > {
+                $crate::engine::keys::config(config)?;
+                $crate::engine::keys::channels(channels)?;
                 self.engine.delta_channel_history(config, channels).await
             }
             fn store_config(&self) -> $crate::mode::StoreConfig {

@@ -19,6 +19,9 @@ use crate::model::{
 /// Contract, shared by every implementation and pinned by the conformance suite
 /// (`antler_checkpoint::testing`, feature `test-util`):
 ///
+/// - **keys**: a thread id, namespace, channel name, task id, task path or run id holding a
+///   NUL character is [`Error::InvalidArgument`](crate::Error::InvalidArgument) on every
+///   saver, before anything is read or written (PostgreSQL's text columns cannot hold one).
 /// - **put** stores `checkpoint` under `config.thread_id`/`config.checkpoint_ns`;
 ///   `config.checkpoint_id` is the *parent*. Values are stored only for the
 ///   channels in `new_versions`; a channel whose version did not move keeps

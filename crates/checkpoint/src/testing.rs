@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             history_walk_to_root_no_seed, history_migration_plain_value_as_seed,
             history_seed_ancestor_own_writes_are_replayed,
             antler_put_writes_unknown_checkpoint_is_error, antler_history_missing_parent_is_error,
+            antler_a_nul_character_in_a_key_is_invalid_input,
             antler_history_skips_writes_a_relative_child_did_not_apply,
             antler_history_parent_cycle_is_error, antler_history_version_bump_without_value_keeps_older_seed,
             antler_history_null_value_is_a_seed, antler_history_unknown_checkpoint_is_error,
@@ -158,7 +159,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 140;
+pub const CASE_COUNT: usize = 141;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -1740,6 +1741,138 @@ pub async fn history_seed_ancestor_own_writes_are_replayed(saver: &dyn Saver) {
 }
 
 // ---- antler's own obligations ---------------------------------------------------------------
+
+/// A NUL character in a text key (thread id, namespace, channel, task id or path, run id) is
+/// the caller's bad input on every saver, refused before anything is read or written:
+/// PostgreSQL's text columns cannot hold one, and its own error read as a backend error,
+/// while the other savers stored the key.
+pub async fn antler_a_nul_character_in_a_key_is_invalid_input(saver: &dyn Saver) {
+    let stored = chain(saver, "t", "", 1, None).await;
+    let head = stored[0].checkpoint_id.expect("stored");
+    let refused = |e: crate::Error, what: &str| {
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{what}: {e}");
+        assert!(e.to_string().contains("NUL"), "{what}: {e}");
+    };
+    let mut cp = checkpoint(&[("a", 9, json!(1))]);
+    let versions = cp.channel_versions.clone();
+    refused(
+        saver
+            .put(
+                &cfg("a\0b", "", None),
+                cp.clone(),
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .unwrap_err(),
+        "put on such a thread",
+    );
+    refused(
+        saver
+            .put(
+                &cfg("t", "n\0s", None),
+                cp.clone(),
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .unwrap_err(),
+        "put in such a namespace",
+    );
+    refused(
+        saver
+            .put(
+                &cfg("t", "", Some(head)),
+                cp.clone(),
+                metadata(CheckpointSource::Loop, 1, Some("r\0")),
+                &versions,
+            )
+            .await
+            .unwrap_err(),
+        "put with such a run id",
+    );
+    cp.channel_versions
+        .insert(ChannelName::new("c\0"), ChannelVersion::new(10));
+    let versions = cp.channel_versions.clone();
+    refused(
+        saver
+            .put(
+                &cfg("t", "", Some(head)),
+                cp,
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .unwrap_err(),
+        "put of such a channel",
+    );
+    for (writes, task, path, what) in [
+        (
+            vec![("c\0".into(), Blob::Null)],
+            "x",
+            "",
+            "a write to such a channel",
+        ),
+        (
+            vec![("a".into(), Blob::Null)],
+            "x\0",
+            "",
+            "a write of such a task",
+        ),
+        (
+            vec![("a".into(), Blob::Null)],
+            "x",
+            "p\0",
+            "a write at such a task path",
+        ),
+    ] {
+        refused(
+            saver
+                .put_writes(
+                    &cfg("t", "", Some(head)),
+                    writes,
+                    &TaskId::new(task),
+                    &TaskPath::new(path),
+                )
+                .await
+                .unwrap_err(),
+            what,
+        );
+    }
+    refused(
+        saver.get_tuple(&cfg("a\0b", "", None)).await.unwrap_err(),
+        "a read",
+    );
+    refused(
+        saver.list(&ListQuery::thread("a\0b")).await.unwrap_err(),
+        "a listing",
+    );
+    refused(
+        saver
+            .delete_thread(&ThreadId::new("a\0b"))
+            .await
+            .unwrap_err(),
+        "a delete",
+    );
+    refused(
+        saver
+            .delete_for_runs(&[RunId::new("r\0")])
+            .await
+            .unwrap_err(),
+        "a delete of runs",
+    );
+    refused(
+        saver
+            .copy_thread(&ThreadId::new("t"), &ThreadId::new("a\0b"))
+            .await
+            .unwrap_err(),
+        "a copy",
+    );
+    // Nothing of the refused writes was stored.
+    let all = saver.list(&ListQuery::default()).await.expect("list");
+    assert_eq!(all.len(), 1, "only the first checkpoint");
+    assert!(all[0].pending_writes.is_empty());
+}
 
 /// A write for an unknown checkpoint is a typed error naming it, also with no writes at all.
 pub async fn antler_put_writes_unknown_checkpoint_is_error(saver: &dyn Saver) {
