@@ -279,6 +279,9 @@ impl DeltaMessages {
 
     /// Rebuilds the value from a history walk: seed (or empty) plus the writes, replayed with
     /// one batch-reducer call; the last Overwrite, if any, becomes the base (runtime-spec §5.1).
+    /// A walk that found neither a seed nor a write found a channel never written on this
+    /// path: unavailable, as [`Self::new`] (runtime-spec §5.5: a delta channel without any
+    /// version is simply empty), not a written empty list that a snapshot would store.
     ///
     /// # Errors
     /// A typed error naming thread and checkpoint when a stored value or write does not
@@ -289,6 +292,9 @@ impl DeltaMessages {
         thread_id: &ThreadId,
         checkpoint_id: CheckpointId,
     ) -> Result<Self> {
+        if history.seed.is_none() && history.writes.is_empty() {
+            return Ok(Self::new(frequency));
+        }
         let seed_cp = history.seed_checkpoint.unwrap_or(checkpoint_id);
         let (mut base, mut encoded) = match &history.seed {
             Some(Blob::Messages(list)) => (
@@ -621,6 +627,35 @@ pub async fn materialize(
 mod restore_tests {
     use super::*;
     use crate::model::PendingWrite;
+
+    /// A walk with neither seed nor write restores an unavailable channel, as a record without
+    /// a version of it does (before, a relative record's walk gave an available empty list,
+    /// which the superstep bound then snapshotted).
+    #[test]
+    fn an_empty_walk_restores_a_channel_never_written() {
+        let frequency = SnapshotFrequency::default();
+        // At the superstep bound, where a written channel snapshots.
+        let due = DeltaCounters {
+            updates: 0,
+            supersteps: u32::MAX - 1,
+        };
+        let mut ch = DeltaMessages::restore(
+            frequency,
+            &DeltaChannelHistory::default(),
+            &ThreadId::new("t"),
+            CheckpointId::generate(),
+        )
+        .expect("restores")
+        .with_counters(due);
+        assert!(!ch.is_available());
+        assert!(ch.value().is_empty());
+        assert_eq!(ch.on_checkpoint(false), SnapshotDecision::Skip);
+        let mut written = DeltaMessages::from_value(frequency, Vec::new()).with_counters(due);
+        assert!(
+            written.on_checkpoint(false).is_snapshot(),
+            "the bound applies"
+        );
+    }
 
     /// A replay that stamps ids on id-less messages (a legacy seed) drops the stored bytes, so
     /// the next snapshot stores the ids the value now holds (kernel-spec R41); before, the
