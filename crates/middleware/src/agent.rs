@@ -357,9 +357,14 @@ fn after_model_route(state: &State, targets: &Targets) -> NodeId {
 /// is not run again.
 /// Checks that a tool's command answers its call, as LangGraph's tool node does: its update
 /// carries a tool message for the call's id (which then gets the call's tool name), unless
-/// the update only removes every message. Otherwise the model would next see a call without
-/// an answer, which providers refuse; the error says what the command wrote instead.
+/// the update only removes every message, or the command writes nothing at all (LangGraph
+/// checks no command without an update: a bare goto to the end, R49). Otherwise the model
+/// would next see a call without an answer, which providers refuse; the error says what the
+/// command wrote instead.
 fn answer_call(update: &mut Update, id: Option<&str>, name: &str) -> Result<(), String> {
+    if update.channels().next().is_none() {
+        return Ok(());
+    }
     let mut written: Vec<&mut Vec<Message>> = update.writes_mut(&MESSAGES).collect();
     let all: Vec<&Message> = written.iter().flat_map(|w| w.iter()).collect();
     if let [only] = all.as_slice()
@@ -535,8 +540,10 @@ impl ToolsNode {
             .iter()
             .map(|c| (c.id.clone(), c.name.clone()))
             .collect();
+        let names: Arc<[String]> = self.tools.iter().map(|t| t.name().to_owned()).collect();
         let runs = calls.into_iter().map(|call| {
             let tool = self.tools.iter().find(|t| t.name() == call.name).cloned();
+            let names = names.clone();
             let request = ToolRequest {
                 call,
                 state: state.clone(),
@@ -545,6 +552,7 @@ impl ToolsNode {
             let ctx = ctx.clone();
             async move {
                 ToolNext::new(chain.entries(), tool.as_deref(), &ctx)
+                    .with_tool_names(&names)
                     .run(request)
                     .await
             }

@@ -370,6 +370,8 @@ pub struct ToolNext<'a> {
     pub(crate) rest: &'a [Arc<dyn Middleware>],
     pub(crate) tool: Option<&'a dyn Tool>,
     pub(crate) ctx: &'a Context,
+    /// The names of the step's tools, which the answer to a call of an unknown one lists.
+    pub(crate) names: &'a [String],
 }
 
 impl<'a> ToolNext<'a> {
@@ -385,7 +387,17 @@ impl<'a> ToolNext<'a> {
             rest: chain,
             tool,
             ctx,
+            names: &[],
         }
+    }
+
+    /// Sets the names of the tools the step has, in order: the answer to a call of a tool
+    /// that does not exist lists them, as LangGraph's tool node does, so that the model can
+    /// pick one (default none).
+    #[must_use]
+    pub fn with_tool_names(mut self, names: &'a [String]) -> Self {
+        self.names = names;
+        self
     }
 
     /// The task context of the tool step.
@@ -401,24 +413,28 @@ impl<'a> ToolNext<'a> {
                     rest,
                     tool: self.tool,
                     ctx: self.ctx,
+                    names: self.names,
                 };
                 outer.wrap_tool_call(request, next).await
             }
             None => match self.tool {
                 Some(tool) => tool.call(request, self.ctx).await,
-                None => Ok(ToolOutcome::Message(unknown_tool_message(&request))),
+                None => Ok(ToolOutcome::Message(unknown_tool_message(
+                    &request, self.names,
+                ))),
             },
         }
     }
 }
 
-/// The error answer to a call of a tool that does not exist, so the model
-/// can correct itself instead of the run failing.
-fn unknown_tool_message(request: &ToolRequest) -> antler_state_reducers::Message {
+/// The error answer to a call of a tool that does not exist, so the model can correct
+/// itself instead of the run failing: LangGraph's tool node's text, which lists the tools.
+fn unknown_tool_message(request: &ToolRequest, names: &[String]) -> antler_state_reducers::Message {
     let mut m = antler_state_reducers::Message::tool(
         format!(
-            "Error: {} is not a valid tool, try one of the available tools.",
-            request.call.name
+            "Error: {} is not a valid tool, try one of [{}].",
+            request.call.name,
+            names.join(", ")
         ),
         request.call.id.clone().unwrap_or_default(),
     );

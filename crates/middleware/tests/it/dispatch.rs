@@ -516,6 +516,9 @@ enum Beyond {
     OtherCall,
     /// Ends the run removing every message (no answer needed).
     RemoveAll,
+    /// Ends the run writing nothing (no answer needed: LangGraph checks no command without
+    /// an update).
+    BareEnd,
 }
 
 struct GotoModel {
@@ -546,6 +549,7 @@ impl Middleware for GotoModel {
             Beyond::Unanswered => end(vec![Message::ai("done").with_id("x")]),
             Beyond::OtherCall => end(vec![Message::tool("hm", "another-call")]),
             Beyond::RemoveAll => end(vec![Message::remove_all()]),
+            Beyond::BareEnd => antler_graph::Command::new().goto(antler_graph::END),
             Beyond::Jump => antler_graph::Command::new()
                 .update(update.set(&antler_middleware::JUMP_TO, "model".to_owned())),
             Beyond::Goto => antler_graph::Command::new().update(update).goto("model"),
@@ -652,6 +656,17 @@ async fn a_tool_command_answering_its_call_passes_and_names_the_answer() {
         .await
         .expect("a command removing every message passes");
     assert_eq!(out.values.get(&MESSAGES).map(Vec::len), Some(0));
+    // Nor does a bare goto to the end (docs/middleware.md's way to end a run from a tool
+    // wrapper; before 2026-12-02 refused as unanswered): the run ends after the model's call.
+    let out = run_beyond(Beyond::BareEnd)
+        .await
+        .expect("a bare goto to the end passes");
+    let kinds: Vec<MessageType> = out
+        .values
+        .get(&MESSAGES)
+        .map(|ms| ms.iter().map(|m| m.kind).collect())
+        .unwrap_or_default();
+    assert_eq!(kinds, [MessageType::Human, MessageType::Ai]);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -1379,4 +1394,45 @@ async fn a_wrap_hook_may_call_the_inner_handler_again_and_inspect_its_failure() 
     let failure = NodeError::failed(Transient);
     assert_eq!(failure.to_string(), "transient");
     assert!(failure.failure().is_some_and(|f| f.is::<Transient>()));
+}
+
+/// A call of a tool the agent lacks is answered, not failed, with LangGraph's tool node's
+/// text, which lists the agent's tools in order so that the model can pick one, and the
+/// error status; the model then runs again. Before 2026-12-02 the text named no tool.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_of_an_unknown_tool_is_answered_with_the_tools_there_are() {
+    let model = Arc::new(Scripted {
+        answers: Mutex::new(vec![
+            ai_calling(&["nosuch"]),
+            Message::ai("done").with_id("ai-2"),
+        ]),
+        log: Arc::default(),
+    });
+    let log: Log = Arc::default();
+    let graph = AgentGraph::new(ChainBuilder::new().build().expect("valid chain"), model)
+        .with_tools(vec![echo("search", &log), echo("fetch", &log)])
+        .build()
+        .expect("valid agent")
+        .compile()
+        .expect("compiles");
+    let out = graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("hi").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .expect("the run succeeds");
+    let messages = out.values.get(&MESSAGES).expect("messages");
+    let answer = messages
+        .iter()
+        .find(|m| m.kind == MessageType::Tool)
+        .expect("the call is answered");
+    assert_eq!(
+        answer.content.text(),
+        "Error: nosuch is not a valid tool, try one of [search, fetch]."
+    );
+    assert_eq!(answer.tool_call_id(), Some("call-0"));
+    assert_eq!(answer.name.as_deref(), Some("nosuch"));
+    assert_eq!(answer.status(), Some("error"));
+    assert_eq!(messages.last().and_then(|m| m.id.as_deref()), Some("ai-2"));
 }
