@@ -289,7 +289,7 @@ fn tool_calls(value: Value, invalid: &mut Vec<InvalidToolCall>) -> Result<Vec<To
             let id = id_like(m.shift_remove("id"), "id")?;
             let name = opt_string(f.shift_remove("name"), "name")?.unwrap_or_default();
             match f.shift_remove("arguments") {
-                Some(Value::String(raw)) => match serde_json::from_str::<Value>(&raw) {
+                Some(Value::String(raw)) => match loads_lenient(&raw) {
                     Ok(Value::Object(args)) => out.push(ToolCall {
                         id,
                         name,
@@ -398,7 +398,7 @@ fn raw_tool_calls(raw: &Value) -> Result<Option<(Vec<ToolCall>, Vec<InvalidToolC
                 )));
             }
         };
-        match serde_json::from_str::<Value>(arguments) {
+        match loads_lenient(arguments) {
             Ok(args) => {
                 let args = match args {
                     Value::Object(m) => m,
@@ -503,4 +503,39 @@ fn object(value: Option<Value>, key: &str) -> Result<Map<String, Value>> {
 fn short(value: &Value) -> String {
     let s = value.to_string();
     crate::pytext::take_chars(&s, 80).to_owned()
+}
+
+/// Parses a tool call's argument text as the reference does, with Python's
+/// `json.loads(text, strict=False)`: raw control characters (below U+0020) inside strings are
+/// taken as they are, where strict JSON refuses them; a model that writes a literal line break
+/// into an argument string still makes a call. Everything else is strict JSON.
+fn loads_lenient(text: &str) -> serde_json::Result<Value> {
+    match serde_json::from_str(text) {
+        Ok(v) => Ok(v),
+        Err(e) if !text.bytes().any(|b| b < 0x20) => Err(e),
+        Err(e) => {
+            // Escape the control characters inside strings (outside them, JSON allows only
+            // its whitespace, which stays as it is), then parse strictly.
+            let mut escaped = String::with_capacity(text.len() + 16);
+            let (mut in_string, mut backslash) = (false, false);
+            for c in text.chars() {
+                if in_string {
+                    if backslash {
+                        backslash = false;
+                    } else if c == '\\' {
+                        backslash = true;
+                    } else if c == '"' {
+                        in_string = false;
+                    } else if (c as u32) < 0x20 {
+                        escaped.push_str(&format!("\\u{:04x}", c as u32));
+                        continue;
+                    }
+                } else if c == '"' {
+                    in_string = true;
+                }
+                escaped.push(c);
+            }
+            serde_json::from_str(&escaped).map_err(|_| e)
+        }
+    }
 }

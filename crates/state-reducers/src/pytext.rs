@@ -130,12 +130,7 @@ pub(crate) fn py_str(value: &Value) -> String {
             } else if let Some(u) = n.as_u64() {
                 u.to_string()
             } else {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 && f.abs() < 1e16 {
-                    format!("{f:.1}")
-                } else {
-                    format!("{f}")
-                }
+                py_float(n.as_f64().unwrap_or(0.0))
             }
         }
         Value::String(s) => s.clone(),
@@ -143,9 +138,57 @@ pub(crate) fn py_str(value: &Value) -> String {
     }
 }
 
+/// Python's `repr` (and `str`) of a finite float: the shortest digits that read back as
+/// `f`, positional while the decimal exponent is at least -4 and below 16 (with `.0` on a
+/// whole number), else scientific with a signed exponent of at least two digits (`1e-05`,
+/// `1.5e+16`).
+fn py_float(f: f64) -> String {
+    // Rust's `{:e}` gives the same shortest digits: `d[.ddd]e[-]x`.
+    let sci = format!("{f:e}");
+    let Some((mantissa, exp)) = sci.split_once('e') else {
+        return sci;
+    };
+    let Ok(exp) = exp.parse::<i32>() else {
+        return sci;
+    };
+    if (-4..16).contains(&exp) {
+        let plain = format!("{f}");
+        return if plain.contains('.') {
+            plain
+        } else {
+            format!("{plain}.0")
+        };
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Floats render as Python's `str()` renders them, exponent form included (before
+    /// 2026-12-02, `1e-05` rendered as `0.00001` and `1.5e16` as `15000000000000000`).
+    #[test]
+    fn floats_render_as_python_renders_them() {
+        for (f, python) in [
+            (1e-05, "1e-05"),
+            (0.0001, "0.0001"),
+            (1.5e16, "1.5e+16"),
+            (1e16, "1e+16"),
+            (9999999999999998.0, "9999999999999998.0"),
+            (2.5, "2.5"),
+            (3.0, "3.0"),
+            (-0.5, "-0.5"),
+            (-1.25e-7, "-1.25e-07"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (5e-324, "5e-324"),
+            (0.1, "0.1"),
+            (123456.789, "123456.789"),
+        ] {
+            assert_eq!(py_str(&serde_json::json!(f)), python, "{f:e}");
+        }
+    }
 
     #[test]
     fn repr_matches_python() {

@@ -68,6 +68,9 @@ pub fn read_subagent_result_metadata(kwargs: &Map<String, Value>) -> Option<Suba
         .and_then(Value::as_str)
         .filter(|r| SUBAGENT_STOP_REASONS.contains(r));
     let completed = status == "completed";
+    // The digest is of the full result, and read only beside a brief of it, as the
+    // reference reads it.
+    let with_brief = completed && brief.is_some();
     Some(SubagentResult {
         status: status.to_owned(),
         result_brief: brief
@@ -76,7 +79,7 @@ pub fn read_subagent_result_metadata(kwargs: &Map<String, Value>) -> Option<Suba
         result_sha256: kwargs
             .get("subagent_result_sha256")
             .and_then(Value::as_str)
-            .filter(|s| completed && is_sha256(s))
+            .filter(|s| with_brief && is_sha256(s))
             .map(str::to_owned),
         error: non_blank(kwargs, "subagent_error")
             .filter(|_| !completed)
@@ -92,6 +95,27 @@ mod tests {
 
     fn read(v: Value) -> Option<SubagentResult> {
         read_subagent_result_metadata(v.as_object().expect("object"))
+    }
+
+    /// R24 with the reference: the result's digest is read only beside a non-blank brief
+    /// (before 2026-12-02 it was read for any completed result, and reached the ledger).
+    #[test]
+    fn the_digest_is_read_only_beside_a_brief() {
+        let hash = "a".repeat(64);
+        for brief in [None, Some("   ")] {
+            let mut v = json!({"subagent_status": "completed", "subagent_result_sha256": hash});
+            if let Some(b) = brief {
+                v["subagent_result_brief"] = json!(b);
+            }
+            let r = read(v).expect("a completed result");
+            assert_eq!(r.result_sha256, None, "brief {brief:?}");
+        }
+        let r = read(
+            json!({"subagent_status": "completed", "subagent_result_brief": "done",
+                            "subagent_result_sha256": hash}),
+        )
+        .expect("a completed result");
+        assert_eq!(r.result_sha256.as_deref(), Some(hash.as_str()));
     }
 
     /// A brief is blank as Python's `str.strip()` sees it, which also strips the

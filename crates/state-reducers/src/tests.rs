@@ -665,6 +665,44 @@ fn r18_openai_tool_calls_are_converted() {
     assert_eq!(m.invalid_tool_calls()[0].args.as_deref(), Some("{bad"));
 }
 
+/// Tool call arguments parse as the reference parses them (`json.loads(…, strict=False)`):
+/// raw control characters inside strings are taken as they are, in an OpenAI-shaped call and
+/// in the provider's raw calls alike, while one outside a string, or after a backslash, still
+/// makes the call invalid. Before 2026-12-02 a literal line break in an argument string made
+/// the call invalid, and the tool never ran.
+#[test]
+fn r18_r23_argument_strings_may_hold_raw_control_characters() {
+    let lenient = "{\"code\": \"a\nb\tc\"}";
+    let broken = ["{\"code\": \"a\\\nb\"}", "{\u{1}\"code\": 1}"];
+    let openai = |arguments: &str| {
+        Message::from_json(json!({
+            "role": "assistant", "content": "",
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "run", "arguments": arguments}}]
+        }))
+        .unwrap()
+    };
+    let raw = |arguments: &str| {
+        Message::from_json(json!({
+            "type": "ai", "content": "", "tool_calls": [],
+            "additional_kwargs": {"tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "run", "arguments": arguments}}]}
+        }))
+        .unwrap()
+    };
+    for m in [openai(lenient), raw(lenient)] {
+        assert_eq!(m.tool_calls().len(), 1, "{m:?}");
+        assert_eq!(m.tool_calls()[0].args["code"], json!("a\nb\tc"));
+        assert!(m.invalid_tool_calls().is_empty());
+    }
+    for arguments in broken {
+        for m in [openai(arguments), raw(arguments)] {
+            assert!(m.tool_calls().is_empty(), "{arguments:?}: {m:?}");
+            assert_eq!(m.invalid_tool_calls().len(), 1, "{arguments:?}");
+        }
+    }
+}
+
 /// An AI message given no parsed calls takes them from the provider's raw calls in
 /// `additional_kwargs.tool_calls`, as LangChain's AI message does
 /// (`_backwards_compat_tool_calls` with `default_tool_parser`): arguments that are not JSON
