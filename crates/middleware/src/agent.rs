@@ -48,7 +48,7 @@ pub struct AgentGraph {
     chain: Chain,
     model: Arc<dyn ChatModel>,
     tools: Vec<Arc<dyn Tool>>,
-    system_prompt: Option<String>,
+    system_message: Option<Message>,
     settings: ModelSettings,
     messages: MessagesSpec,
 }
@@ -61,7 +61,7 @@ impl AgentGraph {
             chain,
             model,
             tools: Vec::new(),
-            system_prompt: None,
+            system_message: None,
             settings: ModelSettings::default(),
             messages: Arc::new(ChannelSpec::messages),
         }
@@ -74,10 +74,18 @@ impl AgentGraph {
         self
     }
 
-    /// Sets the static system prompt (default: none).
+    /// Sets the static system prompt (default: none), sent as a system message.
     #[must_use]
     pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
-        self.system_prompt = Some(prompt.into());
+        self.system_message = Some(Message::system(prompt.into()));
+        self
+    }
+
+    /// Sets the static system message itself (default: none), for a prompt that carries an
+    /// id, `additional_kwargs` or content blocks.
+    #[must_use]
+    pub fn with_system_message(mut self, message: Message) -> Self {
+        self.system_message = Some(message);
         self
     }
 
@@ -252,7 +260,7 @@ impl AgentGraph {
             chain: self.chain.clone(),
             model: self.model.clone(),
             schemas: tools.iter().map(|t| t.schema()).collect(),
-            system_prompt: self.system_prompt.clone(),
+            system_message: self.system_message.clone(),
             settings: self.settings.clone(),
         };
         g.add_node_with(
@@ -503,7 +511,7 @@ struct ModelNode {
     chain: Chain,
     model: Arc<dyn ChatModel>,
     schemas: Vec<crate::model::ToolSchema>,
-    system_prompt: Option<String>,
+    system_message: Option<Message>,
     settings: ModelSettings,
 }
 
@@ -512,7 +520,7 @@ impl ModelNode {
         let mut update = Update::new();
         clear_inherited_jump(&state, &mut update);
         let request = ModelRequest {
-            system_prompt: self.system_prompt.clone(),
+            system_message: self.system_message.clone(),
             messages: state.get(&MESSAGES).cloned().unwrap_or_default(),
             tools: self.schemas.clone(),
             settings: self.settings.clone(),

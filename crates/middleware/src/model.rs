@@ -35,8 +35,12 @@ pub struct ModelSettings {
 /// One model call: what the wrap hooks may rewrite before the model sees it.
 #[derive(Clone)]
 pub struct ModelRequest {
-    /// The static system prompt (per-turn context rides in `messages`).
-    pub system_prompt: Option<String>,
+    /// The system message sent ahead of `messages` (LangChain's `ModelRequest.system_message`):
+    /// the agent's static prompt, which a wrap hook may replace, for instance with the
+    /// coalesced system messages of kernel-spec R70, keeping the first one's id and merged
+    /// `additional_kwargs`, which a bare string could not carry. Per-turn context rides in
+    /// `messages`.
+    pub system_message: Option<Message>,
     /// The conversation sent to the model.
     pub messages: Vec<Message>,
     /// Tools the model may call.
@@ -45,6 +49,13 @@ pub struct ModelRequest {
     pub settings: ModelSettings,
     /// The agent state at the start of this step (read-only).
     pub state: State,
+}
+
+impl ModelRequest {
+    /// The text of the system message, if any.
+    pub fn system_prompt(&self) -> Option<String> {
+        self.system_message.as_ref().map(|m| m.content.text())
+    }
 }
 
 /// What a model call produced; wrap hooks may rewrite it on the way out.

@@ -1436,3 +1436,79 @@ async fn a_call_of_an_unknown_tool_is_answered_with_the_tools_there_are() {
     assert_eq!(answer.status(), Some("error"));
     assert_eq!(messages.last().and_then(|m| m.id.as_deref()), Some("ai-2"));
 }
+
+/// The model request carries the system prompt as a system message (LangChain's
+/// `ModelRequest.system_message`), which a wrap hook may replace with one that keeps an id
+/// and `additional_kwargs`, as kernel-spec R70's coalescing returns it; the model sees the
+/// replacement whole. Before 2026-12-02 the request held a bare string, which could not carry
+/// either.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wrap_hook_may_replace_the_system_message_with_id_and_kwargs() {
+    struct Sees(Arc<Mutex<Option<Message>>>);
+    #[async_trait]
+    impl ChatModel for Sees {
+        fn name(&self) -> &str {
+            "sees"
+        }
+        async fn invoke(&self, req: &ModelRequest) -> Result<Message, BoxError> {
+            *self.0.lock().unwrap() = req.system_message.clone();
+            Ok(Message::ai("ok").with_id("ai-1"))
+        }
+    }
+    struct Coalesce;
+    #[async_trait]
+    impl Middleware for Coalesce {
+        fn kind(&self) -> MiddlewareKind {
+            MiddlewareKind::new("SystemMessageCoalescing")
+        }
+        fn node_hooks(&self) -> NodeHooks {
+            NodeHooks::NONE
+        }
+        async fn wrap_model_call(
+            &self,
+            mut req: ModelRequest,
+            next: ModelNext<'_>,
+        ) -> Result<ModelResponse, NodeError> {
+            let first = req.system_message.take().expect("the agent's prompt");
+            assert_eq!(req_text(&first), "be brief");
+            let mut merged = Message::system(format!("{}\n\nreminder", req_text(&first)));
+            merged.id.clone_from(&first.id);
+            merged
+                .additional_kwargs_mut()
+                .insert("hide_from_ui".into(), json!(true));
+            req.system_message = Some(merged);
+            next.run(req).await
+        }
+    }
+    fn req_text(m: &Message) -> String {
+        m.content.text()
+    }
+    let seen: Arc<Mutex<Option<Message>>> = Arc::default();
+    let mut chain = ChainBuilder::new();
+    chain.push(Arc::new(Coalesce));
+    let graph = AgentGraph::new(chain.build().unwrap(), Arc::new(Sees(seen.clone())))
+        .with_system_message(Message::system("be brief").with_id("sys-prompt"))
+        .build()
+        .unwrap()
+        .compile()
+        .unwrap();
+    graph
+        .invoke(
+            Update::new().set(&MESSAGES, vec![Message::human("x").with_id("h")]),
+            &RunConfig::new("t"),
+        )
+        .await
+        .expect("the run succeeds");
+    let sent = seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("a system message was sent");
+    assert_eq!(sent.kind, MessageType::System);
+    assert_eq!(sent.id.as_deref(), Some("sys-prompt"));
+    assert_eq!(sent.content.text(), "be brief\n\nreminder");
+    assert_eq!(
+        sent.additional_kwargs().get("hide_from_ui"),
+        Some(&json!(true))
+    );
+}
