@@ -401,6 +401,18 @@ impl Context {
         &self.inner.ns
     }
 
+    /// The thread the run belongs to (kernel-spec R136's `thread_id`; a subgraph's nodes see
+    /// their parent's thread).
+    pub fn thread_id(&self) -> &crate::ids::ThreadId {
+        &self.inner.run.cfg.thread_id
+    }
+
+    /// The run id the caller gave the run ([`RunConfig::run_id`](crate::RunConfig::run_id);
+    /// kernel-spec R136's `run_id`), if any.
+    pub fn run_id(&self) -> Option<&str> {
+        self.inner.run.cfg.run_id.as_deref()
+    }
+
     /// Emits a custom stream event, delivered at once to a stream with the `custom` mode
     /// (dropped when nobody streams custom events).
     ///

@@ -1001,3 +1001,45 @@ async fn a_runtime_error_inside_a_subgraph_keeps_its_kind() {
         }
     }
 }
+
+/// A node reads the run's thread and run id from its context (kernel-spec R136, which
+/// middlewares scope their state by), a subgraph's node its parent's.
+#[tokio::test]
+async fn nodes_see_the_runs_thread_and_run_id() {
+    fn recording(g: &mut StateGraph) {
+        g.add_node("who", |_s: State, ctx: Context| async move {
+            let seen = format!("{}/{}", ctx.thread_id(), ctx.run_id().unwrap_or("none"));
+            Ok(Update::new().set(&LOG, log(&[&seen])))
+        });
+        g.add_edge("__start__", "who").add_edge("who", "__end__");
+    }
+    let mut top = graph();
+    recording(&mut top);
+    let mut inner = graph();
+    recording(&mut inner);
+    let nested = last_value_parent("sub", inner.compile().expect("valid graph"));
+    let top = top
+        .compile()
+        .expect("valid graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    for g in [&top, &nested] {
+        let mut cfg = RunConfig::new("thread-7");
+        cfg.run_id = Some("run-3".into());
+        let out = g
+            .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.values.get(&LOG).unwrap(),
+            &log(&["in", "thread-7/run-3"])
+        );
+        let out = g
+            .invoke(
+                Update::new().set(&LOG, log(&["in"])),
+                &RunConfig::new("other"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "other/none"]));
+    }
+}
