@@ -2266,6 +2266,9 @@ impl PostgresSaver {
             s,
             generic,
         };
+        // Before the migrations: a store recorded with another configuration is refused as it
+        // is, so that the build that wrote it still opens it afterwards.
+        backend.precheck_config(config).await?;
         backend.migrate().await?;
         ready.store(true, Ordering::Release);
         {
@@ -2454,6 +2457,44 @@ impl PgBackend {
 }
 
 impl PgBackend {
+    /// Refuses a store whose recorded configuration `config` does not match
+    /// ([`Error::StoreConfigMismatch`]), reading only: the configuration table exists from the
+    /// first schema version, so a store of any version can be checked before it is migrated.
+    /// Anything short of a whole, readable record (a new schema, a damaged record) is left to
+    /// the check after the migrations, which reports it.
+    async fn precheck_config(&self, config: StoreConfig) -> Result<()> {
+        let ctx = "postgres: reading store configuration";
+        let c = self.client(ctx).await?;
+        let table = format!("{}.antler_meta", self.s);
+        let exists: bool = c
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await
+            .map_err(pg_err(ctx))?
+            .get(0);
+        if !exists {
+            return Ok(());
+        }
+        let rows = c
+            .query(
+                &self.sql("SELECT key, value FROM {s}.antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')"),
+                &[],
+            )
+            .await
+            .map_err(pg_err(ctx))?;
+        let get = |k: &str| {
+            rows.iter()
+                .find(|r| r.get::<_, &str>(0) == k)
+                .map(|r| r.get::<_, String>(1))
+        };
+        let (Some(mode), Some(frequency)) = (get("channel_mode"), get("snapshot_frequency")) else {
+            return Ok(());
+        };
+        let Ok(stored) = crate::engine::parse_config(&mode, &frequency) else {
+            return Ok(());
+        };
+        config.check_against(Some(stored)).map(drop)
+    }
+
     /// Fills the run index from every record's metadata (migration 4); a record whose metadata
     /// does not decode adds no pair (reading it fails anyway). The table is locked against
     /// writes first, as for the marks: only a build from before the index can write it now
@@ -3341,6 +3382,49 @@ mod tests {
         saver.drop_schema().await.expect("drop");
         assert_eq!(session, "repeatable read", "the default the test asked for");
         assert_eq!(level, "read committed");
+    }
+
+    /// An open with another configuration than the store records fails before it migrates: a
+    /// store of schema version 2 stays at version 2, so the build that wrote it still opens
+    /// it, and the right configuration then migrates it. Before 2026-12-02 the migrations ran
+    /// first.
+    #[tokio::test]
+    async fn an_open_with_another_configuration_migrates_nothing() {
+        let delta = StoreConfig::delta(crate::mode::SnapshotFrequency::new(10).expect("F"));
+        let Some(saver) = fresh(delta).await else {
+            return;
+        };
+        let b = &saver.engine.backend;
+        let c = b.client("test").await.expect("client");
+        c.batch_execute(
+            &b.sql("DROP TABLE {s}.version_marks; DROP TABLE {s}.run_threads; DELETE FROM {s}.antler_migrations WHERE v >= 3;"),
+        )
+        .await
+        .expect("back to version 2");
+        let version = || async {
+            c.query_one(&b.sql("SELECT MAX(v) FROM {s}.antler_migrations"), &[])
+                .await
+                .expect("version")
+                .get::<_, i64>(0)
+        };
+        let options = PostgresOptions::new(database_url().expect("url"))
+            .with_schema(b.s.trim_matches('"').to_owned());
+        let refused = PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .expect_err("another configuration");
+        assert!(
+            matches!(refused, Error::StoreConfigMismatch { .. }),
+            "{refused}"
+        );
+        assert_eq!(version().await, 2, "nothing migrated");
+        drop(
+            PostgresSaver::connect(options, delta)
+                .await
+                .expect("its own configuration"),
+        );
+        assert_eq!(version().await, POSTGRES_SCHEMA_VERSION);
+        drop(c);
+        saver.drop_schema().await.expect("drop");
     }
 
     /// Migration 3 gives a namespace whose record lists a version the mark column cannot hold

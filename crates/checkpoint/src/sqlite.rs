@@ -108,6 +108,60 @@ const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// concurrent opener's lock as `SQLITE_BUSY` without consulting the busy timeout, so two
 /// processes opening a new file at once retry here for up to [`BUSY_TIMEOUT`]; once the file
 /// is in WAL mode the pragma needs no lock.
+/// Refuses a store whose recorded configuration `config` does not match
+/// ([`Error::StoreConfigMismatch`]), reading only: the configuration table exists from the
+/// first schema version, so a store of any version can be checked before it is migrated.
+/// Anything short of a whole, readable record (a new or foreign file, a damaged record) is
+/// left to the check after the migrations, which reports it.
+///
+/// A file of schema version 0 that already holds tables is another program's database (a
+/// LangGraph `checkpoints.sqlite`, say): refused as it is, before the WAL switch would have
+/// changed it for good, with an error that asks for a file of antler's own.
+fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
+    let ctx = "sqlite: reading store configuration";
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sql_err(ctx))?;
+    let tables: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err(ctx))?;
+    if version == 0 && tables > 0 {
+        return Err(Error::backend(
+            "sqlite: opening the store",
+            std::io::Error::other(
+                "the file holds tables antler did not create (schema version 0): give antler a file of its own",
+            ),
+        ));
+    }
+    let has_meta: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'antler_meta')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err(ctx))?;
+    if !has_meta {
+        return Ok(());
+    }
+    let get = |k: &str| -> Option<String> {
+        conn.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
+            r.get::<_, String>(0)
+        })
+        .ok()
+    };
+    let (Some(mode), Some(frequency)) = (get("channel_mode"), get("snapshot_frequency")) else {
+        return Ok(());
+    };
+    let Ok(stored) = crate::engine::parse_config(&mode, &frequency) else {
+        return Ok(());
+    };
+    config.check_against(Some(stored)).map(drop)
+}
+
 fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
     let started = std::time::Instant::now();
     loop {
@@ -1537,6 +1591,10 @@ impl SqliteSaver {
             let mut conn = Connection::open(&p).map_err(sql_err(ctx.clone()))?;
             conn.busy_timeout(BUSY_TIMEOUT)
                 .map_err(sql_err(ctx.clone()))?;
+            // Before anything changes the file (the WAL switch, a migration): a store recorded
+            // with another configuration is refused as it is, so that the build that wrote it
+            // still opens it afterwards.
+            precheck_config(&conn, config)?;
             set_wal(&conn).map_err(sql_err(ctx.clone()))?;
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(sql_err(ctx.clone()))?;
@@ -1738,6 +1796,87 @@ mod tests {
             })
             .await
             .unwrap()
+    }
+
+    /// Another program's database (schema version 0, tables of its own) is refused before
+    /// anything changes it: its journal mode stays, and the error asks for a file of antler's
+    /// own. Before 2026-12-02 the open switched it to WAL for good, then failed on a table
+    /// name it shared.
+    #[tokio::test]
+    async fn a_foreign_database_file_is_left_as_it_was() {
+        let dir = std::env::temp_dir().join(format!("antler-foreign-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("theirs.sqlite");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE checkpoints (thread_id TEXT, checkpoint BLOB); INSERT INTO checkpoints VALUES ('theirs', x'00');",
+        )
+        .unwrap();
+        drop(conn);
+        let err = SqliteSaver::open(&path, StoreConfig::full())
+            .await
+            .expect_err("refused");
+        assert_eq!(err.kind(), crate::ErrorKind::Backend, "{err}");
+        assert!(
+            format!("{err} {:?}", err).contains("a file of its own"),
+            "{err:?}"
+        );
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let journal: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        let theirs: i64 = conn
+            .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!((journal.as_str(), theirs), ("delete", 1));
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An open with another configuration than the store records fails before it changes the
+    /// file: a store of an older schema version (version 2 here) keeps its version and its
+    /// journal mode, so the build that wrote it still opens it; the right configuration then
+    /// migrates it. Before 2026-12-02 the migrations ran first and the older build was locked
+    /// out (`SchemaTooNew`) by an open that failed.
+    #[tokio::test]
+    async fn an_open_with_another_configuration_changes_nothing() {
+        let dir = std::env::temp_dir().join(format!("antler-precheck-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let delta = StoreConfig::delta(crate::mode::SnapshotFrequency::new(10).unwrap());
+        drop(SqliteSaver::open(&path, delta).await.unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TABLE version_marks; DROP TABLE run_threads; PRAGMA user_version = 2; PRAGMA journal_mode = DELETE;",
+        )
+        .unwrap();
+        drop(conn);
+        let state = || {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let version: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap();
+            let journal: String = conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .unwrap();
+            (version, journal)
+        };
+        assert_eq!(state(), (2, "delete".to_owned()));
+        let refused = SqliteSaver::open(&path, StoreConfig::full())
+            .await
+            .expect_err("another configuration");
+        assert!(
+            matches!(refused, crate::Error::StoreConfigMismatch { .. }),
+            "{refused}"
+        );
+        assert_eq!(state(), (2, "delete".to_owned()), "the file is as it was");
+        drop(
+            SqliteSaver::open(&path, delta)
+                .await
+                .expect("its own configuration"),
+        );
+        assert_eq!(state(), (super::SQLITE_SCHEMA_VERSION, "wal".to_owned()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
