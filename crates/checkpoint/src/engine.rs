@@ -538,6 +538,57 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
     );
 }
 
+/// A prune that stopped after deleting its checkpoints (a crash before the collection) is
+/// finished by the next prune, even one with nothing left to delete: the values only the
+/// deleted checkpoint listed go. Before 2026-12-02 they stayed for good on such a thread.
+#[cfg(test)]
+pub(crate) async fn check_an_interrupted_prune_is_finished_by_the_next<B: Backend>(e: &Engine<B>) {
+    let t = ThreadId::new("t");
+    let put = |parent: CheckpointConfig, v: u64| async move {
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("a".into(), ChannelVersion::new(v));
+        cp.channel_values
+            .insert("a".into(), Blob::json(&v).expect("a value"));
+        let nv = cp.channel_versions.clone();
+        e.put(&parent, cp, CheckpointMetadata::default(), &nv)
+            .await
+            .expect("put")
+    };
+    let c1 = put(CheckpointConfig::latest("t"), 1).await;
+    put(c1.clone(), 2).await;
+    let all = e.decoded_thread(&t).await.expect("read");
+    let mut expected: Vec<(CheckpointNs, CheckpointId)> =
+        all.iter().map(|d| (d.row.ns.clone(), d.row.id)).collect();
+    expected.sort();
+    let first = (CheckpointNs::default(), c1.checkpoint_id.expect("id"));
+    // The first of the prune's three transactions only.
+    assert!(
+        e.backend
+            .delete_checkpoints(&t, &[first], &expected)
+            .await
+            .expect("delete")
+    );
+    assert_eq!(e.backend.blob_keys(&t).await.expect("keys").len(), 2);
+    e.prune(std::slice::from_ref(&t), PruneStrategy::KeepLatest)
+        .await
+        .expect("prune");
+    let keys = e.backend.blob_keys(&t).await.expect("keys");
+    assert_eq!(
+        keys,
+        vec![(
+            CheckpointNs::default(),
+            ChannelName::new("a"),
+            ChannelVersion::new(2)
+        )]
+    );
+    // And nothing more on the next one.
+    e.prune(std::slice::from_ref(&t), PruneStrategy::KeepLatest)
+        .await
+        .expect("prune");
+    assert_eq!(e.backend.blob_keys(&t).await.expect("keys"), keys);
+}
+
 /// The error for a store that holds checkpoints but records its configuration in part or not
 /// at all, or records one that does not parse (`mode`, `frequency`: the recorded values
 /// found; both present means unreadable).
@@ -2701,7 +2752,7 @@ impl<B: Backend> Engine<B> {
         doomed: &HashSet<(CheckpointNs, CheckpointId)>,
     ) -> Result<()> {
         if doomed.is_empty() {
-            return Ok(());
+            return self.finish_collection(thread, &all).await;
         }
         let mut expected: Vec<(CheckpointNs, CheckpointId)> =
             all.iter().map(|d| (d.row.ns.clone(), d.row.id)).collect();
@@ -2724,6 +2775,33 @@ impl<B: Backend> Engine<B> {
             });
         }
         let r = self.collect_garbage(thread, &all, doomed).await;
+        *guard = None;
+        r
+    }
+
+    /// A delete that has nothing to delete still collects what an earlier one left: the
+    /// checkpoints, the blobs and the bodies go in three transactions, and a process that
+    /// stopped after the first (a crash, a dropped future) left values no checkpoint lists,
+    /// which no later delete would otherwise reclaim on a thread that has nothing more to
+    /// delete. Only the keys are read to find out (no value, no body); a collection runs only
+    /// when some blob is unlisted.
+    async fn finish_collection(&self, thread: &ThreadId, all: &[Decoded]) -> Result<()> {
+        let listed: HashSet<(CheckpointNs, ChannelName, ChannelVersion)> = all
+            .iter()
+            .flat_map(|d| {
+                d.checkpoint
+                    .channel_versions
+                    .iter()
+                    .map(|(c, v)| (d.row.ns.clone(), c.clone(), *v))
+            })
+            .collect();
+        let keys = self.backend.blob_keys(thread).await?;
+        if keys.iter().all(|k| listed.contains(k)) {
+            return Ok(());
+        }
+        let slot = self.slot(thread);
+        let mut guard = slot.lock().await;
+        let r = self.collect_garbage(thread, all, &HashSet::new()).await;
         *guard = None;
         r
     }
@@ -3936,6 +4014,11 @@ mod tests {
     #[tokio::test]
     async fn a_delete_checked_against_a_stale_read_deletes_nothing() {
         check_delete_against_a_stale_read(&engine()).await;
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_prune_is_finished_by_the_next() {
+        check_an_interrupted_prune_is_finished_by_the_next(&engine()).await;
     }
 
     /// A put refused for a version clash writes nothing, not even the message bodies it

@@ -2757,6 +2757,16 @@ mod tests {
         saver.drop_schema().await.expect("drop");
     }
 
+    /// The shared scenario of an interrupted prune, on PostgreSQL's backend.
+    #[tokio::test]
+    async fn an_interrupted_prune_is_finished_by_the_next() {
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        crate::engine::check_an_interrupted_prune_is_finished_by_the_next(&saver.engine).await;
+        saver.drop_schema().await.expect("drop");
+    }
+
     /// Makes the pool hold `n` idle connections, each warmed: a race test then takes its
     /// connections from them while it holds a table lock, instead of making new ones whose
     /// warm-up would wait on that lock (and show up as the statement the test waits for).

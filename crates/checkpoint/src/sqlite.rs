@@ -147,13 +147,17 @@ fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
     if !has_meta {
         return Ok(());
     }
-    let get = |k: &str| -> Option<String> {
-        conn.query_row("SELECT value FROM antler_meta WHERE key = ?1", [k], |r| {
-            r.get::<_, String>(0)
-        })
-        .ok()
-    };
-    let (Some(mode), Some(frequency)) = (get("channel_mode"), get("snapshot_frequency")) else {
+    // Both keys in one statement, so in one snapshot: a record another process rewrites
+    // meanwhile is read whole, before or after.
+    let (mode, frequency): (Option<String>, Option<String>) = conn
+        .query_row(
+            "SELECT (SELECT value FROM antler_meta WHERE key = 'channel_mode'),
+                    (SELECT value FROM antler_meta WHERE key = 'snapshot_frequency')",
+            [],
+            |r| Ok((r.get(0).ok(), r.get(1).ok())),
+        )
+        .map_err(sql_err(ctx))?;
+    let (Some(mode), Some(frequency)) = (mode, frequency) else {
         return Ok(());
     };
     let Ok(stored) = crate::engine::parse_config(&mode, &frequency) else {
@@ -1784,6 +1788,15 @@ mod tests {
             .await
             .unwrap();
         crate::engine::check_delete_against_a_stale_read(&saver.engine).await;
+    }
+
+    /// The shared scenario of an interrupted prune, on SQLite's backend.
+    #[tokio::test]
+    async fn an_interrupted_prune_is_finished_by_the_next() {
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        crate::engine::check_an_interrupted_prune_is_finished_by_the_next(&saver.engine).await;
     }
 
     async fn mmap_size(saver: &SqliteSaver) -> i64 {
