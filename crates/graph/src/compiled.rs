@@ -45,6 +45,8 @@ pub(crate) struct NodeSpec {
     pub(crate) edge_writes: Vec<usize>,
     pub(crate) join_writes: Vec<usize>,
     pub(crate) router: Option<RouterFn>,
+    /// The nodes the router declared it may return (its path map); `None`: any.
+    pub(crate) router_targets: Option<Vec<NodeId>>,
     pub(crate) retry: Option<RetryPolicy>,
 }
 
@@ -99,6 +101,7 @@ impl Graph {
             edge_writes: Vec::new(),
             join_writes: Vec::new(),
             router: None,
+            router_targets: None,
             retry: None,
         }];
         node_idx.insert(NodeId::start(), 0);
@@ -120,6 +123,7 @@ impl Graph {
                 edge_writes: Vec::new(),
                 join_writes: Vec::new(),
                 router: None,
+                router_targets: None,
                 retry: def.options.retry,
             });
         }
@@ -156,6 +160,7 @@ impl Graph {
         for (from, r) in b.routers {
             if let Some(&f) = node_idx.get(&from) {
                 nodes[f].router = Some(r.f);
+                nodes[f].router_targets = r.targets;
             }
         }
         let mut trigger_to_nodes: HashMap<usize, Vec<usize>> = HashMap::new();

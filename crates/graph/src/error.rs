@@ -149,6 +149,16 @@ pub enum Error {
         /// The channel.
         channel: String,
     },
+    /// A router returned a node it did not declare among its targets (its path map).
+    #[error(
+        "the router of node '{node}' returned '{target}', which it did not declare among its targets"
+    )]
+    UndeclaredRoute {
+        /// The node whose router it is.
+        node: String,
+        /// The node it returned.
+        target: String,
+    },
     /// A `Send`, a `goto` or `update_state`'s `as_node` names an unknown node.
     #[error("unknown node '{node}' (in a goto, a Send or as_node)")]
     UnknownNode {
@@ -373,7 +383,8 @@ impl Error {
             | Self::MultipleOverwrites { .. }
             | Self::WriteType { .. }
             | Self::UnknownChannel { .. }
-            | Self::UnknownNode { .. } => ErrorKind::InvalidUpdate,
+            | Self::UnknownNode { .. }
+            | Self::UndeclaredRoute { .. } => ErrorKind::InvalidUpdate,
             Self::RecursionLimit { .. } => ErrorKind::RecursionLimit,
             // A subgraph node whose run failed with one of this runtime's errors (a recursion
             // limit, an invalid update, a store error…) fails with that error's kind, as the

@@ -766,6 +766,18 @@ pub(crate) fn resolve(g: &Graph, node: usize, cmd: &Command, base: &Live) -> Res
         }
         let fresh = State::new(g.schema.clone(), m);
         for goto in router(&fresh) {
+            // A router that declared where it may go goes nowhere else: the graph was checked
+            // (reachability, a path to the end) with those targets, as the reference maps a
+            // router's result through its path map and fails on a key it lacks. A `Send`
+            // is a packet, not a route, as there.
+            if let (Goto::Node(to), Some(declared)) = (&goto, &spec.router_targets)
+                && !declared.contains(to)
+            {
+                return Err(Error::UndeclaredRoute {
+                    node: spec.id.to_string(),
+                    target: to.to_string(),
+                });
+            }
             goto_write(g, &goto, &mut writes)?;
         }
     }
@@ -1838,7 +1850,14 @@ async fn run_inner(
         )
         .await?;
         dirty = false;
-        if em.modes.values {
+        // Only when the step changed the state, as the reference's `after_tick` emits values
+        // only when the updated channels meet the output keys (and as the paused branch above).
+        if em.modes.values
+            && live.updated.as_ref().is_some_and(|u| {
+                u.iter()
+                    .any(|c| matches!(g.chans[*c].kind, ChanKind::User) && !g.is_untracked(*c))
+            })
+        {
             em.send(StreamEvent::Values(live.output_view(g)));
         }
         ckpt_id = Some(id);
@@ -2915,31 +2934,28 @@ fn check_store_mode(g: &Graph, cp: &dyn Checkpointer) -> Result<()> {
 fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
     // Every node counts, `__start__` included: after an input that stopped at a breakpoint
     // it is the node that ran last, so the update lands as input and the next node stays next.
-    let mut best: Option<(u64, Vec<usize>)> = None;
-    for (i, n) in g.nodes.iter().enumerate() {
-        // A node that has seen nothing has not run (an update as it on a fresh thread records
-        // it so): it is no candidate, as in the reference, which counts seen versions only.
-        let Some(v) = live
-            .seen
-            .get(n.id.as_str())
-            .and_then(|m| m.values().copied().max())
-        else {
-            continue;
-        };
-        match &mut best {
-            Some((bv, nodes)) if *bv == v => nodes.push(i),
-            Some((bv, _)) if *bv > v => {}
-            _ => best = Some((v, vec![i])),
-        }
-    }
-    match best {
-        Some((_, nodes)) if nodes.len() == 1 => Ok(nodes[0]),
-        Some(_) => Err(Error::AmbiguousAsNode {
-            reason: "several nodes ran last".to_owned(),
-        }),
+    // As the reference, every seen version of every node counts on its own: the newest must
+    // be newer than the next one, even when both are one node's (a join that saw its two
+    // triggers at one version is as ambiguous there as two nodes of one step).
+    // A node that has seen nothing has not run (an update as it on a fresh thread records it
+    // so): it adds nothing, as in the reference, which counts seen versions only.
+    let mut pairs: Vec<(u64, usize)> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| live.seen.get(n.id.as_str()).map(|m| (i, m)))
+        .flat_map(|(i, m)| m.values().map(move |v| (*v, i)))
+        .collect();
+    pairs.sort_unstable();
+    match pairs.as_slice() {
         // Nothing has run (a fresh thread): the update is the thread's input, as in the
         // reference, whose input node is `__start__`.
-        None => Ok(0),
+        [] => Ok(0),
+        [(_, only)] => Ok(*only),
+        [.., (second, _), (newest, node)] if newest != second => Ok(*node),
+        _ => Err(Error::AmbiguousAsNode {
+            reason: "the newest version was seen twice (several nodes ran last, or one saw two channels at once)".to_owned(),
+        }),
     }
 }
 

@@ -2762,3 +2762,112 @@ async fn update_state_as_an_unknown_node_is_an_invalid_update() {
     assert_eq!(err.kind(), antler_graph::ErrorKind::InvalidUpdate);
     assert_eq!(graph.get_state_history(&cfg).await.unwrap().len(), before);
 }
+
+/// A router that declared its targets goes nowhere else: returning another node fails the
+/// step with `UndeclaredRoute` (kind `InvalidUpdate`), as the reference maps a router's result
+/// through its path map and fails on a key it lacks; the graph was validated with those
+/// targets. A declared target routes as before, and a `Send` is a packet, not a route.
+/// Before 2026-12-02 the declared targets were only used by `compile`'s checks.
+#[tokio::test]
+async fn a_router_goes_only_where_it_declared() {
+    for (returns, ok) in [("b", true), ("c", false), ("send c", true)] {
+        let mut g = graph();
+        for name in ["a", "b", "c"] {
+            g.add_node(name, move |_s, _c| async move {
+                Ok(Update::new().set(&LOG, log(&[name])))
+            });
+        }
+        // `c` is reachable through `b` (compile checks the router's declared targets).
+        g.add_edge("__start__", "a")
+            .add_edge("b", "c")
+            .add_edge("c", "__end__");
+        g.add_router(
+            "a",
+            Some(vec!["b".into(), "__end__".into()]),
+            move |_s: &State| {
+                if returns == "send c" {
+                    vec![antler_graph::Goto::Send(antler_graph::Send::new("c"))]
+                } else {
+                    vec![returns.into()]
+                }
+            },
+        );
+        let graph = memory(g);
+        let out = graph
+            .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+            .await;
+        if ok {
+            let want: &[&str] = if returns == "b" {
+                &["in", "a", "b", "c"]
+            } else {
+                &["in", "a", "c"]
+            };
+            assert_eq!(
+                out.unwrap().values.get(&LOG).unwrap(),
+                &log(want),
+                "{returns}"
+            );
+        } else {
+            let err = out.unwrap_err();
+            assert!(
+                matches!(&err, Error::UndeclaredRoute { node, target } if node == "a" && target == "c"),
+                "{err}"
+            );
+            assert_eq!(err.kind(), antler_graph::ErrorKind::InvalidUpdate);
+        }
+    }
+}
+
+/// `update_state` without `as_node` takes the node whose seen version is newest only when no
+/// other seen version equals it, counting every seen version on its own, as the reference
+/// does: a node that saw its two triggers at one version (an edge and a join from the same
+/// step) is as ambiguous as two nodes that ran in one step (before 2026-12-02 antler took
+/// that node). After a plain chain the last node is still taken.
+#[tokio::test]
+async fn update_state_without_as_node_is_ambiguous_on_a_tie_of_seen_versions() {
+    let mut g = graph();
+    for name in ["a", "b", "c"] {
+        g.add_node(name, move |_s, _c| async move {
+            Ok(Update::new().set(&LOG, log(&[name])))
+        });
+    }
+    g.add_edge("__start__", "a")
+        .add_edge("__start__", "b")
+        .add_edge("a", "c")
+        .add_join(["a", "b"], "c")
+        .add_edge("c", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let err = graph
+        .update_state(&cfg, Update::new().set(&LOG, log(&["x"])), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AmbiguousAsNode { .. }), "{err}");
+    // A chain: the last node.
+    let chain = memory(graph_chain());
+    chain
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    chain
+        .update_state(&cfg, Update::new().set(&LOG, log(&["x"])), None)
+        .await
+        .expect("the last node");
+}
+
+fn graph_chain() -> antler_graph::StateGraph {
+    let mut g = graph();
+    for name in ["a", "b"] {
+        g.add_node(name, move |_s, _c| async move {
+            Ok(Update::new().set(&LOG, log(&[name])))
+        });
+    }
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    g
+}

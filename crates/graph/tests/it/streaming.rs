@@ -989,3 +989,39 @@ fn then_top(sub: antler_graph::CompiledGraph) -> antler_graph::CompiledGraph {
         .add_edge("top", "__end__");
     memory(outer)
 }
+
+/// A step that changes no state streams no `values` event, as the reference's `after_tick`
+/// emits values only when the step's updated channels meet the output keys: here `a` writes
+/// nothing and only routes on. Before 2026-12-02 every step streamed one, so `a`'s step sent
+/// a copy of the input's values.
+#[tokio::test]
+async fn a_step_that_changes_no_state_streams_no_values() {
+    let mut g = graph();
+    g.add_node("a", |_s, _c| async { Ok(Update::new()) });
+    g.add_node("b", |_s, _c| async {
+        Ok(Update::new().set(&LOG, log(&["b"])))
+    });
+    g.add_edge("__start__", "a")
+        .add_edge("a", "b")
+        .add_edge("b", "__end__");
+    let graph = memory(g);
+    let modes = StreamModes {
+        values: true,
+        ..StreamModes::default()
+    };
+    let values: Vec<usize> = graph
+        .stream(
+            Update::new().set(&LOG, log(&["in"])),
+            &RunConfig::new("t"),
+            modes,
+        )
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .filter_map(|item| match item {
+            Ok(StreamItem::Event(StreamEvent::Values(v))) => Some(v.get(&LOG).map_or(0, Vec::len)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values, [1, 2], "the input's values, then b's");
+}
