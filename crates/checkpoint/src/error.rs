@@ -181,6 +181,24 @@ pub enum Error {
         /// What was found.
         detail: String,
     },
+    /// The store's file as a whole is damaged (SQLite: the file is corrupt, or is not a
+    /// database): no retry helps.
+    #[error("{context}: the store is damaged: {detail}")]
+    StoreDamaged {
+        /// Which backend and operation.
+        context: String,
+        /// What the backend reported.
+        detail: String,
+    },
+    /// Another writer held the store's lock for longer than the saver waits (SQLite's busy
+    /// timeout): nothing was written; retry.
+    #[error("{context}: the store stayed locked by another writer: {detail}; retry")]
+    StoreBusy {
+        /// Which backend and operation.
+        context: String,
+        /// What the backend reported.
+        detail: String,
+    },
     /// A value could not be serialised or deserialised.
     #[error("thread {thread_id}: checkpoint {checkpoint_id}: {what}: {source}")]
     Serialization {
@@ -237,13 +255,16 @@ impl Error {
             Self::Corrupt { .. }
             | Self::UnknownFormat { .. }
             | Self::ParentCycle { .. }
-            | Self::DamagedColumn { .. } => ErrorKind::Corrupt,
+            | Self::DamagedColumn { .. }
+            | Self::StoreDamaged { .. } => ErrorKind::Corrupt,
             Self::MissingParent { .. } | Self::UnknownCheckpoint { .. } => ErrorKind::NotFound,
             Self::CheckpointModeMismatch { .. } => ErrorKind::ModeMismatch,
             Self::StoreConfigMismatch { .. }
             | Self::StoreConfigDamaged { .. }
             | Self::SchemaTooNew { .. } => ErrorKind::Config,
-            Self::WouldBreakDeltaHistory { .. } | Self::Conflict { .. } => ErrorKind::Conflict,
+            Self::WouldBreakDeltaHistory { .. }
+            | Self::Conflict { .. }
+            | Self::StoreBusy { .. } => ErrorKind::Conflict,
             Self::InvalidArgument(_) | Self::CheckpointIdRequired { .. } => ErrorKind::InvalidInput,
             Self::Serialization { .. } | Self::Reducer { .. } => ErrorKind::Serialization,
             Self::Backend { .. } => ErrorKind::Backend,

@@ -82,6 +82,30 @@ fn sql_err(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> Error 
             context: context.into(),
             detail: format!("column {i} holds a {found} value that does not convert: {source}"),
         },
+        // A damaged file is no failure a retry helps with, and a lock that outlasted the busy
+        // timeout is one it does (the kind PostgreSQL's lock failures have: `Conflict`).
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ) =>
+        {
+            Error::StoreDamaged {
+                context: context.into(),
+                detail: e.to_string(),
+            }
+        }
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
+        {
+            Error::StoreBusy {
+                context: context.into(),
+                detail: e.to_string(),
+            }
+        }
         e => Error::backend(context, e),
     }
 }
@@ -104,10 +128,6 @@ use crate::engine::columns::{i64_of, u64_of};
 /// How long a connection waits for another one's lock.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Switches the database to WAL. Switching needs exclusive access, and SQLite reports a
-/// concurrent opener's lock as `SQLITE_BUSY` without consulting the busy timeout, so two
-/// processes opening a new file at once retry here for up to [`BUSY_TIMEOUT`]; once the file
-/// is in WAL mode the pragma needs no lock.
 /// Refuses a store whose recorded configuration `config` does not match
 /// ([`Error::StoreConfigMismatch`]), reading only: the configuration table exists from the
 /// first schema version, so a store of any version can be checked before it is migrated.
@@ -166,6 +186,10 @@ fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
     config.check_against(Some(stored)).map(drop)
 }
 
+/// Switches the database to WAL. Switching needs exclusive access, and SQLite reports a
+/// concurrent opener's lock as `SQLITE_BUSY` without consulting the busy timeout, so two
+/// processes opening a new file at once retry here for up to [`BUSY_TIMEOUT`]; once the file
+/// is in WAL mode the pragma needs no lock.
 fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
     let started = std::time::Instant::now();
     loop {
@@ -1809,6 +1833,49 @@ mod tests {
             })
             .await
             .unwrap()
+    }
+
+    /// A file that is not a database is a damaged store (kind `Corrupt`: no retry helps), and
+    /// a write that waited out the busy timeout behind another writer is `StoreBusy` (kind
+    /// `Conflict`: retry), as PostgreSQL's lock failures are; before 2026-12-02 both were kind
+    /// `Backend`. Nothing of the refused write is stored.
+    #[tokio::test]
+    async fn a_damaged_file_and_a_busy_store_have_their_own_kinds() {
+        use crate::model::{Checkpoint, CheckpointConfig, CheckpointMetadata};
+        use crate::saver::Saver;
+        let dir = std::env::temp_dir().join(format!("antler-kinds-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbage = dir.join("garbage.db");
+        std::fs::write(&garbage, vec![0x5a_u8; 4096]).unwrap();
+        let err = SqliteSaver::open(&garbage, StoreConfig::full())
+            .await
+            .expect_err("not a database");
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt, "{err}");
+        let path = dir.join("store.db");
+        let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let err = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                Checkpoint::empty(),
+                CheckpointMetadata::default(),
+                &crate::model::ChannelVersions::new(),
+            )
+            .await
+            .expect_err("the lock outlasts the wait");
+        assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+        assert!(err.to_string().contains("retry"), "{err}");
+        holder.execute_batch("ROLLBACK").unwrap();
+        assert!(
+            saver
+                .get_tuple(&CheckpointConfig::latest("t"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        drop(saver);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Another program's database (schema version 0, tables of its own) is refused before
