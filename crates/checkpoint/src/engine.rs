@@ -1237,12 +1237,32 @@ impl<B: Backend> Engine<B> {
         map.entry(thread.clone()).or_default().clone()
     }
 
-    fn forget_index(&self, thread: &ThreadId) {
+    /// Drops the thread's index slot whoever holds it, as a fresh process starts without one.
+    #[cfg(test)]
+    fn drop_index(&self, thread: &ThreadId) {
         let mut map = match self.indexes.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
         map.remove(thread);
+    }
+
+    /// Drops the thread's index slot, `slot` (the caller's, already emptied), unless another
+    /// call still holds it: a call that cloned the slot before and a later one that made a
+    /// new slot would then number message bodies from two indexes of one thread, and their
+    /// numbers would collide.
+    fn forget_index(&self, thread: &ThreadId, slot: &IndexSlot) {
+        let mut map = match self.indexes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        // Held by the map and the caller only.
+        if map
+            .get(thread)
+            .is_some_and(|s| Arc::ptr_eq(s, slot) && Arc::strong_count(s) == 2)
+        {
+            map.remove(thread);
+        }
     }
 
     /// The mode gate (kernel-spec R34): a full-mode store never returns or builds on a delta checkpoint.
@@ -2689,7 +2709,7 @@ impl<B: Backend> Engine<B> {
         let r = self.backend.delete_thread(thread).await;
         *guard = None;
         drop(guard);
-        self.forget_index(thread);
+        self.forget_index(thread, &slot);
         r
     }
 
@@ -3839,7 +3859,7 @@ mod tests {
         let head = put_snapshot(&e, &second, 3, &list).await.unwrap();
         assert_eq!(stored(&e, "t").await.1.len(), 31);
 
-        e.forget_index(&ThreadId::new("t"));
+        e.drop_index(&ThreadId::new("t"));
         let loads = || e.backend.message_loads.load(Ordering::Relaxed);
         let before = loads();
         let mut next = deep_copy(&read_list(&e, &head).await);
@@ -3870,7 +3890,7 @@ mod tests {
         let head = put_snapshot(&e, &CheckpointConfig::latest("t"), 1, &list)
             .await
             .unwrap();
-        e.forget_index(&ThreadId::new("t"));
+        e.drop_index(&ThreadId::new("t"));
         let loads = || e.backend.message_loads.load(Ordering::Relaxed);
         let before = loads();
         let got = e
@@ -4014,6 +4034,23 @@ mod tests {
     #[tokio::test]
     async fn a_delete_checked_against_a_stale_read_deletes_nothing() {
         check_delete_against_a_stale_read(&engine()).await;
+    }
+
+    /// `delete_thread` keeps the thread's index slot while another call holds it, so a call
+    /// after it uses the same slot, not a second index of the thread whose body numbers
+    /// would collide with the first's; an unshared slot goes (before 2026-12-02 it always
+    /// went).
+    #[tokio::test]
+    async fn delete_thread_keeps_an_index_slot_another_call_holds() {
+        let e = engine();
+        let t = ThreadId::new("t");
+        let held = e.slot(&t);
+        e.delete_thread(&t).await.expect("delete");
+        assert!(Arc::ptr_eq(&held, &e.slot(&t)), "the same slot");
+        drop(held);
+        e.delete_thread(&t).await.expect("delete");
+        let map = e.indexes.lock().expect("lock");
+        assert!(!map.contains_key(&t), "an unshared slot goes");
     }
 
     #[tokio::test]
