@@ -462,22 +462,25 @@ pub(crate) fn forks_from_doomed(
 /// that deletes nothing (before, the doomed parent went and the fork's reads lost their
 /// parent); a checkpoint put meanwhile from a kept one (the next turn of a live thread)
 /// does not stop it.
+/// Puts, under `parent`, a checkpoint whose channel `a` holds `v` at version `v` (the step of
+/// the shared scenarios below).
+#[cfg(test)]
+async fn put_a<B: Backend>(e: &Engine<B>, parent: CheckpointConfig, v: u64) -> CheckpointConfig {
+    let mut cp = Checkpoint::empty();
+    cp.channel_versions
+        .insert("a".into(), ChannelVersion::new(v));
+    cp.channel_values
+        .insert("a".into(), Blob::json(&v).expect("a value"));
+    let nv = cp.channel_versions.clone();
+    e.put(&parent, cp, CheckpointMetadata::default(), &nv)
+        .await
+        .expect("each step of the scenario succeeds")
+}
+
 #[cfg(test)]
 pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>) {
     let t = ThreadId::new("t");
-    let put = |parent: CheckpointConfig, v: u64| async move {
-        let mut cp = Checkpoint::empty();
-        cp.channel_versions
-            .insert("a".into(), ChannelVersion::new(v));
-        cp.channel_values.insert(
-            "a".into(),
-            Blob::json(&v).expect("each step of the scenario succeeds"),
-        );
-        let nv = cp.channel_versions.clone();
-        e.put(&parent, cp, CheckpointMetadata::default(), &nv)
-            .await
-            .expect("each step of the scenario succeeds")
-    };
+    let put = |parent: CheckpointConfig, v: u64| put_a(e, parent, v);
     let c1 = put(CheckpointConfig::latest("t"), 1).await;
     let c2 = put(c1.clone(), 2).await;
     let read_at_start = e
@@ -544,17 +547,7 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
 #[cfg(test)]
 pub(crate) async fn check_an_interrupted_prune_is_finished_by_the_next<B: Backend>(e: &Engine<B>) {
     let t = ThreadId::new("t");
-    let put = |parent: CheckpointConfig, v: u64| async move {
-        let mut cp = Checkpoint::empty();
-        cp.channel_versions
-            .insert("a".into(), ChannelVersion::new(v));
-        cp.channel_values
-            .insert("a".into(), Blob::json(&v).expect("a value"));
-        let nv = cp.channel_versions.clone();
-        e.put(&parent, cp, CheckpointMetadata::default(), &nv)
-            .await
-            .expect("put")
-    };
+    let put = |parent: CheckpointConfig, v: u64| put_a(e, parent, v);
     let c1 = put(CheckpointConfig::latest("t"), 1).await;
     put(c1.clone(), 2).await;
     let all = e.decoded_thread(&t).await.expect("read");

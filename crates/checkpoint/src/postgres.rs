@@ -3603,6 +3603,31 @@ mod tests {
         saver.drop_schema().await.expect("drop");
     }
 
+    /// Puts one checkpoint on thread `t` and reads the latest `reads` times; returns the thread.
+    async fn put_and_read(saver: &PostgresSaver, reads: usize) -> ThreadId {
+        use crate::{CheckpointConfig, CheckpointMetadata, Saver};
+        let thread = ThreadId::new("t");
+        let cp = crate::testing::checkpoint(&[("a", 1, serde_json::json!(1))]);
+        let versions = cp.channel_versions.clone();
+        saver
+            .put(
+                &CheckpointConfig::latest(thread.clone()),
+                cp,
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .expect("put");
+        for _ in 0..reads {
+            saver
+                .get_tuple(&CheckpointConfig::latest(thread.clone()))
+                .await
+                .expect("read")
+                .expect("stored");
+        }
+        thread
+    }
+
     /// Sessions plan generically unless told not to: every connection of the pool reports
     /// the setting, the warm-up's runs of the read path made generic plans only, and a read
     /// reuses them instead of planning at bind time. With the option off, the session keeps
@@ -3610,7 +3635,6 @@ mod tests {
     /// plans.
     #[tokio::test]
     async fn sessions_plan_generically_unless_told_not_to() {
-        use crate::{CheckpointConfig, CheckpointMetadata, Saver};
         for generic in [true, false] {
             let Some(options) = fresh_options(2) else {
                 return;
@@ -3619,25 +3643,7 @@ mod tests {
                 PostgresSaver::connect(options.with_generic_plans(generic), StoreConfig::full())
                     .await
                     .expect("connect");
-            let thread = ThreadId::new("t");
-            let cp = crate::testing::checkpoint(&[("a", 1, serde_json::json!(1))]);
-            let versions = cp.channel_versions.clone();
-            saver
-                .put(
-                    &CheckpointConfig::latest(thread.clone()),
-                    cp,
-                    CheckpointMetadata::default(),
-                    &versions,
-                )
-                .await
-                .expect("put");
-            for _ in 0..2 {
-                saver
-                    .get_tuple(&CheckpointConfig::latest(thread.clone()))
-                    .await
-                    .expect("read")
-                    .expect("stored");
-            }
+            put_and_read(&saver, 2).await;
             let b = &saver.engine.backend;
             let first = b.client("test").await.expect("client");
             let second = b.client("test").await.expect("client");
@@ -3675,30 +3681,14 @@ mod tests {
     /// number of threads, a large share in a store of a few threads, and scanned the table.
     #[tokio::test]
     async fn whole_thread_statements_keep_the_servers_plan_choice() {
-        use crate::{CheckpointConfig, CheckpointMetadata, ListQuery, Saver};
+        use crate::{ListQuery, Saver};
         let Some(options) = fresh_options(1) else {
             return;
         };
         let saver = PostgresSaver::connect(options, StoreConfig::full())
             .await
             .expect("connect");
-        let thread = ThreadId::new("t");
-        let cp = crate::testing::checkpoint(&[("a", 1, serde_json::json!(1))]);
-        let versions = cp.channel_versions.clone();
-        saver
-            .put(
-                &CheckpointConfig::latest(thread.clone()),
-                cp,
-                CheckpointMetadata::default(),
-                &versions,
-            )
-            .await
-            .expect("put");
-        saver
-            .get_tuple(&CheckpointConfig::latest(thread.clone()))
-            .await
-            .expect("read")
-            .expect("stored");
+        let thread = put_and_read(&saver, 1).await;
         saver.storage_stats(&thread).await.expect("stats");
         assert_eq!(
             saver
