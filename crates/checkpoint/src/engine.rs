@@ -2799,15 +2799,7 @@ impl<B: Backend> Engine<B> {
     /// delete. Only the keys are read to find out (no value, no body); a collection runs only
     /// when some blob is unlisted.
     async fn finish_collection(&self, thread: &ThreadId, all: &[Decoded]) -> Result<()> {
-        let listed: HashSet<(CheckpointNs, ChannelName, ChannelVersion)> = all
-            .iter()
-            .flat_map(|d| {
-                d.checkpoint
-                    .channel_versions
-                    .iter()
-                    .map(|(c, v)| (d.row.ns.clone(), c.clone(), *v))
-            })
-            .collect();
+        let listed = listed_keys(all, &HashSet::new());
         let keys = self.backend.blob_keys(thread).await?;
         if keys.iter().all(|k| listed.contains(k)) {
             return Ok(());
@@ -2826,16 +2818,7 @@ impl<B: Backend> Engine<B> {
         all: &[Decoded],
         doomed: &HashSet<(CheckpointNs, CheckpointId)>,
     ) -> Result<()> {
-        let live: HashSet<(CheckpointNs, ChannelName, ChannelVersion)> = all
-            .iter()
-            .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
-            .flat_map(|d| {
-                d.checkpoint
-                    .channel_versions
-                    .iter()
-                    .map(|(c, v)| (d.row.ns.clone(), c.clone(), *v))
-            })
-            .collect();
+        let live = listed_keys(all, doomed);
         let dead: Vec<_> = self
             .backend
             .blob_keys(thread)
@@ -3355,6 +3338,23 @@ pub(crate) fn version_clash(
             row.id
         ),
     }
+}
+
+/// The value keys `(namespace, channel, version)` the records of `all` list, leaving out
+/// the `doomed` ones: the blobs a collection keeps.
+fn listed_keys(
+    all: &[Decoded],
+    doomed: &HashSet<(CheckpointNs, CheckpointId)>,
+) -> HashSet<(CheckpointNs, ChannelName, ChannelVersion)> {
+    all.iter()
+        .filter(|d| !doomed.contains(&(d.row.ns.clone(), d.row.id)))
+        .flat_map(|d| {
+            d.checkpoint
+                .channel_versions
+                .iter()
+                .map(|(c, v)| (d.row.ns.clone(), c.clone(), *v))
+        })
+        .collect()
 }
 
 /// Sorts and merges overlapping or adjacent runs.

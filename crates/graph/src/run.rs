@@ -1802,11 +1802,7 @@ async fn run_inner(
             let values = scratch.output_view(g);
             let run_values = scratch.state_view(g);
             // A last `values` event when they changed the state, as the reference emits one.
-            if em.modes.values
-                && updated
-                    .iter()
-                    .any(|c| matches!(g.chans[*c].kind, ChanKind::User) && !g.is_untracked(*c))
-            {
+            if em.modes.values && changes_state(g, &updated) {
                 em.send(StreamEvent::Values(values.clone()));
             }
             // A subgraph's pause has no interrupt to report, as a static breakpoint here has none.
@@ -1852,12 +1848,7 @@ async fn run_inner(
         dirty = false;
         // Only when the step changed the state, as the reference's `after_tick` emits values
         // only when the updated channels meet the output keys (and as the paused branch above).
-        if em.modes.values
-            && live.updated.as_ref().is_some_and(|u| {
-                u.iter()
-                    .any(|c| matches!(g.chans[*c].kind, ChanKind::User) && !g.is_untracked(*c))
-            })
-        {
+        if em.modes.values && live.updated.as_ref().is_some_and(|u| changes_state(g, u)) {
             em.send(StreamEvent::Values(live.output_view(g)));
         }
         ckpt_id = Some(id);
@@ -2929,6 +2920,15 @@ fn check_store_mode(g: &Graph, cp: &dyn Checkpointer) -> Result<()> {
         }),
         None => Ok(()),
     }
+}
+
+/// Whether a step that updated the channels `updated` changed the state (a tracked channel
+/// of the state among them): what a `values` event needs, as the reference's `after_tick`
+/// emits values only when the updated channels meet the output keys.
+fn changes_state(g: &Graph, updated: &BTreeSet<usize>) -> bool {
+    updated
+        .iter()
+        .any(|c| matches!(g.chans[*c].kind, ChanKind::User) && !g.is_untracked(*c))
 }
 
 fn infer_as_node(g: &Graph, live: &Live) -> Result<usize> {
