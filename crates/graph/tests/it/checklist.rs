@@ -11,7 +11,9 @@ use antler_graph::{
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::common::{LAST, LOG, N, Op, Recording, graph, log, memory, only_subgraph};
+use crate::common::{
+    LAST, LOG, N, Op, Recording, graph, log, logging_nodes, memory, only_subgraph,
+};
 
 fn add(
     name: &'static str,
@@ -2772,11 +2774,7 @@ async fn update_state_as_an_unknown_node_is_an_invalid_update() {
 async fn a_router_goes_only_where_it_declared() {
     for (returns, ok) in [("b", true), ("c", false), ("send c", true)] {
         let mut g = graph();
-        for name in ["a", "b", "c"] {
-            g.add_node(name, move |_s, _c| async move {
-                Ok(Update::new().set(&LOG, log(&[name])))
-            });
-        }
+        logging_nodes(&mut g, &["a", "b", "c"]);
         // `c` is reachable through `b` (compile checks the router's declared targets).
         g.add_edge("__start__", "a")
             .add_edge("b", "c")
@@ -2826,11 +2824,7 @@ async fn a_router_goes_only_where_it_declared() {
 #[tokio::test]
 async fn update_state_without_as_node_is_ambiguous_on_a_tie_of_seen_versions() {
     let mut g = graph();
-    for name in ["a", "b", "c"] {
-        g.add_node(name, move |_s, _c| async move {
-            Ok(Update::new().set(&LOG, log(&[name])))
-        });
-    }
+    logging_nodes(&mut g, &["a", "b", "c"]);
     g.add_edge("__start__", "a")
         .add_edge("__start__", "b")
         .add_edge("a", "c")
@@ -2861,11 +2855,7 @@ async fn update_state_without_as_node_is_ambiguous_on_a_tie_of_seen_versions() {
 
 fn graph_chain() -> antler_graph::StateGraph {
     let mut g = graph();
-    for name in ["a", "b"] {
-        g.add_node(name, move |_s, _c| async move {
-            Ok(Update::new().set(&LOG, log(&[name])))
-        });
-    }
+    logging_nodes(&mut g, &["a", "b"]);
     g.add_edge("__start__", "a")
         .add_edge("a", "b")
         .add_edge("b", "__end__");

@@ -46,6 +46,15 @@ pub(crate) fn log(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// Adds a node per name that appends its name to `LOG` (the common graph's reducer).
+pub(crate) fn logging_nodes(g: &mut StateGraph, names: &[&'static str]) {
+    for &name in names {
+        g.add_node(name, move |_s, _c| async move {
+            Ok(antler_graph::Update::new().set(&LOG, log(&[name])))
+        });
+    }
+}
+
 /// One store operation as the loop issued it.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
