@@ -845,6 +845,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Fails with [`Error::Conflict`] if `guard` does not hold (see [`IndexGuard`]).
     /// A backend that indexes runs ([`Self::run_threads`]) records `(run, thread)` in the same
     /// transaction when `run` is given.
+    /// With `parent_required` (a relative record, which a reader completes from its parent),
+    /// it stores nothing and fails with [`missing_parent`] unless the row's parent exists in
+    /// its namespace when the transaction commits: a parent deleted by a transaction that
+    /// committed first (a `delete_for_runs` or `prune` racing the put) is missing.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one transaction's inputs, forwarded as they are"
+    )]
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
@@ -853,6 +861,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
+        parent_required: bool,
     ) -> Result<()>;
     /// The threads that hold (or held) checkpoints of `runs`, from the backend's run index
     /// (every backend keeps one, so damage in another thread's records never fails a
@@ -1620,6 +1629,15 @@ impl<B: Backend> Engine<B> {
             )));
         }
         self.gate(thread, id, &metadata)?;
+        // A reader completes a relative record from its parent chain, so one whose parent is
+        // gone could never be read: the backend checks the parent in the put's transaction.
+        let relative = checkpoint.v == crate::model::RELATIVE_RECORD_V;
+        if relative && config.checkpoint_id.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "thread {thread}: checkpoint {id} is a relative record (v = {}) without a parent; a reader completes such a record from its parent's",
+                crate::model::RELATIVE_RECORD_V
+            )));
+        }
         for (key, value) in &metadata.extra {
             let depth = codec::json_depth(&serde_json::to_vec(value).unwrap_or_default());
             check_depth(thread, &format!("metadata key {key:?}"), depth)?;
@@ -1665,6 +1683,7 @@ impl<B: Backend> Engine<B> {
                 blobs,
                 messages,
                 guard,
+                relative,
             )
         })
         .await?;
@@ -3321,6 +3340,22 @@ pub(crate) fn body_collision(source: &ThreadId, target: &ThreadId) -> Error {
         detail: format!(
             "copy_thread from '{source}': the target stores other message bodies under numbers the source uses; copy onto a new or deleted thread"
         ),
+    }
+}
+
+/// The error of a put whose relative record names a parent that does not exist (any more).
+pub(crate) fn missing_parent(row: &CheckpointRow) -> Error {
+    match row.parent {
+        Some(parent_id) => Error::MissingParent {
+            thread_id: row.thread_id.clone(),
+            checkpoint_id: row.id,
+            parent_id,
+        },
+        // The engine refuses a relative record without a parent before a backend sees it.
+        None => Error::InvalidArgument(format!(
+            "thread {}: checkpoint {} is a relative record without a parent",
+            row.thread_id, row.id
+        )),
     }
 }
 

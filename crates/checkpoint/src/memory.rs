@@ -402,9 +402,18 @@ impl Backend for MemoryBackend {
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
+        parent_required: bool,
     ) -> Result<()> {
         let mut t = self.lock();
         check_guard(&t, &row.thread_id, guard)?;
+        if parent_required
+            && !row.parent.is_some_and(|p| {
+                t.checkpoints
+                    .contains_key(&(row.thread_id.clone(), row.ns.clone(), p))
+            })
+        {
+            return Err(crate::engine::missing_parent(&row));
+        }
         for m in &messages {
             if t.messages.contains_key(&(row.thread_id.clone(), m.seq)) {
                 return Err(crate::Error::Conflict {

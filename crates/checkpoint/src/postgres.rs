@@ -298,15 +298,25 @@ impl HotSql {
                             SELECT x.data FROM {{s}}.blobs x
                              WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version LIMIT 1) x
                          WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
+                 -- A relative record ($15) needs its parent. FOR SHARE reads the parent row as
+                 -- committed now, not as of the statement's snapshot (taken before `fresh` waited
+                 -- for the epoch row): a delete that committed meanwhile leaves no row to lock,
+                 -- and one that comes later waits for this put and then sees its child. The
+                 -- filter on `fresh` locks the epoch row first, in the order the deletes take them.
+                 par AS (
+                    SELECT 1 FROM {{s}}.checkpoints x
+                     WHERE $15::bool AND x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = $4
+                       AND (SELECT ok FROM fresh) = 1 FOR SHARE),
+                 pok AS (SELECT CASE WHEN $15::bool AND NOT EXISTS (SELECT 1 FROM par) THEN 0 ELSE 1 END AS ok),
                  m AS (
                     INSERT INTO {{s}}.messages (thread_id, seq, body)
-                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1),
+                    SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1),
                  -- `guard` sees the statement's snapshot; a put of the same version committing
                  -- meanwhile is met here instead: the conflict waits for it, and other bytes
                  -- divide by zero at run time (the divisor depends on the row, so it is not folded).
                  b AS (
                     INSERT INTO {{s}}.blobs AS x (thread_id, checkpoint_ns, channel, version, data)
-                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                    SELECT $1, $2, channel, version, data FROM k WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1
                     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE
                     SET data = CASE WHEN x.data = EXCLUDED.data THEN x.data
                                     ELSE int4send(1 / (length(EXCLUDED.data) * 0)) END),
@@ -318,7 +328,7 @@ impl HotSql {
                         SELECT 1 FROM {{s}}.checkpoints x
                          WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id <> $3)
                       THEN NULL ELSE $13::bigint END
-                     WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                     WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1
                     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE
                     SET version = CASE WHEN {{s}}.version_marks.version IS NULL THEN NULL
                                        ELSE GREATEST({{s}}.version_marks.version, $13::bigint) END),
@@ -328,10 +338,10 @@ impl HotSql {
                  -- NOTHING takes no lock, and the pair could go while the checkpoint stays).
                  rt AS (
                     INSERT INTO {{s}}.run_threads (run_id, thread_id)
-                    SELECT $14::text, $1 WHERE $14::text IS NOT NULL AND (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                    SELECT $14::text, $1 WHERE $14::text IS NOT NULL AND (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1
                     ON CONFLICT (run_id, thread_id) DO UPDATE SET run_id = EXCLUDED.run_id)
                  INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
-                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1
+                 SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
                  SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
                 fresh = PUT_FRESH_CTE.replace("$E", "$12"),
@@ -1519,8 +1529,11 @@ impl Backend for PgBackend {
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
+        parent_required: bool,
     ) -> Result<()> {
         // One statement (data-modifying CTEs are atomic): one round trip per checkpoint.
+        // It upserts the checkpoint row unless the required parent is missing (`pok`), so it
+        // reports one row written or none.
         let ctx = format!(
             "postgres: thread {}: writing checkpoint {}",
             row.thread_id, row.id
@@ -1546,7 +1559,7 @@ impl Backend for PgBackend {
         let mark = i64_of(mark, "channel version")?;
         let run = run.as_ref().map(crate::ids::RunId::as_str);
         let id = row.id.to_bytes();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 14] = [
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
             &row.thread_id.as_str(),
             &row.ns.as_str(),
             &id.as_slice(),
@@ -1561,6 +1574,7 @@ impl Backend for PgBackend {
             &epoch,
             &mark,
             &run,
+            &parent_required,
         ];
         let mut result = c.execute(&st, &params).await;
         // A version check that failed on a value a `delete_thread` removed without having
@@ -1575,6 +1589,7 @@ impl Backend for PgBackend {
             result = c.execute(&st, &params).await;
         }
         match result {
+            Ok(0) => Err(crate::engine::missing_parent(&row)),
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
                 let clash = Error::Conflict {
@@ -3234,6 +3249,7 @@ mod tests {
                     &epoch,
                     &0i64,
                     &run_str,
+                    &false,
                 ],
             )
             .await
@@ -4156,6 +4172,65 @@ mod tests {
         assert_eq!(read, Some(want));
         drop((setup, locker));
         saver.drop_schema().await.expect("drop");
+    }
+
+    /// A put of a relative record checks its parent as committed when the put holds the
+    /// thread's epoch row, not as of its statement's snapshot: a delete of the parent that
+    /// commits while the put waits for the row leaves the put `MissingParent`, with nothing
+    /// stored. Read under the snapshot, the parent was still there and the put stored a record
+    /// no other reader could complete (`docs/checkpoint-format.md`, "Relative records").
+    #[tokio::test]
+    async fn a_relative_put_waiting_for_a_delete_sees_its_parent_gone() {
+        use crate::model::{ChannelVersions, Checkpoint, CheckpointMetadata, RELATIVE_RECORD_V};
+        use crate::saver::Saver;
+        let Some(saver) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let (head, _) = long_thread(&saver, 1).await;
+        let parent = head.checkpoint_id.expect("stored");
+        let b = &saver.engine.backend;
+        prefill(b, 4).await;
+        // A delete as `delete_for_runs` makes one: the epoch row first, then the checkpoint.
+        let holder = b.client("test").await.expect("client");
+        holder
+            .batch_execute(&format!(
+                "BEGIN; {}; {}",
+                b.sql(BUMP_EPOCH_SQL).replace("$1", "'t'"),
+                b.sql("DELETE FROM {s}.checkpoints WHERE thread_id = 't'")
+            ))
+            .await
+            .expect("delete, uncommitted");
+        let racing = async {
+            // The put's statement, whose text starts with `PUT_FRESH_CTE`.
+            until_a_statement_waits(b, "%epoch_lock AS (%VALUES ($1, 0)%").await;
+            holder.batch_execute("COMMIT").await.expect("commit");
+        };
+        let mut next = Checkpoint::empty();
+        next.v = RELATIVE_RECORD_V;
+        let id = next.id;
+        let none = ChannelVersions::new();
+        let (put, ()) = tokio::join!(
+            saver.put(&head, next, CheckpointMetadata::default(), &none),
+            racing
+        );
+        match put {
+            Err(Error::MissingParent {
+                checkpoint_id,
+                parent_id,
+                ..
+            }) => assert_eq!((checkpoint_id, parent_id), (id, parent)),
+            other => panic!("expected MissingParent, got {other:?}"),
+        }
+        let c = b.client("test").await.expect("client");
+        let rows: i64 = c
+            .query_one(
+                &b.sql("SELECT count(*) FROM {s}.checkpoints WHERE thread_id = 't'"),
+                &[],
+            )
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(rows, 0);
     }
 
     /// A put that stores no message list does not commit while `delete_thread` runs: it waits

@@ -31,6 +31,11 @@ use crate::model::{
 ///   only increasing: two forks that store the same version with different
 ///   values make the second `put` fail with [`Error::Conflict`](crate::Error::Conflict)
 ///   (nothing written) instead of sharing a value. Re-putting an identical value is fine.
+///   A relative record ([`RELATIVE_RECORD_V`](crate::RELATIVE_RECORD_V)) is completed from
+///   its parent's, so its parent must exist in the namespace when the put commits:
+///   otherwise the put fails with [`Error::MissingParent`](crate::Error::MissingParent)
+///   (nothing written), also when a delete of the parent committed while the put waited;
+///   one without a parent is [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 /// - **put_writes** attaches writes of one task to an existing checkpoint
 ///   (an unknown checkpoint is an error, also for an empty list of writes, which stores
 ///   nothing). Regular writes are keyed

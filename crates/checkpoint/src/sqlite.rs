@@ -1100,11 +1100,26 @@ impl Backend for SqliteBackend {
         blobs: Vec<BlobRow>,
         messages: Vec<MessageRow>,
         guard: IndexGuard,
+        parent_required: bool,
     ) -> Result<()> {
         self.run(move |c| {
             let ctx = format!("sqlite: thread {}: writing checkpoint {}", row.thread_id, row.id);
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
             check_guard(&tx, &row.thread_id, guard)?;
+            if parent_required {
+                // The write transaction holds the file's write lock: no delete commits between
+                // this check and the put's commit.
+                let found = match row.parent {
+                    Some(p) => tx
+                        .prepare_cached("SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3")
+                        .and_then(|mut s| s.exists(params![row.thread_id.as_str(), row.ns.as_str(), id_bytes(p)]))
+                        .map_err(sql_err(ctx.clone()))?,
+                    None => false,
+                };
+                if !found {
+                    return Err(crate::engine::missing_parent(&row));
+                }
+            }
             insert_messages(&tx, &row.thread_id, &messages)?;
             {
                 let mut stmt = tx

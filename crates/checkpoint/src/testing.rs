@@ -86,7 +86,7 @@ macro_rules! conformance_suite {
             history_walk_to_root_no_seed, history_migration_plain_value_as_seed,
             history_seed_ancestor_own_writes_are_replayed,
             antler_put_writes_unknown_checkpoint_is_error, antler_history_missing_parent_is_error,
-            antler_a_nul_character_in_a_key_is_invalid_input,
+            antler_a_nul_character_in_a_key_is_invalid_input, antler_a_relative_record_needs_its_parent,
             antler_history_skips_writes_a_relative_child_did_not_apply,
             antler_history_parent_cycle_is_error, antler_history_version_bump_without_value_keeps_older_seed,
             antler_history_null_value_is_a_seed, antler_history_unknown_checkpoint_is_error,
@@ -159,7 +159,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 141;
+pub const CASE_COUNT: usize = 142;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -1741,6 +1741,120 @@ pub async fn history_seed_ancestor_own_writes_are_replayed(saver: &dyn Saver) {
 }
 
 // ---- antler's own obligations ---------------------------------------------------------------
+
+/// A relative record is completed from its parent's, so a put of one whose parent does not
+/// exist in its namespace (never put, or deleted by a `delete_for_runs` while a run held it
+/// as its head) fails with [`crate::Error::MissingParent`] and stores nothing, where it used
+/// to leave a record no other reader could complete; one without a parent is bad input.
+pub async fn antler_a_relative_record_needs_its_parent(saver: &dyn Saver) {
+    let stored = chain(saver, "t", "", 2, Some("r1")).await;
+    let head = stored[1].checkpoint_id.expect("stored");
+    let relative = |id: CheckpointId| {
+        let mut cp = checkpoint(&[("a", 7, json!(7))]);
+        cp.id = id;
+        cp.v = crate::model::RELATIVE_RECORD_V;
+        cp
+    };
+    let versions = ChannelVersions::from([(ChannelName::new("a"), ChannelVersion::new(7))]);
+    // Below an existing parent, in its namespace: stored.
+    let below = saver
+        .put(
+            &cfg("t", "", Some(head)),
+            relative(CheckpointId::generate()),
+            metadata(CheckpointSource::Loop, 1, Some("r1")),
+            &versions,
+        )
+        .await
+        .unwrap();
+    let refused = |e: crate::Error, what: &str| {
+        assert!(
+            matches!(e, crate::Error::MissingParent { .. }),
+            "{what}: {e}"
+        );
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{what}: {e}");
+        assert!(e.to_string().contains("thread t"), "{what}: {e}");
+    };
+    let unknown = CheckpointId::generate();
+    let err = saver
+        .put(
+            &cfg("t", "", Some(unknown)),
+            relative(CheckpointId::generate()),
+            metadata(CheckpointSource::Loop, 1, None),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&unknown.to_string()), "{err}");
+    refused(err, "a parent never put");
+    // The parent exists, but in another namespace.
+    refused(
+        saver
+            .put(
+                &cfg("t", "child", Some(head)),
+                relative(CheckpointId::generate()),
+                metadata(CheckpointSource::Loop, 1, None),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap_err(),
+        "a parent of another namespace",
+    );
+    let err = saver
+        .put(
+            &cfg("t", "", None),
+            relative(CheckpointId::generate()),
+            metadata(CheckpointSource::Loop, 1, None),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "no parent: {err}");
+    // A run's head deleted under it (nothing remaining needs run r1's checkpoints), then the
+    // run's next record, written relative to the head it still holds: refused, with its
+    // values and bodies, and the thread stays as the delete left it.
+    saver.delete_for_runs(&[RunId::new("r1")]).await.unwrap();
+    let gone = below.checkpoint_id.expect("stored");
+    let next = CheckpointId::generate();
+    let mut cp = relative(next);
+    cp.channel_versions
+        .insert("a".into(), ChannelVersion::new(8));
+    cp.channel_values
+        .insert("a".into(), Blob::json(&"refused").unwrap());
+    refused(
+        saver
+            .put(
+                &cfg("t", "", Some(gone)),
+                cp,
+                metadata(CheckpointSource::Loop, 2, Some("r1")),
+                &ChannelVersions::from([(ChannelName::new("a"), ChannelVersion::new(8))]),
+            )
+            .await
+            .unwrap_err(),
+        "a parent deleted under the run",
+    );
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", Some(next)))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        saver
+            .get_tuple(&cfg("t", "", None))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The refused put left no value: another one under the same version is no clash.
+    put_all(
+        saver,
+        cfg("t", "", None),
+        checkpoint(&[("a", 8, json!("stored"))]),
+        metadata(CheckpointSource::Input, -1, None),
+    )
+    .await;
+}
 
 /// A NUL character in a text key (thread id, namespace, channel, task id or path, run id) is
 /// the caller's bad input on every saver, refused before anything is read or written:
@@ -3840,13 +3954,17 @@ pub async fn antler_ancestry_absent_is_none(saver: &dyn Saver) {
 /// Relative records whose parent pointers loop are an error, not an endless walk.
 pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
     let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
-    for (id, parent) in [(a, b), (b, a)] {
+    // A put of a relative record needs its parent to exist, so the loop is closed by putting
+    // `a` again, as a relative record below `b`.
+    for (id, parent) in [(a, None), (b, Some(a)), (a, Some(b))] {
         let mut cp = Checkpoint::empty();
         cp.id = id;
-        cp.v = crate::model::RELATIVE_RECORD_V;
+        if parent.is_some() {
+            cp.v = crate::model::RELATIVE_RECORD_V;
+        }
         saver
             .put(
-                &cfg("t", "", Some(parent)),
+                &cfg("t", "", parent),
                 cp,
                 CheckpointMetadata::default(),
                 &ChannelVersions::new(),

@@ -363,12 +363,20 @@ impl Error {
     /// [`SaverCheckpointer`](crate::SaverCheckpointer)), that error's own kind: a mode mismatch
     /// (kernel-spec R34–R35), corruption, a conflict worth retrying, a backend failure…, which
     /// [`kind`](Self::kind) reports as [`ErrorKind::Storage`]. Also the store error of a
-    /// [`Error::RunFailedUnstored`]. `None` for any other error.
+    /// [`Error::RunFailedUnstored`]. A [`RelativeRecordError`](crate::RelativeRecordError) of
+    /// that adapter is `Corrupt` (a stored relative record that cannot be completed), or
+    /// `Conflict` when its checkpoint was deleted while it was read (worth retrying). `None`
+    /// for any other error.
     pub fn checkpoint_kind(&self) -> Option<antler_checkpoint::ErrorKind> {
         match self {
             Self::Storage { source } => source
                 .downcast_ref::<antler_checkpoint::Error>()
-                .map(antler_checkpoint::Error::kind),
+                .map(antler_checkpoint::Error::kind)
+                .or_else(|| {
+                    source
+                        .downcast_ref::<crate::RelativeRecordError>()
+                        .map(crate::saver::relative_record_kind)
+                }),
             Self::RunFailedUnstored { error, storage } => storage
                 .checkpoint_kind()
                 .or_else(|| error.checkpoint_kind()),

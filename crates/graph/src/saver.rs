@@ -217,6 +217,16 @@ pub(crate) fn is_vanished(e: &Error) -> bool {
         .is_some_and(|r| r.why == VANISHED))
 }
 
+/// The checkpoint kind of a [`RelativeRecordError`]: a read that found its checkpoint
+/// deleted is a conflict worth retrying, anything else stored data that cannot be completed.
+pub(crate) fn relative_record_kind(e: &RelativeRecordError) -> cp::ErrorKind {
+    if e.why == VANISHED {
+        cp::ErrorKind::Conflict
+    } else {
+        cp::ErrorKind::Corrupt
+    }
+}
+
 /// A full record at least every `FULL_RECORD_EVERY` records along any parent path, so reading a
 /// checkpoint whose ancestors are not cached fetches at most this many records.
 const FULL_RECORD_EVERY: u32 = 8;
@@ -683,10 +693,27 @@ impl SaverCheckpointer {
             },
             None => None,
         };
-        match self.raw(scope, id, with_values).await? {
-            Some((t, ahead)) => self.load(scope, t, with_values, ahead).await.map(Some),
-            None => Ok(None),
+        // A checkpoint deleted between its read and its completion (a prune or
+        // `delete_for_runs` by another process) is gone when it was addressed; the latest is
+        // read again, as the savers read it, up to three times in all.
+        for _ in 0..3 {
+            let Some((t, ahead)) = self.raw(scope, id, with_values).await? else {
+                return Ok(None);
+            };
+            match self.load(scope, t, with_values, ahead).await {
+                Err(e) if is_vanished(&e) => {
+                    if id.is_some() {
+                        return Ok(None);
+                    }
+                }
+                done => return done.map(Some),
+            }
         }
+        Err(storage(cp::Error::Conflict {
+            thread_id: cp::ThreadId::new(scope.thread.as_str()),
+            detail: "the thread's latest checkpoint was deleted while it was read, three times"
+                .into(),
+        }))
     }
 }
 

@@ -1077,6 +1077,9 @@ struct Counting {
     forward_ancestry: std::sync::atomic::AtomicBool,
     /// `get_tuple_with_ancestry` calls forwarded to the wrapped saver.
     ancestry: std::sync::atomic::AtomicUsize,
+    /// A run whose checkpoints the next `get_ancestors_without_values` call deletes from the
+    /// wrapped saver first, as another process's `delete_for_runs` racing a read.
+    delete_before_chain: std::sync::Mutex<Option<antler_checkpoint::RunId>>,
 }
 
 impl Counting {
@@ -1092,6 +1095,7 @@ impl Counting {
             emptied_lists: Default::default(),
             forward_ancestry: Default::default(),
             ancestry: Default::default(),
+            delete_before_chain: Default::default(),
         }
     }
 
@@ -1158,6 +1162,14 @@ impl antler_checkpoint::Saver for Counting {
     ) -> antler_checkpoint::Result<Vec<antler_checkpoint::CheckpointTuple>> {
         self.chains
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let doomed = self
+            .delete_before_chain
+            .lock()
+            .expect("no test panicked holding it")
+            .take();
+        if let Some(run) = doomed {
+            self.inner.delete_for_runs(&[run]).await?;
+        }
         let mut chain = self
             .inner
             .get_ancestors_without_values(config, limit)
@@ -1546,11 +1558,13 @@ async fn a_cold_read_with_a_missing_ancestor_or_no_full_record_fails() {
         }
     }
 
-    // 40 relative records in a row: the adapter gives up at its bound.
+    // 40 relative records in a row above a full one: the adapter gives up at its bound.
     let mut at = cp::CheckpointConfig::latest("endless");
-    for _ in 0..40 {
+    for i in 0..41 {
         let mut c = cp::Checkpoint::empty();
-        c.v = cp::RELATIVE_RECORD_V;
+        if i > 0 {
+            c.v = cp::RELATIVE_RECORD_V;
+        }
         at = inner
             .put(
                 &at,
@@ -1658,6 +1672,89 @@ async fn a_gone_record_is_left_out_whichever_ancestor_its_read_misses() {
         .await
         .unwrap();
     assert!(page.is_empty(), "the head is gone: left out");
+}
+
+/// A read of the latest checkpoint that finds it deleted while it completes it (another
+/// process's `delete_for_runs` between the record and its ancestors) reads the new latest,
+/// as the savers' own reads do; one that keeps finding it gone fails with a `Conflict` to
+/// retry, and a relative record whose parent is missing while it exists is `Corrupt`.
+/// Before, the first failed with the adapter's error, which had no checkpoint kind.
+#[tokio::test]
+async fn a_latest_read_racing_a_delete_reads_the_new_latest() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Checkpointer, SaverCheckpointer, Scope};
+
+    let scope = Scope::root("t");
+    // Turns with run ids until the head is a relative record whose parent is of its run (the
+    // turn that wrote it), so deleting the run leaves the head's read no ancestor to complete
+    // it with.
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(3).unwrap(),
+    )));
+    let writer = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(inner.clone())));
+    let mut head = None;
+    for turn in 0..20 {
+        let run = RunConfig::new("t").with_run_id(format!("r{turn}"));
+        writer.invoke(human(turn), &run).await.unwrap();
+        let records = relative_depths(&*inner).await;
+        if turn > 0 && records[0].1 >= 1 {
+            head = Some(records[0].0.clone());
+            break;
+        }
+    }
+    let head = head.expect("a relative head within 20 turns");
+    let chain = inner
+        .get_ancestors_without_values(&head.config, 2)
+        .await
+        .unwrap();
+    assert_eq!(chain[1].metadata.run_id, head.metadata.run_id);
+    let racing = Arc::new(Counting::new(inner.clone()));
+    *racing.delete_before_chain.lock().unwrap() = head.metadata.run_id.clone();
+    let got = SaverCheckpointer::new(racing.clone())
+        .get_tuple(&scope, None)
+        .await
+        .unwrap()
+        .expect("the thread still has checkpoints");
+    assert!(
+        racing.delete_before_chain.lock().unwrap().is_none(),
+        "the delete ran"
+    );
+    assert_ne!(got.checkpoint.id.as_str(), head.checkpoint.id.to_string());
+    let after = SaverCheckpointer::new(inner.clone())
+        .get_tuple(&scope, None)
+        .await
+        .unwrap();
+    assert_eq!(Some(got), after);
+
+    // Gone on every try: the head read as the latest, then neither it nor its parent.
+    let (inner, head) = relative_thread_with_head(|(_, depth)| *depth >= 2).await;
+    let chain = inner
+        .get_ancestors_without_values(&head.config, 2)
+        .await
+        .unwrap();
+    let hidden = Counting::new(inner.clone());
+    hidden.hide(chain[0].checkpoint.id);
+    hidden.hide(chain[1].checkpoint.id);
+    let err = SaverCheckpointer::new(Arc::new(hidden))
+        .get_tuple(&scope, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.checkpoint_kind(),
+        Some(cp::ErrorKind::Conflict),
+        "{err}"
+    );
+    // Its parent gone while it exists: stored data that cannot be completed.
+    let hidden = Counting::new(inner.clone());
+    hidden.hide(chain[1].checkpoint.id);
+    let err = SaverCheckpointer::new(Arc::new(hidden))
+        .get_tuple(&scope, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.checkpoint_kind(), Some(cp::ErrorKind::Corrupt), "{err}");
 }
 
 /// A record deleted after its page of history was read, whose delta channel the runtime then

@@ -104,6 +104,82 @@ async fn deleting_an_older_run_keeps_what_the_later_runs_need() {
     }
 }
 
+/// A run that holds its head for the whole run (exit durability) while `delete_for_runs`
+/// deletes that head stores nothing at its exit: its record would name the deleted head as
+/// the parent it is relative to. The run fails with the saver's `MissingParent` (kind
+/// `NotFound`), and the thread reads as the delete left it, also from a fresh process.
+/// Before, the run stored the record, and every other reader failed on the missing parent.
+#[tokio::test]
+async fn a_run_whose_head_was_deleted_under_it_stores_no_orphan() {
+    let saver: Arc<dyn cp::Saver> = Arc::new(
+        cp::SqliteSaver::open(":memory:", cp::StoreConfig::full())
+            .await
+            .unwrap(),
+    );
+    let mut g = graph();
+    let deleter = saver.clone();
+    g.add_node("a", move |_s: State, c: Context| {
+        let saver = deleter.clone();
+        let deleting = c.run_id() == Some("r2");
+        async move {
+            // Nothing remaining needs run r1's checkpoints: all of them go.
+            if deleting {
+                saver
+                    .delete_for_runs(&[cp::RunId::new("r1")])
+                    .await
+                    .map_err(NodeError::failed)?;
+            }
+            Ok(Update::new().set(&LOG, log(&["a"])))
+        }
+    });
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = g
+        .compile()
+        .expect("valid graph")
+        .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+    graph
+        .invoke(input("in1"), &RunConfig::new("t").with_run_id("r0"))
+        .await
+        .unwrap();
+    graph
+        .invoke(input("in2"), &RunConfig::new("t").with_run_id("r1"))
+        .await
+        .unwrap();
+    let err = graph
+        .invoke(
+            input("in3"),
+            &RunConfig::new("t")
+                .with_run_id("r2")
+                .with_durability(antler_graph::Durability::Exit),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.checkpoint_kind(),
+        Some(cp::ErrorKind::NotFound),
+        "{err}"
+    );
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    // Run r0's checkpoints are left (the first run deleted only r1's), and read the same from
+    // a fresh process.
+    let fresh = over(saver.clone());
+    let head = fresh
+        .get_state(&RunConfig::new("t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.values.get(&LOG), Some(&log(&["in1", "a"])));
+    assert_eq!(head.run_id.as_deref(), Some("r0"));
+    assert!(
+        saver
+            .list(&cp::ListQuery::thread("t"))
+            .await
+            .unwrap()
+            .iter()
+            .all(|t| t.metadata.run_id == Some(cp::RunId::new("r0")))
+    );
+}
+
 /// Every checkpoint a run creates carries its run id and free metadata, where `list` filters and
 /// `delete_for_runs` find them; deleting the newest run leaves the thread at the previous one.
 #[tokio::test]
