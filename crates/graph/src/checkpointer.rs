@@ -239,7 +239,8 @@ pub trait Checkpointer: Send + Sync {
     }
     /// Stores a checkpoint.
     async fn put(&self, scope: &Scope, checkpoint: CheckpointRecord) -> Result<()>;
-    /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert.
+    /// Stores writes of one task against `checkpoint`: regular writes insert-if-absent, control writes upsert,
+    /// each identified by `(task_id, idx)` (the task path only orders them).
     /// A checkpoint that is not stored is `Error::CheckpointNotFound` (the saver's
     /// `UnknownCheckpoint` is mapped to it), never writes kept for it.
     async fn put_writes(
@@ -489,10 +490,23 @@ impl Checkpointer for MemoryCheckpointer {
                 channel,
                 value,
             };
-            if upsert {
-                w.insert(key, pw);
-            } else {
-                w.entry(key).or_insert(pw);
+            // A write is identified by `(task_id, idx)`, as in the savers; the path only
+            // orders the writes. So a write of the same task and index under another path is
+            // the same write: kept first (a regular write) or replaced, path and all (a
+            // control write).
+            let same = w
+                .keys()
+                .find(|(_, t, i)| t == task_id && *i == idx)
+                .cloned();
+            match same {
+                Some(old) if upsert => {
+                    w.remove(&old);
+                    w.insert(key, pw);
+                }
+                Some(_) => {}
+                None => {
+                    w.insert(key, pw);
+                }
             }
         }
         Ok(())

@@ -104,6 +104,65 @@ async fn deleting_an_older_run_keeps_what_the_later_runs_need() {
     }
 }
 
+/// Both checkpointers identify a pending write by its task id and index, as the savers key
+/// their rows: a second regular write of the same task and index under another task path is
+/// ignored, a second control write replaces the first, path and all. Before, the in-process
+/// checkpointer also keyed by path and kept both.
+#[tokio::test]
+async fn pending_writes_are_identified_by_task_and_index_in_both_checkpointers() {
+    use antler_graph::{Checkpointer, MemoryCheckpointer, Scope, TaskId};
+    let stores: [Arc<dyn Checkpointer>; 2] = [
+        Arc::new(MemoryCheckpointer::new()),
+        Arc::new(SaverCheckpointer::new(Arc::new(cp::MemorySaver::new(
+            cp::StoreConfig::full(),
+        )))),
+    ];
+    let mut seen = Vec::new();
+    for store in stores {
+        stored_in(store.clone())
+            .invoke(input("in"), &RunConfig::new("t"))
+            .await
+            .unwrap();
+        let scope = Scope::root("t");
+        let head = store
+            .head(&scope, None)
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoint
+            .id;
+        let task = TaskId::new("task");
+        for (path, n) in [("~a", 1), ("~b", 2)] {
+            let writes = vec![
+                ("log".to_owned(), json!([format!("w{n}")])),
+                ("__error__".to_owned(), json!(format!("e{n}"))),
+            ];
+            store
+                .put_writes(&scope, &head, &task, path, writes)
+                .await
+                .unwrap();
+        }
+        let tuple = store.get_tuple(&scope, Some(&head)).await.unwrap().unwrap();
+        let got: Vec<(String, String, serde_json::Value)> = tuple
+            .pending_writes
+            .iter()
+            .filter(|w| w.task_id == task)
+            .map(|w| (w.task_path.clone(), w.channel.clone(), w.value.clone()))
+            .collect();
+        seen.push(got);
+    }
+    assert_eq!(seen[0], seen[1], "the two checkpointers agree");
+    let mut got = seen[0].clone();
+    got.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    assert_eq!(
+        got,
+        [
+            ("~a".to_owned(), "log".to_owned(), json!(["w1"])),
+            ("~b".to_owned(), "__error__".to_owned(), json!("e2")),
+        ]
+    );
+}
+
 /// A run that holds its head for the whole run (exit durability) while `delete_for_runs`
 /// deletes that head stores nothing at its exit: its record would name the deleted head as
 /// the parent it is relative to. The run fails with the saver's `MissingParent` (kind
