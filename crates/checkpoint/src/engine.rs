@@ -897,7 +897,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// checkpoint of `expected` needs a doomed one, and such a fork, put since, may
     /// ([`forks_from_doomed`]). `Ok(false)`: nothing deleted. SQLite and the memory saver
     /// check under their write lock; PostgreSQL checks a read taken after locking the doomed
-    /// rows, so a fork committed between that read and the delete's commit is not seen.
+    /// rows, so a fork stored as a full record committed between that read and the delete's
+    /// commit is not seen (a relative record's put locks its parent row and waits).
     async fn delete_checkpoints(
         &self,
         thread: &ThreadId,

@@ -287,27 +287,30 @@ impl HotSql {
             put: sql(&format!(
                 "WITH {fresh},
                  k AS (SELECT * FROM unnest($9::text[], $10::bigint[], $11::bytea[]) k(channel, version, data)),
+                 -- A relative record ($15) needs its parent. FOR SHARE reads the parent row as
+                 -- committed now, not as of the statement's snapshot, and conflicts with the
+                 -- FOR UPDATE a delete takes on the rows it deletes: a delete that committed
+                 -- before the lock leaves no row to lock (also one this put waited for, on the
+                 -- row or on the epoch row that `delete_thread` takes first), and one that comes
+                 -- later waits for this put and then sees its child. The filter on `fresh` locks
+                 -- the epoch row first, in the order `delete_thread` takes them.
+                 par AS (
+                    SELECT 1 FROM {{s}}.checkpoints x
+                     WHERE $15::bool AND x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = $4
+                       AND (SELECT ok FROM fresh) = 1 FOR SHARE),
+                 pok AS (SELECT CASE WHEN $15::bool AND NOT EXISTS (SELECT 1 FROM par) THEN 0 ELSE 1 END AS ok),
                  -- A version already stored with other bytes aborts the whole statement
                  -- (a run-time division by zero, mapped to a version clash): never keep either silently.
                  -- The divisor depends on a subquery so the planner cannot fold it.
+                 -- A missing parent is reported before a clash (`pok`), as the other savers do.
                  guard AS (
-                    SELECT 1 / (CASE WHEN EXISTS (
+                    SELECT 1 / (CASE WHEN (SELECT ok FROM pok) = 1 AND EXISTS (
                         SELECT 1 FROM k CROSS JOIN LATERAL (
                             -- LIMIT 1 keeps this a primary-key lookup per key (a cached generic
                             -- plan otherwise hashes every blob of the thread on each put).
                             SELECT x.data FROM {{s}}.blobs x
                              WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = k.channel AND x.version = k.version LIMIT 1) x
                          WHERE x.data <> k.data) THEN 0 ELSE 1 END) AS ok),
-                 -- A relative record ($15) needs its parent. FOR SHARE reads the parent row as
-                 -- committed now, not as of the statement's snapshot (taken before `fresh` waited
-                 -- for the epoch row): a delete that committed meanwhile leaves no row to lock,
-                 -- and one that comes later waits for this put and then sees its child. The
-                 -- filter on `fresh` locks the epoch row first, in the order the deletes take them.
-                 par AS (
-                    SELECT 1 FROM {{s}}.checkpoints x
-                     WHERE $15::bool AND x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id = $4
-                       AND (SELECT ok FROM fresh) = 1 FOR SHARE),
-                 pok AS (SELECT CASE WHEN $15::bool AND NOT EXISTS (SELECT 1 FROM par) THEN 0 ELSE 1 END AS ok),
                  m AS (
                     INSERT INTO {{s}}.messages (thread_id, seq, body)
                     SELECT $1, * FROM unnest($7::bigint[], $8::bytea[]) WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1),
@@ -1589,7 +1592,11 @@ impl Backend for PgBackend {
             result = c.execute(&st, &params).await;
         }
         match result {
-            Ok(0) => Err(crate::engine::missing_parent(&row)),
+            Ok(0) if parent_required => Err(crate::engine::missing_parent(&row)),
+            Ok(0) => Err(Error::Backend {
+                context: ctx,
+                source: "the checkpoint statement wrote no row".into(),
+            }),
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
                 let clash = Error::Conflict {
@@ -1796,8 +1803,10 @@ impl Backend for PgBackend {
         )
         .await
         .map_err(deadlock_or(thread, ctx.clone()))?;
-        // Forks from a doomed checkpoint put since the caller's check. One that commits after
-        // this read is not seen; its reads then fail on its missing parent.
+        // Forks from a doomed checkpoint put since the caller's check. A full record that
+        // commits after this read is not seen; its reads then fail on its missing parent. A
+        // relative record cannot: its put locks the parent row (FOR SHARE), which waits for
+        // this transaction and then finds the parent gone (`MissingParent`).
         let now = tx
             .query(
                 &self.sql(
@@ -4174,11 +4183,14 @@ mod tests {
         saver.drop_schema().await.expect("drop");
     }
 
-    /// A put of a relative record checks its parent as committed when the put holds the
-    /// thread's epoch row, not as of its statement's snapshot: a delete of the parent that
-    /// commits while the put waits for the row leaves the put `MissingParent`, with nothing
-    /// stored. Read under the snapshot, the parent was still there and the put stored a record
-    /// no other reader could complete (`docs/checkpoint-format.md`, "Relative records").
+    /// A put of a relative record checks its parent as committed when it locks the parent
+    /// row, not as of its statement's snapshot: a delete of the parent that commits while the
+    /// put waits for it leaves the put `MissingParent`, with nothing stored. Two deletes: as
+    /// `delete_thread` makes one (the epoch row first, where the put waits) and as `prune` and
+    /// `delete_for_runs` make one (the doomed rows locked FOR UPDATE, no epoch row: the put
+    /// waits on the parent row). Read under the snapshot, the parent was still there and the
+    /// put stored a record no other reader could complete (`docs/checkpoint-format.md`,
+    /// "Relative records").
     #[tokio::test]
     async fn a_relative_put_waiting_for_a_delete_sees_its_parent_gone() {
         use crate::model::{ChannelVersions, Checkpoint, CheckpointMetadata, RELATIVE_RECORD_V};
@@ -4186,51 +4198,63 @@ mod tests {
         let Some(saver) = fresh(StoreConfig::full()).await else {
             return;
         };
-        let (head, _) = long_thread(&saver, 1).await;
-        let parent = head.checkpoint_id.expect("stored");
         let b = &saver.engine.backend;
         prefill(b, 4).await;
-        // A delete as `delete_for_runs` makes one: the epoch row first, then the checkpoint.
-        let holder = b.client("test").await.expect("client");
-        holder
-            .batch_execute(&format!(
+        let deletes = [
+            format!(
                 "BEGIN; {}; {}",
                 b.sql(BUMP_EPOCH_SQL).replace("$1", "'t'"),
                 b.sql("DELETE FROM {s}.checkpoints WHERE thread_id = 't'")
-            ))
-            .await
-            .expect("delete, uncommitted");
-        let racing = async {
-            // The put's statement, whose text starts with `PUT_FRESH_CTE`.
-            until_a_statement_waits(b, "%epoch_lock AS (%VALUES ($1, 0)%").await;
-            holder.batch_execute("COMMIT").await.expect("commit");
-        };
-        let mut next = Checkpoint::empty();
-        next.v = RELATIVE_RECORD_V;
-        let id = next.id;
-        let none = ChannelVersions::new();
-        let (put, ()) = tokio::join!(
-            saver.put(&head, next, CheckpointMetadata::default(), &none),
-            racing
-        );
-        match put {
-            Err(Error::MissingParent {
-                checkpoint_id,
-                parent_id,
-                ..
-            }) => assert_eq!((checkpoint_id, parent_id), (id, parent)),
-            other => panic!("expected MissingParent, got {other:?}"),
+            ),
+            b.sql(
+                "BEGIN; SELECT 1 FROM {s}.checkpoints c WHERE c.thread_id = 't' FOR UPDATE OF c;
+                 DELETE FROM {s}.checkpoints WHERE thread_id = 't'",
+            ),
+        ];
+        for delete in deletes {
+            saver
+                .delete_thread(&ThreadId::new("t"))
+                .await
+                .expect("a fresh thread");
+            let (head, _) = long_thread(&saver, 1).await;
+            let parent = head.checkpoint_id.expect("stored");
+            let holder = b.client("test").await.expect("client");
+            holder
+                .batch_execute(&delete)
+                .await
+                .expect("delete, uncommitted");
+            let racing = async {
+                // The put's statement, whose text starts with `PUT_FRESH_CTE`.
+                until_a_statement_waits(b, "%epoch_lock AS (%VALUES ($1, 0)%").await;
+                holder.batch_execute("COMMIT").await.expect("commit");
+            };
+            let mut next = Checkpoint::empty();
+            next.v = RELATIVE_RECORD_V;
+            let id = next.id;
+            let none = ChannelVersions::new();
+            let (put, ()) = tokio::join!(
+                saver.put(&head, next, CheckpointMetadata::default(), &none),
+                racing
+            );
+            match put {
+                Err(Error::MissingParent {
+                    checkpoint_id,
+                    parent_id,
+                    ..
+                }) => assert_eq!((checkpoint_id, parent_id), (id, parent), "{delete}"),
+                other => panic!("{delete}: expected MissingParent, got {other:?}"),
+            }
+            let c = b.client("test").await.expect("client");
+            let rows: i64 = c
+                .query_one(
+                    &b.sql("SELECT count(*) FROM {s}.checkpoints WHERE thread_id = 't'"),
+                    &[],
+                )
+                .await
+                .expect("count")
+                .get(0);
+            assert_eq!(rows, 0, "{delete}");
         }
-        let c = b.client("test").await.expect("client");
-        let rows: i64 = c
-            .query_one(
-                &b.sql("SELECT count(*) FROM {s}.checkpoints WHERE thread_id = 't'"),
-                &[],
-            )
-            .await
-            .expect("count")
-            .get(0);
-        assert_eq!(rows, 0);
     }
 
     /// A put that stores no message list does not commit while `delete_thread` runs: it waits

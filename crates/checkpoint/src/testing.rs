@@ -1786,6 +1786,26 @@ pub async fn antler_a_relative_record_needs_its_parent(saver: &dyn Saver) {
         .unwrap_err();
     assert!(err.to_string().contains(&unknown.to_string()), "{err}");
     refused(err, "a parent never put");
+    // Reported before a version clash (the chain stores other bytes under `a` 1).
+    let mut clashing = relative(CheckpointId::generate());
+    clashing
+        .channel_versions
+        .insert("a".into(), ChannelVersion::new(1));
+    clashing
+        .channel_values
+        .insert("a".into(), Blob::json(&"other").unwrap());
+    refused(
+        saver
+            .put(
+                &cfg("t", "", Some(unknown)),
+                clashing,
+                metadata(CheckpointSource::Loop, 1, None),
+                &ChannelVersions::from([(ChannelName::new("a"), ChannelVersion::new(1))]),
+            )
+            .await
+            .unwrap_err(),
+        "a parent never put, and a clash",
+    );
     // The parent exists, but in another namespace.
     refused(
         saver
