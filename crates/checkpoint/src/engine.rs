@@ -1133,7 +1133,7 @@ pub(crate) struct Engine<B> {
     pins: Arc<PinBudget>,
     /// Items hashed by `encode_value` so far (the pointer path's tests read it).
     #[cfg(test)]
-    hashed: std::sync::atomic::AtomicUsize,
+    pub(crate) hashed: std::sync::atomic::AtomicUsize,
     /// Message indexes loaded from every body so far (the seeding tests read it).
     #[cfg(test)]
     pub(crate) index_loads: std::sync::atomic::AtomicUsize,
@@ -1590,10 +1590,17 @@ impl<B: Backend> Engine<B> {
                     return Ok(v);
                 }
                 Err(e) => {
-                    // A write refused for a missing checkpoint stored nothing and changed
-                    // nothing the index knows: keep it (the index takes a write's numbers only
-                    // after it commits).
-                    if matches!(e, Error::UnknownCheckpoint { .. }) {
+                    // A write refused for a missing checkpoint or parent stored nothing and
+                    // changed nothing the index knows: keep it (the index takes a write's
+                    // numbers only after it commits). A busy store is not a stale index either:
+                    // trying again would wait out the busy timeout once more, after reading
+                    // every body of the thread; the caller retries (kind `Conflict`).
+                    if matches!(
+                        e,
+                        Error::UnknownCheckpoint { .. }
+                            | Error::MissingParent { .. }
+                            | Error::StoreBusy { .. }
+                    ) {
                         return Err(e);
                     }
                     // Another writer may have taken sequence numbers or deleted bodies: reload

@@ -125,51 +125,57 @@ fn parent_from(thread: &str, child: CheckpointId, bytes: &[u8]) -> Result<Checkp
 
 use crate::engine::columns::{i64_of, u64_of};
 
+/// Prepared statements a connection keeps (see `SqliteSaver::from_connection`).
+const STATEMENT_CACHE: usize = 64;
+
 /// How long a connection waits for another one's lock.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Refuses a store whose recorded configuration `config` does not match
 /// ([`Error::StoreConfigMismatch`]), reading only: the configuration table exists from the
 /// first schema version, so a store of any version can be checked before it is migrated.
-/// Anything short of a whole, readable record (a new or foreign file, a damaged record) is
+/// Anything short of a whole, readable record (a new file, a damaged record) is
 /// left to the check after the migrations, which reports it.
 ///
-/// A file of schema version 0 that already holds tables is another program's database (a
+/// A file that holds tables but is not an antler store is another program's database (a
 /// LangGraph `checkpoints.sqlite`, say): refused as it is, before the WAL switch would have
-/// changed it for good, with an error that asks for a file of antler's own.
+/// changed it for good, with an error that asks for a file of antler's own. Every antler
+/// schema version has the `antler_meta` table (the first migration creates it and sets the
+/// version in one transaction), so a file with tables is foreign when it lacks that table or
+/// records version 0, whatever version another program set; a negative version is never
+/// antler's either.
+///
+/// Everything is read in one read transaction: a concurrent open that migrates the new file
+/// meanwhile (tables and version together) is seen entirely or not at all, never as tables
+/// without their version, which would read as a foreign file.
 fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
     let ctx = "sqlite: reading store configuration";
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(sql_err(ctx))?;
-    let tables: i64 = conn
+    let tx = conn.unchecked_transaction().map_err(sql_err(ctx))?;
+    let (version, tables, has_meta): (i64, i64, bool) = tx
         .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+            "SELECT (SELECT user_version FROM pragma_user_version),
+                    (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'),
+                    EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'antler_meta')",
             [],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .map_err(sql_err(ctx))?;
-    if version == 0 && tables > 0 {
-        return Err(Error::backend(
-            "sqlite: opening the store",
-            std::io::Error::other(
-                "the file holds tables antler did not create (schema version 0): give antler a file of its own",
-            ),
-        ));
+    if version < 0 || (tables > 0 && (version == 0 || !has_meta)) {
+        return Err(Error::InvalidArgument(format!(
+            "sqlite: the file holds tables antler did not create (schema version {version}{}): give antler a file of its own",
+            if has_meta {
+                ""
+            } else {
+                ", no antler_meta table"
+            }
+        )));
     }
-    let has_meta: bool = conn
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'antler_meta')",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(sql_err(ctx))?;
     if !has_meta {
         return Ok(());
     }
-    // Both keys in one statement, so in one snapshot: a record another process rewrites
-    // meanwhile is read whole, before or after.
-    let (mode, frequency): (Option<String>, Option<String>) = conn
+    // Both keys in one statement of the same read transaction: a record another process
+    // rewrites meanwhile is read whole, before or after.
+    let (mode, frequency): (Option<String>, Option<String>) = tx
         .query_row(
             "SELECT (SELECT value FROM antler_meta WHERE key = 'channel_mode'),
                     (SELECT value FROM antler_meta WHERE key = 'snapshot_frequency')",
@@ -177,6 +183,7 @@ fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
             |r| Ok((r.get(0).ok(), r.get(1).ok())),
         )
         .map_err(sql_err(ctx))?;
+    drop(tx);
     let (Some(mode), Some(frequency)) = (mode, frequency) else {
         return Ok(());
     };
@@ -378,7 +385,9 @@ fn insert_messages(
 ) -> Result<()> {
     let mut stmt = tx
         .prepare_cached("INSERT INTO messages (thread_id, seq, body) VALUES (?1, ?2, ?3)")
-        .map_err(sql_err("sqlite: insert messages"))?;
+        .map_err(sql_err(format!(
+            "sqlite: thread {thread}: inserting messages"
+        )))?;
     for m in messages {
         stmt.execute(params![
             thread.as_str(),
@@ -394,7 +403,11 @@ fn insert_messages(
                     detail: format!("message sequence {} was taken by another writer", m.seq),
                 }
             }
-            other => Error::backend(format!("sqlite: thread {thread}: insert message"), other),
+            // A damaged file or a busy lock keeps its own kind, as in every other statement.
+            other => sql_err(format!(
+                "sqlite: thread {thread}: inserting message {}",
+                m.seq
+            ))(other),
         })?;
     }
     Ok(())
@@ -925,7 +938,14 @@ impl Backend for SqliteBackend {
         keys: &[(ChannelName, ChannelVersion)],
     ) -> Result<Vec<BlobRow>> {
         let (thread, ns, keys) = (thread.to_string(), ns.to_string(), keys.to_vec());
-        self.run(move |c| read_blobs(c, &thread, &ns, keys)).await
+        // One read transaction (one statement per key): the values come from one snapshot.
+        self.run(move |c| {
+            let tx = c
+                .transaction()
+                .map_err(sql_err(format!("sqlite: thread {thread}: reading blobs")))?;
+            read_blobs(&tx, &thread, &ns, keys)
+        })
+        .await
     }
 
     async fn checkpoint_blobs(
@@ -957,7 +977,14 @@ impl Backend for SqliteBackend {
         ids: &[CheckpointId],
     ) -> Result<Vec<WriteRow>> {
         let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
-        self.run(move |c| read_writes(c, &thread, &ns, &ids)).await
+        // One read transaction (one statement per checkpoint): one snapshot.
+        self.run(move |c| {
+            let tx = c
+                .transaction()
+                .map_err(sql_err(format!("sqlite: thread {thread}: reading writes")))?;
+            read_writes(&tx, &thread, &ns, &ids)
+        })
+        .await
     }
 
     async fn existing(
@@ -969,7 +996,9 @@ impl Backend for SqliteBackend {
         let (thread, ns, ids) = (thread.to_string(), ns.to_string(), ids.to_vec());
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: checking checkpoints");
-            let mut st = c
+            // One read transaction: every id is checked against one snapshot.
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
+            let mut st = tx
                 .prepare_cached("SELECT 1 FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3")
                 .map_err(sql_err(ctx.clone()))?;
             let mut out = std::collections::HashSet::new();
@@ -1514,8 +1543,10 @@ impl Backend for SqliteBackend {
         let thread = thread.to_string();
         self.run(move |c| {
             let ctx = format!("sqlite: thread {thread}: measuring");
+            // One read transaction: the four sums describe one state of the thread.
+            let tx = c.transaction().map_err(sql_err(ctx.clone()))?;
             let q = |sql: &str| -> Result<(i64, i64, i64)> {
-                c.query_row(sql, [&thread], |r| Ok((r.get::<_, Option<i64>>(0)?.unwrap_or(0), r.get::<_, Option<i64>>(1)?.unwrap_or(0), r.get(2)?)))
+                tx.query_row(sql, [&thread], |r| Ok((r.get::<_, Option<i64>>(0)?.unwrap_or(0), r.get::<_, Option<i64>>(1)?.unwrap_or(0), r.get(2)?)))
                     .map_err(sql_err(ctx.clone()))
             };
             let (cp, md, n1) = q("SELECT SUM(length(record) + COALESCE(length(parent_id), 0)), SUM(length(metadata)), COUNT(*) FROM checkpoints WHERE thread_id = ?1")?;
@@ -1668,6 +1699,10 @@ impl SqliteSaver {
         path: Option<PathBuf>,
         config: StoreConfig,
     ) -> Result<Self> {
+        // The backend prepares about 30 distinct statements, and one turn of a graph run
+        // (put, put_writes, reads) uses more than rusqlite's default 16: with the default,
+        // least-recently-used eviction re-prepared most of them on every turn.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let backend = SqliteBackend {
             conn: Arc::new(Mutex::new(conn)),
             path,
@@ -1870,17 +1905,39 @@ mod tests {
         let saver = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
         let holder = rusqlite::Connection::open(&path).unwrap();
         holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // A message list, so the write goes through the message index: a busy store is not
+        // an index gone stale, and the write is not tried again after a reload (which would
+        // wait out the timeout twice).
+        let mut cp = Checkpoint::empty();
+        let msgs: Vec<serde_json::Value> = (0..3)
+            .map(|i| serde_json::json!({"type": "human", "content": format!("m{i}"), "id": format!("m{i}")}))
+            .collect();
+        cp.channel_versions
+            .insert("messages".into(), crate::ids::ChannelVersion::new(1));
+        cp.channel_values.insert(
+            "messages".into(),
+            crate::blob::Blob::messages(crate::blob::MessagesKind::Snapshot, &msgs).unwrap(),
+        );
+        let versions = cp.channel_versions.clone();
+        let hashed = || {
+            saver
+                .engine
+                .hashed
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = hashed();
         let err = saver
             .put(
                 &CheckpointConfig::latest("t"),
-                Checkpoint::empty(),
+                cp,
                 CheckpointMetadata::default(),
-                &crate::model::ChannelVersions::new(),
+                &versions,
             )
             .await
             .expect_err("the lock outlasts the wait");
         assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
         assert!(err.to_string().contains("retry"), "{err}");
+        assert_eq!(hashed() - before, 3, "one attempt");
         holder.execute_batch("ROLLBACK").unwrap();
         assert!(
             saver
@@ -1893,38 +1950,71 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Another program's database (schema version 0, tables of its own) is refused before
-    /// anything changes it: its journal mode stays, and the error asks for a file of antler's
-    /// own. Before 2026-12-02 the open switched it to WAL for good, then failed on a table
-    /// name it shared.
+    /// Another program's database (tables of its own, no `antler_meta`, whatever schema
+    /// version it set) is refused as bad input before anything changes it: its journal mode,
+    /// version and tables stay, and the error asks for a file of antler's own. Before
+    /// 2026-12-02 the open switched it to WAL for good, then failed on a table name it shared
+    /// (version 0); at an antler version it failed later on a missing table, above antler's
+    /// with `SchemaTooNew`, and at a negative one antler added its tables to the file.
     #[tokio::test]
     async fn a_foreign_database_file_is_left_as_it_was() {
         let dir = std::env::temp_dir().join(format!("antler-foreign-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("theirs.sqlite");
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "CREATE TABLE checkpoints (thread_id TEXT, checkpoint BLOB); INSERT INTO checkpoints VALUES ('theirs', x'00');",
-        )
-        .unwrap();
-        drop(conn);
-        let err = SqliteSaver::open(&path, StoreConfig::full())
-            .await
-            .expect_err("refused");
-        assert_eq!(err.kind(), crate::ErrorKind::Backend, "{err}");
-        assert!(
-            format!("{err} {:?}", err).contains("a file of its own"),
-            "{err:?}"
-        );
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        let journal: String = conn
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .unwrap();
-        let theirs: i64 = conn
-            .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!((journal.as_str(), theirs), ("delete", 1));
-        drop(conn);
+        // Another program's tables, under the schema versions it may set itself: 0, one of
+        // antler's, one above antler's, and a negative one. A negative version without
+        // tables is refused too.
+        for (i, (version, tables)) in [(0, true), (4, true), (99, true), (-1, true), (-1, false)]
+            .into_iter()
+            .enumerate()
+        {
+            let path = dir.join(format!("theirs-{i}.sqlite"));
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            if tables {
+                conn.execute_batch(
+                    "CREATE TABLE checkpoints (thread_id TEXT, checkpoint BLOB); INSERT INTO checkpoints VALUES ('theirs', x'00');",
+                )
+                .unwrap();
+            }
+            conn.pragma_update(None, "user_version", version).unwrap();
+            drop(conn);
+            let err = SqliteSaver::open(&path, StoreConfig::full())
+                .await
+                .expect_err("refused");
+            assert_eq!(
+                err.kind(),
+                crate::ErrorKind::InvalidInput,
+                "version {version}: {err}"
+            );
+            assert!(
+                err.to_string().contains("a file of its own"),
+                "version {version}: {err:?}"
+            );
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let journal: String = conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .unwrap();
+            let kept: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap();
+            let names: Vec<String> = conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            let expected: Vec<String> = if tables {
+                vec!["checkpoints".into()]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(
+                (journal.as_str(), kept, names),
+                ("delete", version, expected),
+                "version {version}"
+            );
+            drop(conn);
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
