@@ -1454,9 +1454,18 @@ async fn run_inner(
             Input::Values(_) => false,
         };
     // Whether that fork checkpoint will be saved: not when the addressed checkpoint is the
-    // thread's newest and itself a fork or an update (it has no children to keep apart from).
-    let fork_saved =
-        replay && !(loaded_is_newest && matches!(meta_source, Some(Source::Update | Source::Fork)));
+    // thread's newest and itself a fork or an update (it has no children to keep apart from),
+    // unless it stores answers or interrupts of its tasks. A replay in place re-runs the tasks
+    // under the same ids, and those stored writes (kept first, or upserted only when the
+    // re-run stores its own) would answer the re-run's questions with the earlier run's
+    // answers; on a fork of its own the tasks get new ids.
+    let stale_answers = pending
+        .iter()
+        .any(|w| w.channel == RESUME || w.channel == INTERRUPT);
+    let fork_saved = replay
+        && !(loaded_is_newest
+            && matches!(meta_source, Some(Source::Update | Source::Fork))
+            && !stale_answers);
     if replay || matches!(input, Input::Values(_)) {
         // Pending writes of the loaded checkpoint that this run will not apply.
         force_unreplayed(g, &mut live, &pending);

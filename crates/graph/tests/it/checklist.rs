@@ -1764,12 +1764,33 @@ async fn a_replay_of_the_newest_fork_drops_its_stale_resume_value() {
         .unwrap();
     assert_eq!(out.interrupts[0].value, json!("second?"));
     assert_eq!(out.checkpoint_id.as_ref(), Some(&fork));
-    // Replaying the fork by id: no new fork, and the stale answer is not reused.
+    // Replaying the fork by id: it stores the earlier answer, so the replay saves a fork of
+    // its own (its tasks get new ids), and the stale answer is not reused, neither now nor by
+    // the answers that follow. Before, the replay ran in place under the same task ids, the
+    // stored "ada" answered "first?" again on the next resume, and "bob" went to "second?".
     let out = graph
-        .invoke(Input::Continue, &cfg.clone().with_checkpoint(fork))
+        .invoke(Input::Continue, &cfg.clone().with_checkpoint(fork.clone()))
         .await
         .unwrap();
     assert_eq!(out.interrupts[0].value, json!("first?"));
+    assert_ne!(out.checkpoint_id.as_ref(), Some(&fork));
+    let snap = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(snap.interrupts().len(), 1);
+    assert_eq!(snap.interrupts()[0].value, json!("first?"));
+    let out = graph
+        .invoke(Command::resume(json!("bob")), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts[0].value, json!("second?"));
+    let out = graph
+        .invoke(Command::resume(json!("cy")), &cfg)
+        .await
+        .unwrap();
+    assert!(out.interrupts.is_empty());
+    assert_eq!(
+        out.values.get(&LOG).unwrap(),
+        &log(&["in", "\"bob\" \"cy\""])
+    );
 }
 
 /// `update_state(values, as_node = "__start__")` applies the values as the input task's writes
