@@ -5,6 +5,7 @@ mod checklist;
 mod common;
 mod crash;
 mod delta;
+mod interrupts;
 mod laws;
 mod reference_traces;
 mod runs;
