@@ -2119,12 +2119,13 @@ impl Backend for PgBackend {
         let tx = self
             .whole_thread_tx(&mut c)
             .await
-            .map_err(pg_err(ctx.clone()))?;
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         // The bump first, as in `delete_thread`: writes of message lists now wait for this
         // transaction, and the references read below include every one committed before.
+        // A deadlock or serialization failure is a `Conflict`, as in every delete of `prune`.
         tx.execute(&self.sql(BUMP_EPOCH_SQL), &[&thread.as_str()])
             .await
-            .map_err(pg_err(ctx.clone()))?;
+            .map_err(deadlock_or(thread, ctx.clone()))?;
         let payloads = tx
             .query(
                 &self.sql(
@@ -2147,8 +2148,8 @@ impl Backend for PgBackend {
             &[&thread.as_str(), &seqs],
         )
         .await
-        .map_err(pg_err(ctx.clone()))?;
-        tx.commit().await.map_err(pg_err(ctx))
+        .map_err(deadlock_or(thread, ctx.clone()))?;
+        tx.commit().await.map_err(deadlock_or(thread, ctx))
     }
 
     #[cfg(feature = "test-util")]

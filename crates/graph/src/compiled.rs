@@ -789,8 +789,11 @@ pub enum StreamEvent {
         /// Writes as JSON.
         writes: Vec<(String, Json)>,
         /// The writes were stored by an earlier run: a resumed step reports its tasks that had
-        /// finished before it stopped again, as the reference marks them cached (the stopped
-        /// run streamed them already).
+        /// finished before it stopped again, as the reference marks them cached. It does not
+        /// mean an earlier stream delivered them: `updates` are streamed at the end of a step,
+        /// so a task that finished in a run whose stream was dropped, or whose process died,
+        /// before its step ended was stored but never streamed. A consumer that skips cached
+        /// updates as duplicates misses those.
         cached: bool,
     },
     /// A custom event a node emitted (mode `custom`), delivered as the node emits it.
@@ -817,7 +820,9 @@ pub struct StreamModes {
     pub updates: bool,
     /// `custom` events.
     pub custom: bool,
-    /// `debug` events (tasks and checkpoints).
+    /// `debug` events (tasks and checkpoints). There is no separate `tasks` mode: the debug
+    /// task events come after a step, with each finished task's writes, where the reference's
+    /// `tasks` mode also reports each task as it starts.
     pub debug: bool,
     /// Also the `__start__` task's `updates` and `debug` task events: the task that applies a
     /// run's input, which the reference hides from both (its start node is tagged hidden).

@@ -2014,18 +2014,69 @@ async fn execute(
     persist: &mut Persist<'_>,
     info: &Arc<crate::types::RunInfo>,
 ) -> Result<()> {
-    let mut set = tokio::task::JoinSet::new();
+    let mut step_tasks = StepTasks {
+        set: tokio::task::JoinSet::new(),
+        thread: info.cfg.thread_id.as_str().to_owned(),
+        rt: tokio::runtime::Handle::try_current().ok(),
+    };
     let r = execute_in(
-        g, tasks, results, pending, shared, live, step, ck, persist, info, &mut set,
+        g,
+        tasks,
+        results,
+        pending,
+        shared,
+        live,
+        step,
+        ck,
+        persist,
+        info,
+        &mut step_tasks.set,
     )
     .await;
     if r.is_err() {
         // The step stops here: the tasks still running are cancelled, and awaited, so that
         // none of them (a subgraph storing what it buffered, say) still writes after the run
         // returned its error and the thread counts as settled.
-        set.shutdown().await;
+        step_tasks.set.shutdown().await;
     }
     r
+}
+
+/// The spawned tasks of one step, and what their end counts as when the run is dropped.
+///
+/// A run whose stream is dropped drops this with its step: the tasks are aborted, but one that
+/// is running on another worker at that moment (a node that blocks its thread, a subgraph in
+/// its barrier) goes on until its next await, and a subgraph task's cancellation runs its
+/// exit-durability flush. So the drop counts the tasks' shutdown as landing on the thread
+/// ([`crate::landing`]) and awaits it in a task of its own: the next run of the thread (which
+/// settles first) starts only after every task of the dropped step has stopped and handed its
+/// store operations over, instead of beside them, where a subgraph task re-created with the
+/// same id would run its nodes a second time at once and its late put would clash or fork.
+struct StepTasks {
+    set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)>,
+    thread: String,
+    rt: Option<tokio::runtime::Handle>,
+}
+
+impl Drop for StepTasks {
+    fn drop(&mut self) {
+        if self.set.is_empty() {
+            return;
+        }
+        let mut set = std::mem::replace(&mut self.set, tokio::task::JoinSet::new());
+        // Taken here, synchronously, before any later call can settle the thread.
+        let hold = crate::landing::hold(&self.thread);
+        match &self.rt {
+            Some(rt) => {
+                rt.spawn(async move {
+                    set.shutdown().await;
+                    drop(hold);
+                });
+            }
+            // No runtime to wait on: the tasks are aborted as the set drops.
+            None => drop((set, hold)),
+        }
+    }
 }
 
 /// The tasks of one step (see [`execute`]), spawned on `set`.

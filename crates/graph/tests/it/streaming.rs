@@ -1025,3 +1025,72 @@ async fn a_step_that_changes_no_state_streams_no_values() {
         .collect();
     assert_eq!(values, [1, 2], "the input's values, then b's");
 }
+
+/// A subgraph task of a dropped run that is still running on another worker (its node blocks
+/// the thread, so the abort cannot stop it there) counts as landing on the thread until it has
+/// stopped: the next run of the thread waits for it, so the subgraph's node never runs twice at
+/// once, and the next run completes. Before, the dropped step's tasks were aborted without
+/// anyone waiting for them, and the next run re-ran the subgraph task (same id, same
+/// namespace) beside the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_runs_subgraph_task_is_waited_for_by_the_next_run() {
+    use antler_graph::Durability;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for durability in [Durability::Sync, Durability::Async, Durability::Exit] {
+        let (runs, active, most) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let started = Arc::new(Notify::new());
+        let mut inner = graph();
+        let (r, a, m, s) = (runs.clone(), active.clone(), most.clone(), started.clone());
+        inner.add_node("slow", move |_s: State, _c| {
+            let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+            let now = a.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            if n == 1 {
+                // Blocks this worker: the dropped run's abort takes effect only afterwards.
+                s.notify_one();
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            a.fetch_sub(1, Ordering::SeqCst);
+            async move { Ok(Update::new().set(&LOG, log(&[&format!("slow{n}")]))) }
+        });
+        inner
+            .add_edge("__start__", "slow")
+            .add_edge("slow", "__end__");
+        let mut outer = graph();
+        only_subgraph(
+            &mut outer,
+            "sub",
+            inner.compile().expect("valid inner graph"),
+        );
+        let graph = memory(outer);
+        let cfg = RunConfig::new("t").with_durability(durability);
+        {
+            let mut s = Box::pin(graph.stream(
+                Update::new().set(&LOG, log(&["in"])),
+                &cfg,
+                StreamModes::all(),
+            ));
+            let poll = async { while s.next().await.is_some() {} };
+            tokio::select! {
+                biased;
+                () = poll => panic!("{durability:?}: the run must not finish before the drop"),
+                () = started.notified() => {}
+            }
+        }
+        let out = graph
+            .invoke(Input::Continue, &cfg)
+            .await
+            .unwrap_or_else(|e| panic!("{durability:?}: {e}"));
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            1,
+            "{durability:?}: ran twice at once"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{durability:?}");
+        assert!(out.interrupts.is_empty(), "{durability:?}");
+    }
+}
