@@ -346,7 +346,12 @@ impl HotSql {
                  INSERT INTO {{s}}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, record, metadata)
                  SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT ok FROM guard) = 1 AND (SELECT ok FROM fresh) = 1 AND (SELECT ok FROM pok) = 1
                  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE
-                 SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata",
+                 SET parent_id = EXCLUDED.parent_id, record = EXCLUDED.record, metadata = EXCLUDED.metadata
+                 -- Whether the thread's epoch moved while the put waited for its row (a delete or
+                 -- copy committed meanwhile): the epoch the lock returned is the latest, the plain
+                 -- read the statement's snapshot, whose other reads (`vm`) are then stale.
+                 RETURNING (SELECT epoch FROM epoch_lock) IS DISTINCT FROM
+                           COALESCE((SELECT e.epoch FROM {{s}}.thread_epochs e WHERE e.thread_id = $1), 0)",
                 fresh = PUT_FRESH_CTE.replace("$E", "$12"),
             )),
             put_writes: sql(&format!(
@@ -505,6 +510,34 @@ impl PgBackend {
             .await
             .map_err(pg_err(ctx))?;
         row.map_or(Ok(0), |r| u64_of(thread.as_str(), r.get(0), "thread epoch"))
+    }
+
+    /// After a put that waited for a delete or copy of its thread (see `put`'s `RETURNING`):
+    /// its version mark was decided on the statement's snapshot, which still showed the
+    /// checkpoints a `delete_thread` removed, so a first mark came out unknown (NULL), which
+    /// would stay unknown until the next `delete_thread` and send every `max_channel_version`
+    /// of the namespace to the scan of its records. Read again now: a namespace that holds
+    /// no other checkpoint gets the put's mark, as a first put there would have.
+    async fn settle_mark(
+        &self,
+        c: &deadpool_postgres::Object,
+        row: &CheckpointRow,
+        mark: i64,
+        ctx: &str,
+    ) -> Result<()> {
+        let id = row.id.to_bytes();
+        c.execute(
+            &self.sql(
+                "UPDATE {s}.version_marks SET version = $3
+                  WHERE thread_id = $1 AND checkpoint_ns = $2 AND version IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints x
+                                     WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id <> $4)",
+            ),
+            &[&row.thread_id.as_str(), &row.ns.as_str(), &mark, &id.as_slice()],
+        )
+        .await
+        .map_err(pg_err(ctx.to_owned()))?;
+        Ok(())
     }
 
     /// The thread's epoch once no transaction that holds its row is left: read with `FOR
@@ -1579,7 +1612,7 @@ impl Backend for PgBackend {
             &run,
             &parent_required,
         ];
-        let mut result = c.execute(&st, &params).await;
+        let mut result = c.query_opt(&st, &params).await;
         // A version check that failed on a value a `delete_thread` removed without having
         // committed yet (a new run on the thread starts its versions again) is no clash once
         // the delete commits (`settled_epoch`). A put that checks the epoch learns of the
@@ -1589,15 +1622,20 @@ impl Backend for PgBackend {
             && matches!(&result, Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO))
         {
             self.settled_epoch(&c, &row.thread_id).await?;
-            result = c.execute(&st, &params).await;
+            result = c.query_opt(&st, &params).await;
         }
         match result {
-            Ok(0) if parent_required => Err(crate::engine::missing_parent(&row)),
-            Ok(0) => Err(Error::Backend {
+            Ok(None) if parent_required => Err(crate::engine::missing_parent(&row)),
+            Ok(None) => Err(Error::Backend {
                 context: ctx,
                 source: "the checkpoint statement wrote no row".into(),
             }),
-            Ok(_) => Ok(()),
+            Ok(Some(stale)) => {
+                if stale.try_get::<_, bool>(0).unwrap_or(false) {
+                    self.settle_mark(&c, &row, mark, &ctx).await?;
+                }
+                Ok(())
+            }
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
                 let clash = Error::Conflict {
                     thread_id: row.thread_id.clone(),
@@ -4321,6 +4359,25 @@ mod tests {
             }
         };
         assert_eq!((count("checkpoints").await, count("blobs").await), (1, 1));
+        // Its version mark is known: the put's own, as for a first put on a fresh thread.
+        // Decided on the put's snapshot alone, which still showed the deleted checkpoints, it
+        // was unknown (NULL) until the next `delete_thread`.
+        let mark: Option<i64> = c
+            .query_one(
+                &b.sql("SELECT version FROM {s}.version_marks WHERE thread_id = 't' AND checkpoint_ns = ''"),
+                &[],
+            )
+            .await
+            .expect("the mark row")
+            .get(0);
+        assert_eq!(mark, Some(2));
+        assert_eq!(
+            saver
+                .max_channel_version(&t, &crate::ids::CheckpointNs::new(""))
+                .await
+                .expect("read"),
+            2
+        );
         drop(c);
         saver.drop_schema().await.expect("drop");
     }
