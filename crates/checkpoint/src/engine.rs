@@ -447,15 +447,41 @@ impl MarkFold {
 /// checkpoint needs only its own ancestors, and the first one of those it does not share
 /// with `expected` is its direct parent, kept or not.
 pub(crate) fn forks_from_doomed(
-    now: &[(CheckpointNs, CheckpointId, Option<CheckpointId>)],
+    now: &[NowRow],
     expected: &[(CheckpointNs, CheckpointId)],
     doomed: &[(CheckpointNs, CheckpointId)],
 ) -> bool {
-    now.iter().any(|(ns, id, parent)| {
-        let key = (ns.clone(), *id);
-        expected.binary_search(&key).is_err()
-            && parent.is_some_and(|p| doomed.binary_search(&(ns.clone(), p)).is_ok())
+    now.iter().any(|r| {
+        let key = (r.ns.clone(), r.id);
+        if expected.binary_search(&key).is_ok() {
+            return false;
+        }
+        if r.parent
+            .is_some_and(|p| doomed.binary_search(&(r.ns.clone(), p)).is_ok())
+        {
+            return true;
+        }
+        // A subgraph checkpoint needs the enclosing graphs' checkpoints its metadata names
+        // (`parents`: its task's pending writes and the step it continues are stored there),
+        // as the keep rules say. One whose metadata does not decode cannot be cleared: the
+        // delete waits for a later read, which reports it.
+        match codec::decode_metadata(&r.metadata) {
+            Ok(m) => m
+                .parents
+                .iter()
+                .any(|(ns, id)| doomed.binary_search(&(ns.clone(), *id)).is_ok()),
+            Err(_) => true,
+        }
     })
+}
+
+/// A checkpoint row as a delete re-reads it to check for forks (see [`forks_from_doomed`]).
+pub(crate) struct NowRow {
+    pub(crate) ns: CheckpointNs,
+    pub(crate) id: CheckpointId,
+    pub(crate) parent: Option<CheckpointId>,
+    /// The encoded metadata (decoded only for a row the caller did not check).
+    pub(crate) metadata: Vec<u8>,
 }
 
 /// A fork put from a doomed checkpoint after the prune read makes the delete a conflict
@@ -501,6 +527,47 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
         .expect_err("the delete is refused");
     assert!(matches!(err, Error::Conflict { .. }), "{err}");
     for c in [&c1, &c2, &next, &fork] {
+        assert!(
+            e.get_tuple(c)
+                .await
+                .expect("each step of the scenario succeeds")
+                .is_some()
+        );
+    }
+    // A subgraph checkpoint put since the read whose metadata names a doomed checkpoint as
+    // its enclosing graph's (`parents`, no parent pointer: the subgraph run's first
+    // checkpoint) needs it as a fork does: refused too. Before 2026-12-02 the check followed
+    // parent pointers only, and the enclosing checkpoint went with the pending writes the
+    // subgraph task's result would be stored beside.
+    let sub = ThreadId::new("s");
+    let s1 = put(CheckpointConfig::latest("s"), 1).await;
+    let s2 = put(s1.clone(), 2).await;
+    let read_at_start = e
+        .decoded_thread(&sub)
+        .await
+        .expect("each step of the scenario succeeds");
+    let s1_id = s1
+        .checkpoint_id
+        .expect("each step of the scenario succeeds");
+    let nested = e
+        .put(
+            &CheckpointConfig::latest("s").with_ns("sub:x"),
+            Checkpoint::empty(),
+            CheckpointMetadata {
+                parents: [(CheckpointNs::default(), s1_id)].into_iter().collect(),
+                ..CheckpointMetadata::default()
+            },
+            &ChannelVersions::new(),
+        )
+        .await
+        .expect("each step of the scenario succeeds");
+    let doomed: HashSet<_> = [(CheckpointNs::default(), s1_id)].into();
+    let err = e
+        .delete_unchanged(&sub, read_at_start, &doomed)
+        .await
+        .expect_err("the delete is refused");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    for c in [&s1, &s2, &nested] {
         assert!(
             e.get_tuple(c)
                 .await

@@ -552,11 +552,16 @@ impl Backend for MemoryBackend {
         expected: &[(CheckpointNs, CheckpointId)],
     ) -> Result<bool> {
         let mut t = self.lock();
-        let now: Vec<(CheckpointNs, CheckpointId, Option<CheckpointId>)> = t
+        let now: Vec<crate::engine::NowRow> = t
             .checkpoints
             .iter()
             .filter(|(k, _)| &k.0 == thread)
-            .map(|(k, v)| (k.1.clone(), k.2, v.0))
+            .map(|(k, v)| crate::engine::NowRow {
+                ns: k.1.clone(),
+                id: k.2,
+                parent: v.0,
+                metadata: v.2.clone(),
+            })
             .collect();
         if crate::engine::forks_from_doomed(&now, expected, doomed) {
             return Ok(false);

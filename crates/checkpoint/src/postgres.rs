@@ -1848,7 +1848,7 @@ impl Backend for PgBackend {
         let now = tx
             .query(
                 &self.sql(
-                    "SELECT checkpoint_ns, checkpoint_id, parent_id FROM {s}.checkpoints WHERE thread_id = $1",
+                    "SELECT checkpoint_ns, checkpoint_id, parent_id, metadata FROM {s}.checkpoints WHERE thread_id = $1",
                 ),
                 &[&thread.as_str()],
             )
@@ -1857,13 +1857,15 @@ impl Backend for PgBackend {
             .iter()
             .map(|r| {
                 let id = id_from(thread.as_str(), r.get(1))?;
-                Ok((
-                    CheckpointNs::new(r.get::<_, String>(0)),
+                Ok(crate::engine::NowRow {
+                    ns: CheckpointNs::new(r.get::<_, String>(0)),
                     id,
-                    r.get::<_, Option<&[u8]>>(2)
+                    parent: r
+                        .get::<_, Option<&[u8]>>(2)
                         .map(|p| parent_from(thread.as_str(), id, p))
                         .transpose()?,
-                ))
+                    metadata: r.get::<_, Vec<u8>>(3),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         if crate::engine::forks_from_doomed(&now, expected, doomed) {

@@ -249,9 +249,9 @@ fn thread_checkpoints_with_parents(
     tx: &rusqlite::Transaction<'_>,
     thread: &str,
     ctx: &str,
-) -> Result<Vec<(CheckpointNs, CheckpointId, Option<CheckpointId>)>> {
+) -> Result<Vec<crate::engine::NowRow>> {
     tx.prepare(
-        "SELECT checkpoint_ns, checkpoint_id, parent_id FROM checkpoints WHERE thread_id = ?1",
+        "SELECT checkpoint_ns, checkpoint_id, parent_id, metadata FROM checkpoints WHERE thread_id = ?1",
     )
     .and_then(|mut s| {
         s.query_map([thread], |r| {
@@ -259,19 +259,21 @@ fn thread_checkpoints_with_parents(
                 r.get::<_, String>(0)?,
                 r.get::<_, Vec<u8>>(1)?,
                 r.get::<_, Option<Vec<u8>>>(2)?,
+                r.get::<_, Vec<u8>>(3)?,
             ))
         })
         .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
     })
     .map_err(sql_err(ctx.to_owned()))?
     .into_iter()
-    .map(|(ns, id, parent)| {
+    .map(|(ns, id, parent, metadata)| {
         let id = id_from(thread, id)?;
-        Ok((
-            CheckpointNs::new(ns),
+        Ok(crate::engine::NowRow {
+            ns: CheckpointNs::new(ns),
             id,
-            parent.map(|p| parent_from(thread, id, &p)).transpose()?,
-        ))
+            parent: parent.map(|p| parent_from(thread, id, &p)).transpose()?,
+            metadata,
+        })
     })
     .collect()
 }
