@@ -77,6 +77,17 @@ fn last_value_wrapper(name: &str, sub: CompiledGraph) -> StateGraph {
     outer
 }
 
+/// `inner` two subgraphs deep (`mid` → `inner`), each level a [`last_value_wrapper`], over an
+/// in-process checkpointer.
+fn two_deep(inner: StateGraph) -> CompiledGraph {
+    let mid = last_value_wrapper("inner", inner.compile().expect("valid inner graph"));
+    let outer = last_value_wrapper("mid", mid.compile().expect("valid middle graph"));
+    outer
+        .compile()
+        .expect("valid outer graph")
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
+}
+
 /// Runtime-spec §2.7 (`interrupt()`: "each call in a task takes the next index from a
 /// per-task counter. If the task already has a resume value for that index (from its saved
 /// `__resume__` write, or the resume map), return it"; "the n-th answered slot (n>0) hashes
@@ -193,12 +204,7 @@ async fn a_resume_map_answers_an_interrupt_two_subgraphs_deep() {
         .add_edge("__start__", "first")
         .add_edge("first", "ask")
         .add_edge("ask", "__end__");
-    let mid = last_value_wrapper("inner", inner.compile().expect("valid inner graph"));
-    let outer = last_value_wrapper("mid", mid.compile().expect("valid middle graph"));
-    let graph = outer
-        .compile()
-        .expect("valid outer graph")
-        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let graph = two_deep(inner);
     let cfg = RunConfig::new("t");
 
     let out = graph
@@ -260,12 +266,7 @@ async fn a_resume_map_answers_a_later_slot_two_subgraphs_deep() {
     inner
         .add_edge("__start__", "ask")
         .add_edge("__start__", "q");
-    let mid = last_value_wrapper("inner", inner.compile().expect("valid inner graph"));
-    let outer = last_value_wrapper("mid", mid.compile().expect("valid middle graph"));
-    let graph = outer
-        .compile()
-        .expect("valid outer graph")
-        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let graph = two_deep(inner);
     let cfg = RunConfig::new("t");
 
     let out = graph
