@@ -503,6 +503,54 @@ async fn put_a<B: Backend>(e: &Engine<B>, parent: CheckpointConfig, v: u64) -> C
         .expect("each step of the scenario succeeds")
 }
 
+/// `Backend::message_seqs` lists the numbers `all_messages` lists, in order, for the thread
+/// asked only (garbage collection reads the numbers alone, not the bodies).
+#[cfg(test)]
+pub(crate) async fn check_message_seqs<B: Backend>(e: &Engine<B>) {
+    for (thread, n) in [("t", 5_u64), ("u", 3)] {
+        let mut cp = Checkpoint::empty();
+        let msgs: Vec<serde_json::Value> = (0..n)
+            .map(|i| serde_json::json!({"type": "human", "content": format!("{thread}{i}"), "id": format!("{thread}{i}")}))
+            .collect();
+        cp.channel_versions
+            .insert("messages".into(), ChannelVersion::new(1));
+        cp.channel_values.insert(
+            "messages".into(),
+            Blob::messages(crate::blob::MessagesKind::Snapshot, &msgs).expect("a list"),
+        );
+        let nv = cp.channel_versions.clone();
+        e.put(
+            &CheckpointConfig::latest(thread),
+            cp,
+            CheckpointMetadata::default(),
+            &nv,
+        )
+        .await
+        .expect("stored");
+    }
+    for (thread, n) in [("t", 5_usize), ("u", 3)] {
+        let t = ThreadId::new(thread);
+        let seqs = e.backend.message_seqs(&t).await.expect("numbers");
+        let all: Vec<u64> = e
+            .backend
+            .all_messages(&t)
+            .await
+            .expect("bodies")
+            .into_iter()
+            .map(|m| m.seq)
+            .collect();
+        assert_eq!(seqs.len(), n, "{thread}");
+        assert_eq!(seqs, all, "{thread}");
+    }
+    assert!(
+        e.backend
+            .message_seqs(&ThreadId::new("none"))
+            .await
+            .expect("numbers")
+            .is_empty()
+    );
+}
+
 #[cfg(test)]
 pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>) {
     let t = ThreadId::new("t");
@@ -863,6 +911,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Every stored message row of a thread, as stored, in sequence order (for the message
     /// index, which keeps the first number of a repeated body, and garbage collection).
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>>;
+    /// The sequence numbers of a thread's stored message bodies, in order, without the bodies
+    /// (garbage collection needs only the numbers). The default reads the bodies too.
+    async fn message_seqs(&self, thread: &ThreadId) -> Result<Vec<u64>> {
+        Ok(self
+            .all_messages(thread)
+            .await?
+            .into_iter()
+            .map(|m| m.seq)
+            .collect())
+    }
     /// The rows `get_tuple` needs: the addressed (or latest) checkpoint row, its value blobs
     /// (only `with_values`), its writes, the message bodies those blobs and writes reference,
     /// and the thread's epoch read before the bodies; `None` when there is no such checkpoint.
@@ -2935,13 +2993,7 @@ impl<B: Backend> Engine<B> {
         }
         let blob_values = self.backend.all_blob_values(thread).await?;
         let write_values = self.backend.all_write_values(thread).await?;
-        let seqs: Vec<u64> = self
-            .backend
-            .all_messages(thread)
-            .await?
-            .into_iter()
-            .map(|m| m.seq)
-            .collect();
+        let seqs = self.backend.message_seqs(thread).await?;
         // Deleting bodies bumps the thread's epoch (in the backend's transaction), so another
         // process's index that still names them fails its next write and reloads; the backend
         // checks the references again after the bump, for writes that committed meanwhile.
@@ -4137,6 +4189,11 @@ mod tests {
     #[tokio::test]
     async fn a_delete_checked_against_a_stale_read_deletes_nothing() {
         check_delete_against_a_stale_read(&engine()).await;
+    }
+
+    #[tokio::test]
+    async fn message_numbers_are_listed_without_their_bodies() {
+        check_message_seqs(&engine()).await;
     }
 
     /// `delete_thread` keeps the thread's index slot while another call holds it, so a call

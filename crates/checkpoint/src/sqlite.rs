@@ -1123,6 +1123,23 @@ impl Backend for SqliteBackend {
         .await
     }
 
+    async fn message_seqs(&self, thread: &ThreadId) -> Result<Vec<u64>> {
+        let thread = thread.to_string();
+        self.run(move |c| {
+            let ctx = format!("sqlite: thread {thread}: reading message numbers");
+            c.prepare_cached("SELECT seq FROM messages WHERE thread_id = ?1 ORDER BY seq")
+                .and_then(|mut s| {
+                    s.query_map([&thread], |r| r.get::<_, i64>(0))
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                })
+                .map_err(sql_err(ctx))?
+                .into_iter()
+                .map(|seq| u64_of(thread.as_str(), seq, "message sequence"))
+                .collect()
+        })
+        .await
+    }
+
     async fn put_checkpoint(
         &self,
         row: CheckpointRow,
@@ -1864,6 +1881,15 @@ mod tests {
             .await
             .unwrap();
         crate::engine::check_delete_against_a_stale_read(&saver.engine).await;
+    }
+
+    /// `message_seqs` on SQLite (see the shared check).
+    #[tokio::test]
+    async fn message_numbers_are_listed_without_their_bodies() {
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        crate::engine::check_message_seqs(&saver.engine).await;
     }
 
     /// The shared scenario of an interrupted prune, on SQLite's backend.
