@@ -448,13 +448,14 @@ impl MarkFold {
 /// with `expected` is its direct parent, kept or not.
 pub(crate) fn forks_from_doomed(
     now: &[NowRow],
-    expected: &[(CheckpointNs, CheckpointId)],
+    expected: &[Expected],
     doomed: &[(CheckpointNs, CheckpointId)],
 ) -> bool {
     now.iter().any(|r| {
-        let key = (r.ns.clone(), r.id);
-        if expected.binary_search(&key).is_ok() {
-            return false;
+        if let Ok(i) = expected.binary_search_by(|e| (&e.0, &e.1).cmp(&(&r.ns, &r.id))) {
+            // A checkpoint the caller checked, unless it was put again since with another
+            // row (its parent, needs or listed values may differ from what was checked).
+            return expected[i].2 != r.digest();
         }
         if r.parent
             .is_some_and(|p| doomed.binary_search(&(r.ns.clone(), p)).is_ok())
@@ -480,8 +481,53 @@ pub(crate) struct NowRow {
     pub(crate) ns: CheckpointNs,
     pub(crate) id: CheckpointId,
     pub(crate) parent: Option<CheckpointId>,
+    /// The encoded record.
+    pub(crate) record: Vec<u8>,
     /// The encoded metadata (decoded only for a row the caller did not check).
     pub(crate) metadata: Vec<u8>,
+}
+
+impl NowRow {
+    /// The row's [`row_digest`].
+    pub(crate) fn digest(&self) -> u64 {
+        row_digest(self.parent, &self.record, &self.metadata)
+    }
+}
+
+/// A checkpoint as a delete checked it: namespace, id and [`row_digest`] of its row. The
+/// deletes compare rows, not only ids: a checkpoint put again under its id with another
+/// record may list other values or name another parent than the one checked.
+pub(crate) type Expected = (CheckpointNs, CheckpointId, u64);
+
+/// A digest of a checkpoint row's parent, record and metadata.
+pub(crate) fn row_digest(parent: Option<CheckpointId>, record: &[u8], metadata: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    match parent {
+        Some(p) => {
+            h.update(&[1]);
+            h.update(&p.to_bytes());
+        }
+        None => h.update(&[0]),
+    }
+    h.update(&(record.len() as u64).to_le_bytes());
+    h.update(record);
+    h.update(metadata);
+    h.digest()
+}
+
+/// The [`Expected`] entries of `rows`, sorted.
+pub(crate) fn expected_of<'a>(rows: impl Iterator<Item = &'a CheckpointRow>) -> Vec<Expected> {
+    let mut out: Vec<Expected> = rows
+        .map(|r| {
+            (
+                r.ns.clone(),
+                r.id,
+                row_digest(r.parent, &r.record, &r.metadata),
+            )
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// A fork put from a doomed checkpoint after the prune read makes the delete a conflict
@@ -623,6 +669,63 @@ pub(crate) async fn check_delete_against_a_stale_read<B: Backend>(e: &Engine<B>)
                 .is_some()
         );
     }
+    // A kept checkpoint put again under its id with another record since the read (the
+    // contract allows it): the delete is refused too, and a collection chosen from the old
+    // record does not delete the value only the new record lists. Before 2026-12-02 both
+    // compared ids only, and the value went.
+    let r = ThreadId::new("r");
+    let r1 = put(CheckpointConfig::latest("r"), 1).await;
+    let r2 = put(r1.clone(), 2).await;
+    let read_at_start = e
+        .decoded_thread(&r)
+        .await
+        .expect("each step of the scenario succeeds");
+    // The same read, for the collection below (a delete consumes its read).
+    let stale = e
+        .decoded_thread(&r)
+        .await
+        .expect("each step of the scenario succeeds");
+    let mut again = Checkpoint::empty();
+    again.id = r2
+        .checkpoint_id
+        .expect("each step of the scenario succeeds");
+    again
+        .channel_versions
+        .insert("a".into(), ChannelVersion::new(2));
+    again
+        .channel_versions
+        .insert("b".into(), ChannelVersion::new(3));
+    again.channel_values.insert(
+        "b".into(),
+        Blob::json(&"only the new record").expect("a value"),
+    );
+    let nv: ChannelVersions = [(ChannelName::new("b"), ChannelVersion::new(3))].into();
+    e.put(&r1, again, CheckpointMetadata::default(), &nv)
+        .await
+        .expect("each step of the scenario succeeds");
+    let doomed: HashSet<_> = [(
+        CheckpointNs::default(),
+        r1.checkpoint_id
+            .expect("each step of the scenario succeeds"),
+    )]
+    .into();
+    let err = e
+        .delete_unchanged(&r, read_at_start, &doomed)
+        .await
+        .expect_err("the delete is refused");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    e.collect_garbage(&r, &stale, &HashSet::new())
+        .await
+        .expect("each step of the scenario succeeds");
+    let got = e
+        .get_tuple(&r2)
+        .await
+        .expect("each step of the scenario succeeds")
+        .expect("stored");
+    assert_eq!(
+        got.checkpoint.channel_values.get(&ChannelName::new("b")),
+        Some(&Blob::json(&"only the new record").expect("a value"))
+    );
     // On another thread, without a fork: a child of a kept checkpoint put since the read
     // does not stop the delete.
     let f = ThreadId::new("f");
@@ -666,9 +769,7 @@ pub(crate) async fn check_an_interrupted_prune_is_finished_by_the_next<B: Backen
     let c1 = put(CheckpointConfig::latest("t"), 1).await;
     put(c1.clone(), 2).await;
     let all = e.decoded_thread(&t).await.expect("read");
-    let mut expected: Vec<(CheckpointNs, CheckpointId)> =
-        all.iter().map(|d| (d.row.ns.clone(), d.row.id)).collect();
-    expected.sort();
+    let expected = expected_of(all.iter().map(|d| &d.row));
     let first = (CheckpointNs::default(), c1.checkpoint_id.expect("id"));
     // The first of the prune's three transactions only.
     assert!(
@@ -1028,7 +1129,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
         doomed: &[(CheckpointNs, CheckpointId)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[Expected],
     ) -> Result<bool>;
     /// Copies every row of `source` onto `target` and bumps the target's message-store epoch,
     /// in one transaction. A target body stored under a number the source also uses, with
@@ -1049,7 +1150,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[Expected],
     ) -> Result<bool>;
     /// Every write value of a thread (for message garbage collection).
     async fn all_write_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>>;
@@ -2919,9 +3020,7 @@ impl<B: Backend> Engine<B> {
         if doomed.is_empty() {
             return self.finish_collection(thread, &all).await;
         }
-        let mut expected: Vec<(CheckpointNs, CheckpointId)> =
-            all.iter().map(|d| (d.row.ns.clone(), d.row.id)).collect();
-        expected.sort();
+        let expected = expected_of(all.iter().map(|d| &d.row));
         let mut sorted: Vec<(CheckpointNs, CheckpointId)> = doomed.iter().cloned().collect();
         sorted.sort();
         let slot = self.slot(thread);
@@ -2983,12 +3082,11 @@ impl<B: Backend> Engine<B> {
             // since may store or need a key it lacks. The backend deletes only if the thread's
             // checkpoints are still these; otherwise the blobs stay for a later collection.
             // (A put committing after that check stores keys the scan above did not return.)
-            let mut expected: Vec<(CheckpointNs, CheckpointId)> = all
-                .iter()
-                .map(|d| (d.row.ns.clone(), d.row.id))
-                .filter(|k| !doomed.contains(k))
-                .collect();
-            expected.sort();
+            let expected = expected_of(
+                all.iter()
+                    .map(|d| &d.row)
+                    .filter(|r| !doomed.contains(&(r.ns.clone(), r.id))),
+            );
             self.backend.delete_blobs(thread, &dead, &expected).await?;
         }
         let blob_values = self.backend.all_blob_values(thread).await?;

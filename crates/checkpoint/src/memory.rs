@@ -549,7 +549,7 @@ impl Backend for MemoryBackend {
         &self,
         thread: &ThreadId,
         doomed: &[(CheckpointNs, CheckpointId)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let mut t = self.lock();
         let now: Vec<crate::engine::NowRow> = t
@@ -560,6 +560,7 @@ impl Backend for MemoryBackend {
                 ns: k.1.clone(),
                 id: k.2,
                 parent: v.0,
+                record: v.1.clone(),
                 metadata: v.2.clone(),
             })
             .collect();
@@ -690,15 +691,15 @@ impl Backend for MemoryBackend {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let mut t = self.lock();
         // Keys are ordered by (thread, namespace, id): the thread's checkpoints come sorted.
-        let now: Vec<(CheckpointNs, CheckpointId)> = t
+        let now: Vec<crate::engine::Expected> = t
             .checkpoints
-            .keys()
-            .filter(|k| &k.0 == thread)
-            .map(|k| (k.1.clone(), k.2))
+            .iter()
+            .filter(|(k, _)| &k.0 == thread)
+            .map(|(k, v)| (k.1.clone(), k.2, crate::engine::row_digest(v.0, &v.1, &v.2)))
             .collect();
         if now != expected {
             return Ok(false);

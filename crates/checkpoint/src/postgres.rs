@@ -516,38 +516,54 @@ impl PgBackend {
     /// its version mark was decided on the statement's snapshot, which still showed the
     /// checkpoints a `delete_thread` removed, so a first mark came out unknown (NULL), which
     /// would stay unknown until the next `delete_thread` and send every `max_channel_version`
-    /// of the namespace to the scan of its records. Read again now: a namespace that holds
-    /// no other checkpoint gets the put's mark, as a first put there would have.
-    async fn settle_mark(
-        &self,
-        c: &deadpool_postgres::Object,
-        row: &CheckpointRow,
-        mark: i64,
-        ctx: &str,
-    ) -> Result<()> {
+    /// of the namespace to the scan of its records. Decided again now, in a transaction that
+    /// first locks the thread's epoch row as every put does (so no other put is half done and
+    /// every committed one is seen): a namespace that holds no other checkpoint gets the put's
+    /// mark, raised to the greatest version a value is stored under there (values outlive
+    /// their checkpoints until a collection, and a copy brings them).
+    ///
+    /// The put has committed: a failure here leaves the mark unknown, which is safe (reads
+    /// scan), so it is not the put's error.
+    async fn settle_mark(&self, row: &CheckpointRow, mark: i64) {
         let id = row.id.to_bytes();
-        c.execute(
-            &self.sql(
-                "UPDATE {s}.version_marks SET version = $3
-                  WHERE thread_id = $1 AND checkpoint_ns = $2 AND version IS NULL
-                    AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints x
-                                     WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id <> $4)",
-            ),
-            &[&row.thread_id.as_str(), &row.ns.as_str(), &mark, &id.as_slice()],
-        )
-        .await
-        .map_err(pg_err(ctx.to_owned()))?;
-        Ok(())
+        let thread = row.thread_id.as_str();
+        let Ok(mut c) = self.client("postgres: settling a version mark").await else {
+            return;
+        };
+        // The server's own plan choice: the statement looks at the whole namespace.
+        let Ok(tx) = self.whole_thread_tx(&mut c).await else {
+            return;
+        };
+        let locked = tx
+            .execute(
+                &self.sql(
+                    "INSERT INTO {s}.thread_epochs (thread_id, epoch) VALUES ($1, 0)
+                     ON CONFLICT (thread_id) DO UPDATE SET epoch = {s}.thread_epochs.epoch",
+                ),
+                &[&thread],
+            )
+            .await;
+        if locked.is_err() {
+            return;
+        }
+        let updated = tx
+            .execute(
+                &self.sql(
+                    "UPDATE {s}.version_marks
+                        SET version = GREATEST($3, (SELECT COALESCE(MAX(b.version), 0) FROM {s}.blobs b
+                                                     WHERE b.thread_id = $1 AND b.checkpoint_ns = $2))
+                      WHERE thread_id = $1 AND checkpoint_ns = $2 AND version IS NULL
+                        AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints x
+                                         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.checkpoint_id <> $4)",
+                ),
+                &[&thread, &row.ns.as_str(), &mark, &id.as_slice()],
+            )
+            .await;
+        if updated.is_ok() {
+            let _ = tx.commit().await;
+        }
     }
 
-    /// The thread's epoch once no transaction that holds its row is left: read with `FOR
-    /// SHARE`, which waits for a writer that bumped it (a `delete_thread`, a collection, a
-    /// copy onto the thread) to end, and for one that only locked it (a put).
-    ///
-    /// A write statement's version check runs on the snapshot the statement took when it
-    /// started, before it waited for the epoch row: values such a writer removed and then
-    /// committed still count there, and the check fails on them. What the write failed on
-    /// is known only once that writer is done.
     async fn settled_epoch(&self, c: &deadpool_postgres::Object, thread: &ThreadId) -> Result<u64> {
         let ctx = format!("postgres: thread {thread}: waiting for its epoch");
         let row = c
@@ -1653,7 +1669,7 @@ impl Backend for PgBackend {
             }),
             Ok(Some(stale)) => {
                 if stale.try_get::<_, bool>(0).unwrap_or(false) {
-                    self.settle_mark(&c, &row, mark, &ctx).await?;
+                    self.settle_mark(&row, mark).await;
                 }
                 Ok(())
             }
@@ -1839,7 +1855,7 @@ impl Backend for PgBackend {
         &self,
         thread: &ThreadId,
         doomed: &[(CheckpointNs, CheckpointId)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting checkpoints");
         let mut c = self.client(&ctx).await?;
@@ -1869,7 +1885,7 @@ impl Backend for PgBackend {
         let now = tx
             .query(
                 &self.sql(
-                    "SELECT checkpoint_ns, checkpoint_id, parent_id, metadata FROM {s}.checkpoints WHERE thread_id = $1",
+                    "SELECT checkpoint_ns, checkpoint_id, parent_id, metadata, record FROM {s}.checkpoints WHERE thread_id = $1",
                 ),
                 &[&thread.as_str()],
             )
@@ -1886,6 +1902,7 @@ impl Backend for PgBackend {
                         .map(|p| parent_from(thread.as_str(), id, p))
                         .transpose()?,
                     metadata: r.get::<_, Vec<u8>>(3),
+                    record: r.get::<_, Vec<u8>>(4),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -2083,7 +2100,7 @@ impl Backend for PgBackend {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let ctx = format!("postgres: thread {thread}: deleting blobs");
         let mut c = self.client(&ctx).await?;
@@ -2091,15 +2108,22 @@ impl Backend for PgBackend {
             .whole_thread_tx(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
-        let checkpoints_now = self
-            .sql("SELECT checkpoint_ns, checkpoint_id FROM {s}.checkpoints WHERE thread_id = $1");
+        let checkpoints_now = self.sql(
+            "SELECT checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1",
+        );
         let same = |rows: Vec<tokio_postgres::Row>| -> Result<bool> {
             let mut now = rows
                 .iter()
                 .map(|r| {
+                    let id = id_from(thread.as_str(), r.get(1))?;
+                    let parent = r
+                        .get::<_, Option<&[u8]>>(2)
+                        .map(|p| parent_from(thread.as_str(), id, p))
+                        .transpose()?;
                     Ok((
                         CheckpointNs::new(r.get::<_, String>(0)),
-                        id_from(thread.as_str(), r.get(1))?,
+                        id,
+                        crate::engine::row_digest(parent, r.get(3), r.get(4)),
                     ))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -3249,9 +3273,14 @@ mod tests {
             until_a_statement_waits(b, &format!("%DELETE FROM {}.blobs%", b.s)).await;
             writer.batch_execute("COMMIT").await.expect("commit");
         };
-        let expected = vec![(CheckpointNs::root(), c2)];
-        let keys = vec![(CheckpointNs::root(), a.clone(), ChannelVersion::new(1))];
         let t = ThreadId::new("t");
+        let c2_row = b
+            .checkpoint(&t, &CheckpointNs::root(), Some(c2))
+            .await
+            .expect("read")
+            .expect("c2 is stored");
+        let expected = crate::engine::expected_of(std::iter::once(&c2_row));
+        let keys = vec![(CheckpointNs::root(), a.clone(), ChannelVersion::new(1))];
         let (deleted, ()) = tokio::join!(b.delete_blobs(&t, &keys, &expected), interfere);
         assert!(!deleted.expect("no error"), "the collection rolled back");
         let back = saver

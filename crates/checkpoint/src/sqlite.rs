@@ -227,31 +227,26 @@ fn thread_checkpoints(
     tx: &rusqlite::Transaction<'_>,
     thread: &str,
     ctx: &str,
-) -> Result<Vec<(CheckpointNs, CheckpointId)>> {
-    let mut now = tx
-        .prepare("SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ?1")
-        .and_then(|mut s| {
-            s.query_map([thread], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })
-            .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-        })
-        .map_err(sql_err(ctx.to_owned()))?
+) -> Result<Vec<crate::engine::Expected>> {
+    let mut now: Vec<crate::engine::Expected> = thread_checkpoints_with_parents(tx, thread, ctx)?
         .into_iter()
-        .map(|(ns, id)| Ok((CheckpointNs::new(ns), id_from(thread, id)?)))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|r| {
+            let digest = r.digest();
+            (r.ns, r.id, digest)
+        })
+        .collect();
     now.sort();
     Ok(now)
 }
 
-/// The `(namespace, id, parent)` of a thread's checkpoints.
+/// The `(namespace, id, parent, record, metadata)` of a thread's checkpoints.
 fn thread_checkpoints_with_parents(
     tx: &rusqlite::Transaction<'_>,
     thread: &str,
     ctx: &str,
 ) -> Result<Vec<crate::engine::NowRow>> {
     tx.prepare(
-        "SELECT checkpoint_ns, checkpoint_id, parent_id, metadata FROM checkpoints WHERE thread_id = ?1",
+        "SELECT checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",
     )
     .and_then(|mut s| {
         s.query_map([thread], |r| {
@@ -260,18 +255,20 @@ fn thread_checkpoints_with_parents(
                 r.get::<_, Vec<u8>>(1)?,
                 r.get::<_, Option<Vec<u8>>>(2)?,
                 r.get::<_, Vec<u8>>(3)?,
+                r.get::<_, Vec<u8>>(4)?,
             ))
         })
         .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
     })
     .map_err(sql_err(ctx.to_owned()))?
     .into_iter()
-    .map(|(ns, id, parent, metadata)| {
+    .map(|(ns, id, parent, record, metadata)| {
         let id = id_from(thread, id)?;
         Ok(crate::engine::NowRow {
             ns: CheckpointNs::new(ns),
             id,
             parent: parent.map(|p| parent_from(thread, id, &p)).transpose()?,
+            record,
             metadata,
         })
     })
@@ -1314,7 +1311,7 @@ impl Backend for SqliteBackend {
         &self,
         thread: &ThreadId,
         doomed: &[(CheckpointNs, CheckpointId)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let (thread, doomed, expected) = (thread.to_string(), doomed.to_vec(), expected.to_vec());
         self.run(move |c| {
@@ -1456,7 +1453,7 @@ impl Backend for SqliteBackend {
         &self,
         thread: &ThreadId,
         keys: &[(CheckpointNs, ChannelName, ChannelVersion)],
-        expected: &[(CheckpointNs, CheckpointId)],
+        expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let (thread, keys, expected) = (thread.to_string(), keys.to_vec(), expected.to_vec());
         self.run(move |c| {

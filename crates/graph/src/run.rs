@@ -2016,7 +2016,11 @@ async fn execute(
 ) -> Result<()> {
     let mut step_tasks = StepTasks {
         set: tokio::task::JoinSet::new(),
-        thread: info.cfg.thread_id.as_str().to_owned(),
+        // A run without a checkpointer stores nothing and settles nothing.
+        thread: info
+            .cp
+            .is_some()
+            .then(|| info.cfg.thread_id.as_str().to_owned()),
         rt: tokio::runtime::Handle::try_current().ok(),
     };
     let r = execute_in(
@@ -2052,20 +2056,28 @@ async fn execute(
 /// settles first) starts only after every task of the dropped step has stopped and handed its
 /// store operations over, instead of beside them, where a subgraph task re-created with the
 /// same id would run its nodes a second time at once and its late put would clash or fork.
+///
+/// The wait runs on the dropped run's runtime: on a current-thread runtime that is not
+/// driven after the drop, the aborted tasks are dropped only when it runs again (or is
+/// dropped), and a run of the thread on another runtime waits until then.
 struct StepTasks {
     set: tokio::task::JoinSet<(usize, std::result::Result<Command, NodeError>)>,
-    thread: String,
+    /// The thread the run stores to (`None` without a checkpointer).
+    thread: Option<String>,
     rt: Option<tokio::runtime::Handle>,
 }
 
 impl Drop for StepTasks {
     fn drop(&mut self) {
+        let Some(thread) = &self.thread else {
+            return;
+        };
         if self.set.is_empty() {
             return;
         }
         let mut set = std::mem::replace(&mut self.set, tokio::task::JoinSet::new());
         // Taken here, synchronously, before any later call can settle the thread.
-        let hold = crate::landing::hold(&self.thread);
+        let hold = crate::landing::hold(thread);
         match &self.rt {
             Some(rt) => {
                 rt.spawn(async move {
