@@ -524,14 +524,14 @@ impl PgBackend {
     ///
     /// The put has committed: a failure here leaves the mark unknown, which is safe (reads
     /// scan), so it is not the put's error.
-    async fn settle_mark(&self, row: &CheckpointRow, mark: i64) {
+    ///
+    /// It runs on the put's own connection: waiting for another one while holding it could
+    /// wait for good on a small pool.
+    async fn settle_mark(&self, c: &mut deadpool_postgres::Object, row: &CheckpointRow, mark: i64) {
         let id = row.id.to_bytes();
         let thread = row.thread_id.as_str();
-        let Ok(mut c) = self.client("postgres: settling a version mark").await else {
-            return;
-        };
         // The server's own plan choice: the statement looks at the whole namespace.
-        let Ok(tx) = self.whole_thread_tx(&mut c).await else {
+        let Ok(tx) = self.whole_thread_tx(c).await else {
             return;
         };
         let locked = tx
@@ -1611,7 +1611,7 @@ impl Backend for PgBackend {
             "postgres: thread {}: writing checkpoint {}",
             row.thread_id, row.id
         );
-        let c = self.client(&ctx).await?;
+        let mut c = self.client(&ctx).await?;
         let st = c
             .prepare_cached(&self.hot.put)
             .await
@@ -1669,7 +1669,7 @@ impl Backend for PgBackend {
             }),
             Ok(Some(stale)) => {
                 if stale.try_get::<_, bool>(0).unwrap_or(false) {
-                    self.settle_mark(&row, mark).await;
+                    self.settle_mark(&mut c, &row, mark).await;
                 }
                 Ok(())
             }
@@ -4442,6 +4442,76 @@ mod tests {
         );
         drop(c);
         saver.drop_schema().await.expect("drop");
+    }
+
+    /// A put that waited for a delete of its thread settles its version mark on its own
+    /// connection: on a pool of one it finishes, with its mark known. (Waiting for a second
+    /// connection while holding the put's would wait for good there.)
+    #[tokio::test]
+    async fn a_put_that_waited_for_a_delete_settles_its_mark_on_a_pool_of_one() {
+        use crate::blob::Blob;
+        use crate::model::{Checkpoint, CheckpointMetadata};
+        use crate::saver::Saver;
+        let Some(options) = fresh_options(1) else {
+            return;
+        };
+        let saver = PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .expect("connect");
+        // Another process, with a pool of its own, deleting the thread.
+        let other = PostgresSaver::connect(options.with_pool_size(2), StoreConfig::full())
+            .await
+            .expect("connect");
+        let (head, _) = long_thread(&saver, 1).await;
+        let b = &other.engine.backend;
+        let holder = b.client("test").await.expect("client");
+        holder
+            .batch_execute(&format!(
+                "BEGIN; {}; {}",
+                b.sql(BUMP_EPOCH_SQL).replace("$1", "'t'"),
+                b.sql(
+                    "DELETE FROM {s}.checkpoints WHERE thread_id = 't';
+                     DELETE FROM {s}.blobs WHERE thread_id = 't';
+                     DELETE FROM {s}.version_marks WHERE thread_id = 't'"
+                )
+            ))
+            .await
+            .expect("delete, uncommitted");
+        let racing = async {
+            until_a_statement_waits(b, "%epoch_lock AS (%VALUES ($1, 0)%").await;
+            holder.batch_execute("COMMIT").await.expect("commit");
+        };
+        let mut next = Checkpoint::empty();
+        next.channel_versions
+            .insert("x".into(), ChannelVersion::new(2));
+        next.channel_values
+            .insert("x".into(), Blob::json(&"mine").expect("blob"));
+        let versions = next.channel_versions.clone();
+        let put = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            saver.put(&head, next, CheckpointMetadata::default(), &versions),
+        );
+        let (put, ()) = tokio::join!(put, racing);
+        put.expect("the put finishes").expect("stored");
+        assert_eq!(
+            saver
+                .max_channel_version(&ThreadId::new("t"), &crate::ids::CheckpointNs::new(""))
+                .await
+                .expect("read"),
+            2
+        );
+        let c = b.client("test").await.expect("client");
+        let mark: Option<i64> = c
+            .query_one(
+                &b.sql("SELECT version FROM {s}.version_marks WHERE thread_id = 't' AND checkpoint_ns = ''"),
+                &[],
+            )
+            .await
+            .expect("the mark row")
+            .get(0);
+        assert_eq!(mark, Some(2));
+        drop(c);
+        other.drop_schema().await.expect("drop");
     }
 
     /// `drop_schema` refuses the shared `public` schema, and only it.
