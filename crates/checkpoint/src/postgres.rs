@@ -564,6 +564,21 @@ impl PgBackend {
         }
     }
 
+    /// The rows of `sql`, a statement over thread `thread`'s message bodies (`$1`), run with
+    /// the server's own plan choice ([`Self::whole_thread`]); `what` names them in errors.
+    async fn thread_message_rows(
+        &self,
+        thread: &ThreadId,
+        sql: &str,
+        what: &str,
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let ctx = format!("postgres: thread {thread}: reading {what}");
+        let c = self.client(&ctx).await?;
+        self.whole_thread(&c, sql, &[&thread.as_str()])
+            .await
+            .map_err(pg_err(ctx))
+    }
+
     async fn settled_epoch(&self, c: &deadpool_postgres::Object, thread: &ThreadId) -> Result<u64> {
         let ctx = format!("postgres: thread {thread}: waiting for its epoch");
         let row = c
@@ -1547,19 +1562,16 @@ impl Backend for PgBackend {
     }
 
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
-        let ctx = format!("postgres: thread {thread}: reading messages");
-        let c = self.client(&ctx).await?;
         // No ORDER BY: when the thread is most of the table PostgreSQL scans the heap and
         // sorts every body in the server (measured: 3.5 of 4.4 ms for 4,000 bodies); the
         // rows arrive almost in order, which the sort here checks in one pass.
         let rows = self
-            .whole_thread(
-                &c,
+            .thread_message_rows(
+                thread,
                 "SELECT seq, body FROM {s}.messages WHERE thread_id = $1",
-                &[&thread.as_str()],
+                "messages",
             )
-            .await
-            .map_err(pg_err(ctx))?;
+            .await?;
         let mut out = rows
             .iter()
             .map(|r| {
@@ -1574,18 +1586,15 @@ impl Backend for PgBackend {
     }
 
     async fn message_seqs(&self, thread: &ThreadId) -> Result<Vec<u64>> {
-        let ctx = format!("postgres: thread {thread}: reading message numbers");
-        let c = self.client(&ctx).await?;
         // Read from the primary key's index alone where the visibility map allows, and sorted
         // here, as `all_messages` sorts.
         let rows = self
-            .whole_thread(
-                &c,
+            .thread_message_rows(
+                thread,
                 "SELECT seq FROM {s}.messages WHERE thread_id = $1",
-                &[&thread.as_str()],
+                "message numbers",
             )
-            .await
-            .map_err(pg_err(ctx))?;
+            .await?;
         let mut out = rows
             .iter()
             .map(|r| u64_of(thread.as_str(), r.get(0), "message sequence"))
