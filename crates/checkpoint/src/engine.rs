@@ -447,7 +447,7 @@ impl MarkFold {
 /// checkpoint needs only its own ancestors, and the first one of those it does not share
 /// with `expected` is its direct parent, kept or not.
 pub(crate) fn forks_from_doomed(
-    now: &[NowRow],
+    now: &[CheckpointRow],
     expected: &[Expected],
     doomed: &[(CheckpointNs, CheckpointId)],
 ) -> bool {
@@ -455,7 +455,7 @@ pub(crate) fn forks_from_doomed(
         if let Ok(i) = expected.binary_search_by(|e| (&e.0, &e.1).cmp(&(&r.ns, &r.id))) {
             // A checkpoint the caller checked, unless it was put again since with another
             // row (its parent, needs or listed values may differ from what was checked).
-            return expected[i].2 != r.digest();
+            return expected[i].2 != row_digest(r);
         }
         if r.parent
             .is_some_and(|p| doomed.binary_search(&(r.ns.clone(), p)).is_ok())
@@ -476,56 +476,30 @@ pub(crate) fn forks_from_doomed(
     })
 }
 
-/// A checkpoint row as a delete re-reads it to check for forks (see [`forks_from_doomed`]).
-pub(crate) struct NowRow {
-    pub(crate) ns: CheckpointNs,
-    pub(crate) id: CheckpointId,
-    pub(crate) parent: Option<CheckpointId>,
-    /// The encoded record.
-    pub(crate) record: Vec<u8>,
-    /// The encoded metadata (decoded only for a row the caller did not check).
-    pub(crate) metadata: Vec<u8>,
-}
-
-impl NowRow {
-    /// The row's [`row_digest`].
-    pub(crate) fn digest(&self) -> u64 {
-        row_digest(self.parent, &self.record, &self.metadata)
-    }
-}
-
 /// A checkpoint as a delete checked it: namespace, id and [`row_digest`] of its row. The
 /// deletes compare rows, not only ids: a checkpoint put again under its id with another
 /// record may list other values or name another parent than the one checked.
 pub(crate) type Expected = (CheckpointNs, CheckpointId, u64);
 
 /// A digest of a checkpoint row's parent, record and metadata.
-pub(crate) fn row_digest(parent: Option<CheckpointId>, record: &[u8], metadata: &[u8]) -> u64 {
+pub(crate) fn row_digest(row: &CheckpointRow) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    match parent {
+    match row.parent {
         Some(p) => {
             h.update(&[1]);
             h.update(&p.to_bytes());
         }
         None => h.update(&[0]),
     }
-    h.update(&(record.len() as u64).to_le_bytes());
-    h.update(record);
-    h.update(metadata);
+    h.update(&(row.record.len() as u64).to_le_bytes());
+    h.update(&row.record);
+    h.update(&row.metadata);
     h.digest()
 }
 
 /// The [`Expected`] entries of `rows`, sorted.
 pub(crate) fn expected_of<'a>(rows: impl Iterator<Item = &'a CheckpointRow>) -> Vec<Expected> {
-    let mut out: Vec<Expected> = rows
-        .map(|r| {
-            (
-                r.ns.clone(),
-                r.id,
-                row_digest(r.parent, &r.record, &r.metadata),
-            )
-        })
-        .collect();
+    let mut out: Vec<Expected> = rows.map(|r| (r.ns.clone(), r.id, row_digest(r))).collect();
     out.sort();
     out
 }

@@ -552,17 +552,11 @@ impl Backend for MemoryBackend {
         expected: &[crate::engine::Expected],
     ) -> Result<bool> {
         let mut t = self.lock();
-        let now: Vec<crate::engine::NowRow> = t
+        let now: Vec<CheckpointRow> = t
             .checkpoints
             .iter()
             .filter(|(k, _)| &k.0 == thread)
-            .map(|(k, v)| crate::engine::NowRow {
-                ns: k.1.clone(),
-                id: k.2,
-                parent: v.0,
-                record: v.1.clone(),
-                metadata: v.2.clone(),
-            })
+            .map(|(k, v)| row(k, v))
             .collect();
         if crate::engine::forks_from_doomed(&now, expected, doomed) {
             return Ok(false);
@@ -695,12 +689,13 @@ impl Backend for MemoryBackend {
     ) -> Result<bool> {
         let mut t = self.lock();
         // Keys are ordered by (thread, namespace, id): the thread's checkpoints come sorted.
-        let now: Vec<crate::engine::Expected> = t
+        let rows: Vec<CheckpointRow> = t
             .checkpoints
             .iter()
             .filter(|(k, _)| &k.0 == thread)
-            .map(|(k, v)| (k.1.clone(), k.2, crate::engine::row_digest(v.0, &v.1, &v.2)))
+            .map(|(k, v)| row(k, v))
             .collect();
+        let now = crate::engine::expected_of(rows.iter());
         if now != expected {
             return Ok(false);
         }

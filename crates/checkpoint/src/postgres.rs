@@ -1893,27 +1893,15 @@ impl Backend for PgBackend {
         // this transaction and then finds the parent gone (`MissingParent`).
         let now = tx
             .query(
-                &self.sql(
-                    "SELECT checkpoint_ns, checkpoint_id, parent_id, metadata, record FROM {s}.checkpoints WHERE thread_id = $1",
-                ),
+                &self.sql(&format!(
+                    "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1"
+                )),
                 &[&thread.as_str()],
             )
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?
             .iter()
-            .map(|r| {
-                let id = id_from(thread.as_str(), r.get(1))?;
-                Ok(crate::engine::NowRow {
-                    ns: CheckpointNs::new(r.get::<_, String>(0)),
-                    id,
-                    parent: r
-                        .get::<_, Option<&[u8]>>(2)
-                        .map(|p| parent_from(thread.as_str(), id, p))
-                        .transpose()?,
-                    metadata: r.get::<_, Vec<u8>>(3),
-                    record: r.get::<_, Vec<u8>>(4),
-                })
-            })
+            .map(to_row)
             .collect::<Result<Vec<_>>>()?;
         if crate::engine::forks_from_doomed(&now, expected, doomed) {
             return Ok(false);
@@ -2117,27 +2105,12 @@ impl Backend for PgBackend {
             .whole_thread_tx(&mut c)
             .await
             .map_err(deadlock_or(thread, ctx.clone()))?;
-        let checkpoints_now = self.sql(
-            "SELECT checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM {s}.checkpoints WHERE thread_id = $1",
-        );
+        let checkpoints_now = self.sql(&format!(
+            "SELECT {ROW_COLS} FROM {{s}}.checkpoints WHERE thread_id = $1"
+        ));
         let same = |rows: Vec<tokio_postgres::Row>| -> Result<bool> {
-            let mut now = rows
-                .iter()
-                .map(|r| {
-                    let id = id_from(thread.as_str(), r.get(1))?;
-                    let parent = r
-                        .get::<_, Option<&[u8]>>(2)
-                        .map(|p| parent_from(thread.as_str(), id, p))
-                        .transpose()?;
-                    Ok((
-                        CheckpointNs::new(r.get::<_, String>(0)),
-                        id,
-                        crate::engine::row_digest(parent, r.get(3), r.get(4)),
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            now.sort();
-            Ok(now == expected)
+            let rows = rows.iter().map(to_row).collect::<Result<Vec<_>>>()?;
+            Ok(crate::engine::expected_of(rows.iter()) == expected)
         };
         // The caller read the blob keys before this check: a put committing after it stores
         // keys that list did not return.

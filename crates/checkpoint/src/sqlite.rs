@@ -228,50 +228,27 @@ fn thread_checkpoints(
     thread: &str,
     ctx: &str,
 ) -> Result<Vec<crate::engine::Expected>> {
-    let mut now: Vec<crate::engine::Expected> = thread_checkpoints_with_parents(tx, thread, ctx)?
-        .into_iter()
-        .map(|r| {
-            let digest = r.digest();
-            (r.ns, r.id, digest)
-        })
-        .collect();
-    now.sort();
-    Ok(now)
+    Ok(crate::engine::expected_of(
+        thread_rows(tx, thread, ctx)?.iter(),
+    ))
 }
 
-/// The `(namespace, id, parent, record, metadata)` of a thread's checkpoints.
-fn thread_checkpoints_with_parents(
+/// Every checkpoint row of a thread.
+fn thread_rows(
     tx: &rusqlite::Transaction<'_>,
     thread: &str,
     ctx: &str,
-) -> Result<Vec<crate::engine::NowRow>> {
-    tx.prepare(
-        "SELECT checkpoint_ns, checkpoint_id, parent_id, record, metadata FROM checkpoints WHERE thread_id = ?1",
-    )
+) -> Result<Vec<CheckpointRow>> {
+    tx.prepare(&format!(
+        "SELECT {ROW_COLS} FROM checkpoints WHERE thread_id = ?1"
+    ))
     .and_then(|mut s| {
-        s.query_map([thread], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, Vec<u8>>(1)?,
-                r.get::<_, Option<Vec<u8>>>(2)?,
-                r.get::<_, Vec<u8>>(3)?,
-                r.get::<_, Vec<u8>>(4)?,
-            ))
-        })
-        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        s.query_map([thread], read_row)
+            .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
     })
     .map_err(sql_err(ctx.to_owned()))?
     .into_iter()
-    .map(|(ns, id, parent, record, metadata)| {
-        let id = id_from(thread, id)?;
-        Ok(crate::engine::NowRow {
-            ns: CheckpointNs::new(ns),
-            id,
-            parent: parent.map(|p| parent_from(thread, id, &p)).transpose()?,
-            record,
-            metadata,
-        })
-    })
+    .map(to_row)
     .collect()
 }
 
@@ -1318,7 +1295,7 @@ impl Backend for SqliteBackend {
             let ctx = format!("sqlite: thread {thread}: deleting checkpoints");
             // Under the write lock: no put commits between the check and the deletes.
             let tx = write_tx(c).map_err(sql_err(ctx.clone()))?;
-            let now = thread_checkpoints_with_parents(&tx, &thread, &ctx)?;
+            let now = thread_rows(&tx, &thread, &ctx)?;
             if crate::engine::forks_from_doomed(&now, &expected, &doomed) {
                 return Ok(false);
             }
