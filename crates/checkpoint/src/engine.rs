@@ -2868,10 +2868,20 @@ impl<B: Backend> Engine<B> {
     async fn needed_ancestors(&self, d: &Decoded, all: &[Decoded]) -> Result<Vec<CheckpointId>> {
         let mut out = self.delta_ancestors(d).await?;
         let mut cur = d;
+        // Parent pointers can loop (a checkpoint put again as a relative record below its own
+        // descendant, or a damaged column): a chain that comes back to a record fails as the
+        // reads of it do, instead of growing `out` for ever.
+        let mut chain = HashSet::from([d.row.id]);
         while cur.checkpoint.v == crate::model::RELATIVE_RECORD_V {
             let Some(parent) = cur.row.parent else {
                 break;
             };
+            if !chain.insert(parent) {
+                return Err(Error::ParentCycle {
+                    thread_id: d.row.thread_id.clone(),
+                    checkpoint_id: parent,
+                });
+            }
             out.push(parent);
             let Some(p) = all
                 .iter()

@@ -130,6 +130,7 @@ macro_rules! conformance_suite {
             antler_ancestry_respects_the_limit,
             antler_ancestry_absent_is_none,
             antler_ancestry_parent_cycle_is_error,
+            antler_prune_and_delete_for_runs_stop_at_a_parent_cycle,
             antler_ancestry_is_mode_gated,
             antler_ancestry_damaged_value_is_error
         );
@@ -159,7 +160,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 142;
+pub const CASE_COUNT: usize = 143;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -4000,6 +4001,55 @@ pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
         assert!(err.to_string().contains("thread t"), "{err}");
     }
+}
+
+/// `prune` and `delete_for_runs` keep what their kept checkpoints need to stay readable, up
+/// each relative record's parent chain: a chain that loops is an error naming the thread,
+/// not an endless walk, and nothing is deleted.
+pub async fn antler_prune_and_delete_for_runs_stop_at_a_parent_cycle(saver: &dyn Saver) {
+    // Thread `t`: `a` and `b` loop, and the newest, `c`, belongs to run `r`, whose deletion
+    // keeps the loop. Thread `u`: the loop is the latest checkpoint, which a prune keeps.
+    let mut ids = Vec::new();
+    for (t, run) in [("t", Some("r")), ("u", None)] {
+        let (a, b, c) = (
+            CheckpointId::generate(),
+            CheckpointId::generate(),
+            CheckpointId::generate(),
+        );
+        let mut puts = vec![(a, None, None), (b, Some(a), None), (a, Some(b), None)];
+        if run.is_some() {
+            puts.push((c, None, run));
+        }
+        for (id, parent, run) in puts {
+            let mut cp = Checkpoint::empty();
+            cp.id = id;
+            if parent.is_some() {
+                cp.v = crate::model::RELATIVE_RECORD_V;
+            }
+            saver
+                .put(
+                    &cfg(t, "", parent),
+                    cp,
+                    metadata(CheckpointSource::Loop, 0, run),
+                    &ChannelVersions::new(),
+                )
+                .await
+                .unwrap();
+        }
+        ids.push(count(saver, ListQuery::thread(t)).await);
+    }
+    assert_eq!(ids, [3, 2]);
+    let err = saver.delete_for_runs(&[RunId::new("r")]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert!(err.to_string().contains("thread t"), "{err}");
+    let err = match saver.prune(&[thread("u")], PruneStrategy::KeepLatest).await {
+        Err(e) => e,
+        Ok(()) => panic!("a prune that keeps a looping chain succeeded"),
+    };
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert!(err.to_string().contains("thread u"), "{err}");
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 3);
+    assert_eq!(count(saver, ListQuery::thread("u")).await, 2);
 }
 
 /// The read is mode-gated as `get_tuple` is: a full-mode store refuses a delta checkpoint
