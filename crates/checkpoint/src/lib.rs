@@ -106,7 +106,7 @@ pub use mode::{ChannelMode, DeltaCounters, SnapshotFrequency, StoreConfig};
 pub use model::{
     ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointSource,
     CheckpointTuple, DeltaChannelHistory, ListQuery, PendingWrite, PruneStrategy,
-    RELATIVE_RECORD_V, TupleWithAncestry, inherited_keys,
+    RELATIVE_RECORD_V, TupleWithAncestry, inherited_keys, json_equal,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresOptions, PostgresSaver};

@@ -197,14 +197,58 @@ impl CheckpointMetadata {
         map
     }
 
-    /// Whether every `(key, value)` of `filter` equals the metadata's value for that key.
+    /// Whether every `(key, value)` of `filter` equals the metadata's value for that key, as
+    /// the reference's in-memory saver compares them: a key the metadata lacks compares as
+    /// `null`, and values compare by [`json_equal`] (numbers by value, so `1.0` matches `1`).
     pub fn matches(&self, filter: &Map<String, Value>) -> bool {
         if filter.is_empty() {
             return true;
         }
         let json = self.to_json();
-        filter.iter().all(|(k, v)| json.get(k) == Some(v))
+        filter
+            .iter()
+            .all(|(k, v)| json_equal(json.get(k).unwrap_or(&Value::Null), v))
     }
+}
+
+/// JSON equality as Python compares decoded JSON: numbers by value (`1`, `1.0` and `1e0` are
+/// equal), arrays element by element, objects key by key in any order; otherwise as
+/// `serde_json::Value` compares.
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (integer(x), integer(y)) {
+            (Some(i), Some(j)) => i == j,
+            (Some(i), None) => float_is(y, i),
+            (None, Some(j)) => float_is(x, j),
+            (None, None) => x.as_f64() == y.as_f64(),
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// The value of an integer JSON number (`None` for a float).
+fn integer(n: &serde_json::Number) -> Option<i128> {
+    n.as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+}
+
+/// Whether the float `n` is exactly the integer `i` (Python compares an int with a float
+/// exactly, not through the float nearest the int).
+fn float_is(n: &serde_json::Number, i: i128) -> bool {
+    // Every integer a JSON number holds here fits in 2^64 in magnitude, where an f64 with no
+    // fraction converts to i128 exactly.
+    const BOUND: f64 = 18_446_744_073_709_551_616.0;
+    n.as_f64()
+        .is_some_and(|f| f.fract() == 0.0 && f.abs() <= BOUND && f as i128 == i)
 }
 
 /// Addresses a thread's checkpoint: `checkpoint_id = None` means the latest.
@@ -403,3 +447,52 @@ pub enum PruneStrategy {
 
 /// The channel versions that moved since the last stored checkpoint: `put` stores blobs only for these.
 pub type ChannelVersions = BTreeMap<ChannelName, ChannelVersion>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Numbers compare by value as Python compares them, exactly between an int and a float;
+    /// arrays and objects element by element; anything else as `Value` compares.
+    #[test]
+    fn json_equal_compares_numbers_by_value() {
+        let eq = |a: Value, b: Value| (json_equal(&a, &b), json_equal(&b, &a));
+        assert_eq!(eq(json!(1), json!(1.0)), (true, true));
+        assert_eq!(eq(json!(-3), json!(-3.0)), (true, true));
+        assert_eq!(eq(json!(1), json!(1.5)), (false, false));
+        assert_eq!(eq(json!(u64::MAX), json!(u64::MAX)), (true, true));
+        assert_eq!(eq(json!(u64::MAX), json!(-1)), (false, false));
+        assert_eq!(eq(json!(0.5), json!(0.5)), (true, true));
+        // 2^53 + 1 has no f64: the float nearest it is 2^53, which Python does not call equal.
+        assert_eq!(
+            eq(
+                json!(9_007_199_254_740_993_i64),
+                json!(9_007_199_254_740_992.0)
+            ),
+            (false, false)
+        );
+        assert_eq!(
+            eq(
+                json!(9_007_199_254_740_992_i64),
+                json!(9_007_199_254_740_992.0)
+            ),
+            (true, true)
+        );
+        assert_eq!(
+            eq(json!([1, {"a": 2}]), json!([1.0, {"a": 2.0}])),
+            (true, true)
+        );
+        assert_eq!(eq(json!([1, 2]), json!([1])), (false, false));
+        assert_eq!(
+            eq(json!({"a": 1, "b": 2}), json!({"b": 2.0, "a": 1})),
+            (true, true)
+        );
+        assert_eq!(
+            eq(json!({"a": 1}), json!({"a": 1, "b": null})),
+            (false, false)
+        );
+        assert_eq!(eq(json!(null), json!(false)), (false, false));
+        assert_eq!(eq(json!("1"), json!(1)), (false, false));
+    }
+}

@@ -131,6 +131,7 @@ macro_rules! conformance_suite {
             antler_ancestry_absent_is_none,
             antler_ancestry_parent_cycle_is_error,
             antler_prune_and_delete_for_runs_stop_at_a_parent_cycle,
+            antler_list_filter_compares_missing_as_null_and_numbers_by_value,
             antler_ancestry_is_mode_gated,
             antler_ancestry_damaged_value_is_error
         );
@@ -160,7 +161,7 @@ macro_rules! __conformance_cases {
 }
 
 /// The number of cases [`conformance_suite!`](crate::conformance_suite) expands to.
-pub const CASE_COUNT: usize = 143;
+pub const CASE_COUNT: usize = 144;
 
 /// Stored bytes the conformance suite overwrites on purpose, through
 /// [`Saver::tamper_for_conformance`]; not an API.
@@ -939,6 +940,59 @@ pub async fn list_metadata_filter_step(saver: &dyn Saver) {
     let l = saver.list(&q).await.unwrap();
     assert_eq!(l.len(), 1);
     assert_eq!(l[0].metadata.step, 1);
+}
+
+/// The metadata filter compares as the reference's in-memory saver: a key the metadata lacks
+/// compares as `null`, and numbers by value (`1.0` matches step `1`); also with a limit, which
+/// pages through the rows the filter rejects.
+pub async fn antler_list_filter_compares_missing_as_null_and_numbers_by_value(saver: &dyn Saver) {
+    chain(saver, "t", "", 3, None).await;
+    chain(saver, "u", "", 3, Some("r")).await;
+    let listed = |filter: Value, thread: Option<&str>, limit: Option<usize>| {
+        let q = ListQuery {
+            filter: filter.as_object().unwrap().clone(),
+            limit,
+            ..thread.map_or_else(ListQuery::default, ListQuery::thread)
+        };
+        async move {
+            saver
+                .list(&q)
+                .await
+                .unwrap()
+                .iter()
+                .map(|t| (t.config.thread_id.as_str().to_owned(), t.metadata.step))
+                .collect::<Vec<_>>()
+        }
+    };
+    let t = |steps: &[i64]| {
+        steps
+            .iter()
+            .map(|s| ("t".to_owned(), *s))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed(json!({"run_id": null}), None, None).await,
+        t(&[1, 0, -1])
+    );
+    assert_eq!(
+        listed(json!({"run_id": null}), None, Some(1)).await,
+        t(&[1])
+    );
+    assert_eq!(
+        listed(json!({"absent": null}), Some("t"), None).await,
+        t(&[1, 0, -1])
+    );
+    assert_eq!(listed(json!({"absent": 0}), Some("t"), None).await, t(&[]));
+    assert_eq!(listed(json!({"step": 1.0}), Some("t"), None).await, t(&[1]));
+    assert_eq!(
+        listed(json!({"step": -1.0}), Some("t"), None).await,
+        t(&[-1])
+    );
+    assert_eq!(listed(json!({"step": 0.5}), Some("t"), None).await, t(&[]));
+    assert_eq!(
+        listed(json!({"run_id": "r", "step": 0.0}), None, None).await,
+        [("u".to_owned(), 0)]
+    );
 }
 
 /// `before` lists only older checkpoints.

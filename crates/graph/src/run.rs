@@ -2581,29 +2581,6 @@ async fn history_page(
 /// The fewest checkpoints a filtered history page reads at a time.
 const FILTERED_PAGE: usize = 64;
 
-/// Whether two JSON values are equal as Python compares them: numbers by value (`1` and `1.0`
-/// are equal), lists and maps element by element.
-fn json_eq(a: &Json, b: &Json) -> bool {
-    match (a, b) {
-        (Json::Number(x), Json::Number(y)) => match (x.as_i64(), y.as_i64()) {
-            (Some(i), Some(j)) => i == j,
-            _ => match (x.as_u64(), y.as_u64()) {
-                (Some(i), Some(j)) => i == j,
-                _ => x.as_f64() == y.as_f64(),
-            },
-        },
-        (Json::Array(x), Json::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
-        }
-        (Json::Object(x), Json::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
-        }
-        _ => a == b,
-    }
-}
-
 /// Whether a checkpoint's metadata holds every entry of `filter`, compared as the reference's
 /// history filter compares its metadata: `source`, `step`, `run_id`, `parents` and the free
 /// keys; a key the metadata lacks compares as `null`, and numbers compare by value.
@@ -2622,7 +2599,7 @@ fn metadata_matches(t: &CheckpointTuple, filter: &serde_json::Map<String, Json>)
             ),
             other => c.metadata.get(other).cloned().unwrap_or(Json::Null),
         };
-        json_eq(&have, want)
+        antler_checkpoint::json_equal(&have, want)
     })
 }
 
