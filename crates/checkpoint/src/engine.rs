@@ -2915,13 +2915,14 @@ impl<B: Backend> Engine<B> {
         // a version, no stored value and no counters is another kind (an ephemeral input or
         // branch channel, cleared), which needs no history. Without the marker every such
         // channel counts, as the reference's walk would take it.
-        let delta_marked = d.metadata.channel_mode == Some(ChannelMode::Delta);
+        // Marker and counters are read where the mode gate reads them, typed or in `extra`.
+        let delta_marked = crate::mode::marked_delta(&d.metadata);
         let missing: BTreeSet<ChannelName> = d
             .checkpoint
             .channel_versions
             .keys()
             .filter(|c| !stored.contains(*c))
-            .filter(|c| !delta_marked || d.metadata.counters_since_delta_snapshot.contains_key(*c))
+            .filter(|c| !delta_marked || crate::mode::has_counters(&d.metadata, c.as_str()))
             .cloned()
             .collect();
         if missing.is_empty() {

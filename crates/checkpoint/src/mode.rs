@@ -190,19 +190,28 @@ impl StoreConfig {
 /// their typed fields or, as a metadata dict copied key by key puts them, in `extra` (the same
 /// dict view `list` filters read).
 pub fn metadata_uses_delta(metadata: &CheckpointMetadata) -> bool {
+    marked_delta(metadata) || has_counters(metadata, "messages")
+}
+
+/// Whether the metadata's mode marker says delta, in its typed field or in `extra`.
+pub(crate) fn marked_delta(metadata: &CheckpointMetadata) -> bool {
     metadata.channel_mode == Some(ChannelMode::Delta)
-        || metadata
-            .counters_since_delta_snapshot
-            .contains_key("messages")
         || metadata
             .extra
             .get(crate::model::CHANNEL_MODE_METADATA_KEY)
             .is_some_and(|v| v == "delta")
+}
+
+/// Whether the metadata carries snapshot counters for `channel`, in the typed field or, as a
+/// metadata dict copied key by key puts them, in `extra`: what [`metadata_uses_delta`] reads,
+/// so that pruning and the mode gate see the same counters.
+pub(crate) fn has_counters(metadata: &CheckpointMetadata, channel: &str) -> bool {
+    metadata.counters_since_delta_snapshot.contains_key(channel)
         || metadata
             .extra
             .get(crate::model::COUNTERS_METADATA_KEY)
             .and_then(serde_json::Value::as_object)
-            .is_some_and(|m| m.contains_key("messages"))
+            .is_some_and(|m| m.contains_key(channel))
 }
 
 /// Whether a (possibly absent) tuple is a delta checkpoint; `None` → false (R33).

@@ -642,3 +642,65 @@ fn the_sqlite_configuration_is_read_in_one_snapshot() {
         assert!(writer.join().unwrap() > 0, "the record was rewritten");
     });
 }
+
+/// A delta-marked checkpoint whose counters sit in `extra` (a metadata dict copied key by key)
+/// needs its channel's history as much as one with typed counters: `prune` keeps the ancestors
+/// the walk replays from, which the mode gate's reading of the same metadata implies. Before,
+/// prune read only the typed counters and deleted the snapshot the head replays from.
+#[test]
+fn prune_keeps_the_history_of_counters_carried_in_extra() {
+    antler_checkpoint::testing::block_on(async {
+        let saver = MemorySaver::new(StoreConfig::delta(f(10)));
+        let ch = antler_checkpoint::ChannelName::new("m");
+        let mut seed = Checkpoint::empty();
+        seed.channel_versions.insert(ch.clone(), 1.into());
+        seed.channel_values
+            .insert(ch.clone(), Blob::json(&json!(["s0"])).unwrap());
+        let c0 = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                seed,
+                delta_meta(),
+                &[(ch.clone(), 1.into())].into(),
+            )
+            .await
+            .unwrap();
+        saver
+            .put_writes(
+                &c0,
+                vec![(ch.clone(), Blob::json(&json!(["a"])).unwrap())],
+                &TaskId::new("task"),
+                &TaskPath::new("~0"),
+            )
+            .await
+            .unwrap();
+        let mut head = Checkpoint::empty();
+        head.channel_versions.insert(ch.clone(), 2.into());
+        let mut meta = delta_meta();
+        meta.extra
+            .insert("counters_since_delta_snapshot".into(), json!({"m": [1, 1]}));
+        let c1 = saver
+            .put(&c0, head, meta, &[(ch.clone(), 2.into())].into())
+            .await
+            .unwrap();
+        let before = saver
+            .delta_channel_history(&c1, std::slice::from_ref(&ch))
+            .await
+            .unwrap();
+        assert!(
+            before.get("m").is_some_and(|h| h.seed.is_some()),
+            "{before:?}"
+        );
+        saver
+            .prune(&["t".into()], antler_checkpoint::PruneStrategy::KeepLatest)
+            .await
+            .unwrap();
+        let list = saver.list(&ListQuery::thread("t")).await.unwrap();
+        assert_eq!(list.len(), 2);
+        let after = saver
+            .delta_channel_history(&c1, std::slice::from_ref(&ch))
+            .await
+            .unwrap();
+        assert_eq!(after, before);
+    });
+}
