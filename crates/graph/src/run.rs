@@ -609,6 +609,29 @@ pub(crate) async fn thread_max_version(cp: &dyn Checkpointer, scope: &Scope) -> 
     cp.max_version(scope).await
 }
 
+/// Sets `live.floor` to the thread's greatest version when that is above every version `live`
+/// would allocate from, which only a deletion makes possible: `delete_for_runs` can remove the
+/// thread's newest checkpoints (or all of them), and values stored under their versions stay
+/// until its collection runs, which a stop or a concurrent put can leave for later. A run
+/// continuing from the new head would otherwise reuse those versions, and reads would take a
+/// leftover value for the one its own checkpoint lists without storing (a delta channel), or
+/// its put would clash with it. A run whose head came from the hot cache skips this read: its
+/// head is the one this process's last run left, with nothing deleted after it.
+///
+/// The floor is set only when needed, because it is stored with every later checkpoint of
+/// the branch.
+async fn raise_floor_past_deleted_runs(
+    live: &mut Live,
+    cp: &dyn Checkpointer,
+    scope: &Scope,
+) -> Result<()> {
+    let mark = thread_max_version(cp, scope).await?;
+    if mark >= live.next_version() {
+        live.floor = mark;
+    }
+    Ok(())
+}
+
 /// `apply_writes` (runtime-spec §2.4). `batch` must be in task-path order.
 pub(crate) fn apply_writes(
     g: &Graph,
@@ -1384,13 +1407,17 @@ async fn run_inner(
         _ => None,
     };
     let mut dirty = false;
+    let mut cached = false;
     let (mut live, mut ckpt_id, meta_step, meta_source, mut pending) = match &saved {
         Some(t) => (
             match (!explicit)
                 .then(|| cache.get(scope, &t.checkpoint.id))
                 .flatten()
             {
-                Some(live) => live,
+                Some(live) => {
+                    cached = true;
+                    live
+                }
                 None => {
                     let cp = cp.ok_or(Error::NoCheckpointer)?;
                     let full = cp
@@ -1410,9 +1437,14 @@ async fn run_inner(
         ),
         None => (Live::new(g)?, None, -2, None, Vec::new()),
     };
-    if explicit && let Some(cp) = cp {
-        // Time travel starts a new branch: its versions must exceed every version of the thread.
-        live.floor = thread_max_version(cp, scope).await?;
+    if let Some(cp) = cp {
+        if explicit {
+            // Time travel starts a new branch: its versions must exceed every version of the
+            // thread.
+            live.floor = thread_max_version(cp, scope).await?;
+        } else if !cached {
+            raise_floor_past_deleted_runs(&mut live, cp, scope).await?;
+        }
     }
     persist.stored_head.clone_from(&ckpt_id);
     let limit = i64::try_from(cfg.recursion_limit).unwrap_or(i64::MAX / 4);
@@ -2791,6 +2823,8 @@ pub(crate) async fn update_state(
     if cfg.checkpoint_id.is_some() {
         // An update on an addressed checkpoint starts a new branch (see `Live::next_version`).
         live.floor = thread_max_version(cp, &cfg.scope()).await?;
+    } else {
+        raise_floor_past_deleted_runs(&mut live, cp, &cfg.scope()).await?;
     }
     // No values as `__end__`: the update clears the pending step instead (the reference's
     // `bulk_update_state` branch for it): see `clear_pending`.

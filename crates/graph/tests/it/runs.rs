@@ -616,3 +616,89 @@ async fn the_history_filters_on_checkpoint_metadata() {
         }
     }
 }
+
+/// A run after `delete_for_runs` removed the thread's newest run allocates versions above
+/// that run's, so values the deletion's collection left behind (a stop between its
+/// transactions, or a put racing it) are never taken for the new run's. Before, the run
+/// continued from the new head's versions, reused the deleted run's, and its put clashed with
+/// the leftover value (`Conflict`); a delta channel listing such a version without storing a
+/// value would have read the leftover one instead.
+#[tokio::test]
+async fn a_run_after_deleting_the_newest_run_does_not_reuse_its_versions() {
+    let dir = std::env::temp_dir().join(format!("antler-graph-runs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("deleted-run.db");
+    let _ = std::fs::remove_file(&path);
+    let saver: Arc<dyn cp::Saver> = Arc::new(
+        cp::SqliteSaver::open(&path, cp::StoreConfig::full())
+            .await
+            .unwrap(),
+    );
+    let graph = over(saver.clone());
+    for (item, run) in [("in1", "r1"), ("in2", "r2")] {
+        graph
+            .invoke(input(item), &RunConfig::new("t").with_run_id(run))
+            .await
+            .unwrap();
+    }
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute_batch("CREATE TABLE kept AS SELECT * FROM blobs")
+        .unwrap();
+    saver
+        .delete_for_runs(&[cp::RunId::new("r2")])
+        .await
+        .unwrap();
+    // What a deletion stopped after its first transaction leaves: r2's values.
+    let restored = raw
+        .execute("INSERT OR IGNORE INTO blobs SELECT * FROM kept", [])
+        .unwrap();
+    assert!(restored > 0, "r2 stored values of its own");
+    raw.execute_batch("DROP TABLE kept").unwrap();
+    let out = graph
+        .invoke(input("in3"), &RunConfig::new("t").with_run_id("r3"))
+        .await
+        .unwrap();
+    let want = log(&["in1", "a", "in3", "a"]);
+    assert_eq!(out.values.get(&LOG), Some(&want));
+    let fresh = over(saver.clone());
+    let head = fresh
+        .get_state(&RunConfig::new("t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.values.get(&LOG), Some(&want));
+    // The same for `update_state` on the head after r4 is deleted the same way.
+    raw.execute_batch("CREATE TABLE kept AS SELECT * FROM blobs")
+        .unwrap();
+    graph
+        .invoke(input("in4"), &RunConfig::new("t").with_run_id("r4"))
+        .await
+        .unwrap();
+    raw.execute_batch("DROP TABLE kept; CREATE TABLE kept AS SELECT * FROM blobs")
+        .unwrap();
+    saver
+        .delete_for_runs(&[cp::RunId::new("r4")])
+        .await
+        .unwrap();
+    raw.execute_batch("INSERT OR IGNORE INTO blobs SELECT * FROM kept; DROP TABLE kept")
+        .unwrap();
+    // Two updates: r4's first value of `LOG` is its second version (its first is the input's
+    // `__start__`), which only the second update would reuse.
+    for item in ["edit1", "edit2"] {
+        graph
+            .update_state(&RunConfig::new("t"), input(item), Some("a".into()))
+            .await
+            .unwrap();
+    }
+    let head = over(saver.clone())
+        .get_state(&RunConfig::new("t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        head.values.get(&LOG),
+        Some(&log(&["in1", "a", "in3", "a", "edit1", "edit2"]))
+    );
+    drop((graph, fresh, saver));
+    let _ = std::fs::remove_file(&path);
+}
