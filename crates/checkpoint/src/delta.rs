@@ -354,6 +354,9 @@ impl DeltaMessages {
         }
         let mut channel = Self::new(frequency);
         channel.set_value(value, encoded);
+        // The stamped ids are this replay's own: the next checkpoint snapshots them, so that
+        // they are the ones stored from then on.
+        channel.forced = stamps_ids;
         Ok(channel)
     }
 
@@ -696,5 +699,19 @@ mod restore_tests {
         };
         let first: serde_json::Value = serde_json::from_slice(&list.items[0]).expect("json");
         assert_eq!(first["id"], serde_json::json!(stamped));
+        // The next checkpoint stores them, whatever the cadence: another replay would stamp
+        // other ids.
+        assert_eq!(ch.on_checkpoint(false), SnapshotDecision::Forced);
+        let mut plain = DeltaMessages::restore(
+            SnapshotFrequency::default(),
+            &DeltaChannelHistory {
+                seed: None,
+                ..history
+            },
+            &thread,
+            CheckpointId::generate(),
+        )
+        .expect("restores");
+        assert_eq!(plain.on_checkpoint(false), SnapshotDecision::Skip);
     }
 }

@@ -407,6 +407,9 @@ pub(crate) struct Delta {
     pub(crate) max_supersteps: u32,
     /// An Overwrite reached the channel (or pending writes will not be replayed): snapshot next.
     pub(crate) forced: bool,
+    /// The channel's reducer stamps random ids on messages written without one (the delta
+    /// `messages` channel): a replay of such a write would stamp other ids.
+    pub(crate) stamps_ids: bool,
     /// For a message list: the serialised JSON of a prefix of the current value, so a
     /// snapshot serialises only the messages appended since the last one. Emptied by any update
     /// that is not a pure append (replace, remove, overwrite).
@@ -460,6 +463,13 @@ impl Delta {
         }
         snapshot
     }
+}
+
+/// Whether `w` writes messages of which one has no id (which the reducer then stamps).
+pub(crate) fn lacks_message_ids(w: &Write) -> bool {
+    let (Write::Value(v) | Write::Overwrite(v)) = w;
+    v.downcast_ref::<Vec<Message>>()
+        .is_some_and(|list| list.iter().any(|m| m.id.is_none()))
 }
 
 fn messages_len(v: &Val) -> Option<usize> {
@@ -516,8 +526,13 @@ impl Channel for Delta {
         self.inner.get()
     }
     fn update(&mut self, writes: &[&Write]) -> Result<bool> {
-        if writes.iter().any(|w| matches!(w, Write::Overwrite(_))) {
-            // Replay must never have to reproduce "drop the step's other writes" (spec §10 rule 5).
+        // Replay must never have to reproduce "drop the step's other writes" (spec §10 rule 5),
+        // nor the ids the reducer stamps on messages written without one (a stored task write
+        // from a full-mode store): a replay would stamp other, random ids (kernel-spec R41).
+        if writes
+            .iter()
+            .any(|w| matches!(w, Write::Overwrite(_)) || (self.stamps_ids && lacks_message_ids(w)))
+        {
             self.forced = true;
         }
         self.apply_tracked(writes)

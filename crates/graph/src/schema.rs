@@ -576,6 +576,7 @@ impl ErasedSpec {
                 reduce,
                 frequency,
                 max_supersteps,
+                prepare,
                 ..
             } => Box::new(Delta {
                 inner: Reducer {
@@ -589,6 +590,7 @@ impl ErasedSpec {
                 frequency: *frequency,
                 max_supersteps: *max_supersteps,
                 forced: false,
+                stamps_ids: prepare.is_some(),
                 encoded: Arc::default(),
             }),
         })
@@ -664,6 +666,11 @@ impl ErasedSpec {
             };
             if matches!(batch.first(), Some(Write::Overwrite(_))) {
                 d.encoded = Arc::default();
+            }
+            // Ids stamped now are this read's own: a run continuing from it snapshots at its
+            // first checkpoint, so that they are the ones stored from then on.
+            if d.stamps_ids && rest.iter().any(|w| crate::channel::lacks_message_ids(w)) {
+                d.forced = true;
             }
             d.apply_tracked(&rest)?;
         } else {

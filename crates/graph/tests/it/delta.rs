@@ -3947,3 +3947,91 @@ async fn a_history_bound_in_another_spelling_is_refused_alike() {
         assert!(!older.is_empty());
     }
 }
+
+/// A stored task write whose messages have no ids (full mode stores writes as the node
+/// returned them) gets its ids stamped when a delta-mode run applies it, and the checkpoint
+/// that step stores is a snapshot: every later read shows the ids the run returned. Before, the
+/// checkpoint stored no snapshot, so each cold read replayed the id-less write and stamped new
+/// random ids (kernel-spec R41: stamped ids persist).
+#[tokio::test]
+async fn a_stored_write_without_ids_applied_in_delta_mode_keeps_the_ids_it_was_given() {
+    use antler_checkpoint as cp;
+    use antler_graph::{NodeError, SaverCheckpointer};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let dir = std::env::temp_dir().join(format!("antler-graph-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let _ = std::fs::remove_file(&path);
+    // START → {a, b}: `a` returns a message without an id, `b` fails while `fail` is set.
+    let fail = Arc::new(AtomicBool::new(true));
+    let fan_out = |delta: bool| {
+        let mut g = StateGraph::new();
+        let spec = if delta {
+            ChannelSpec::messages_delta(3)
+        } else {
+            ChannelSpec::messages()
+        };
+        g.channel(&MESSAGES, spec).unwrap();
+        g.add_node("a", |_s: State, _c| async {
+            Ok(Update::new().set(&MESSAGES, vec![ai(None, "from a")]))
+        });
+        let fail = fail.clone();
+        g.add_node("b", move |_s: State, _c| {
+            let fail = fail.load(Ordering::SeqCst);
+            async move {
+                if fail {
+                    return Err(NodeError::failed("b fails once"));
+                }
+                Ok(Update::new().set(&MESSAGES, vec![ai(Some("b-1"), "from b")]))
+            }
+        });
+        g.add_edge("__start__", "a")
+            .add_edge("__start__", "b")
+            .add_edge("a", "__end__")
+            .add_edge("b", "__end__");
+        g
+    };
+    let cfg = RunConfig::new("t");
+    {
+        let saver = Arc::new(
+            cp::SqliteSaver::open(&path, cp::StoreConfig::full())
+                .await
+                .unwrap(),
+        );
+        let graph = fan_out(false)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
+        graph.invoke(human(0), &cfg).await.unwrap_err();
+    }
+    fail.store(false, Ordering::SeqCst);
+    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap())
+        .allow_full_to_delta_migration();
+    let delta_graph = || async {
+        let saver = Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap());
+        fan_out(true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+    };
+    let out = delta_graph()
+        .await
+        .invoke(Input::Continue, &cfg)
+        .await
+        .unwrap();
+    let ids = |list: Option<&Vec<Message>>| {
+        list.unwrap()
+            .iter()
+            .map(|m| (m.content.text(), m.id.clone()))
+            .collect::<Vec<_>>()
+    };
+    let live = ids(out.values.get(&MESSAGES));
+    assert_eq!(live.len(), 3, "{live:?}");
+    assert!(live.iter().all(|(_, id)| id.is_some()), "{live:?}");
+    for _ in 0..2 {
+        let read = delta_graph().await.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(ids(read.values.get(&MESSAGES)), live);
+    }
+    let _ = std::fs::remove_file(&path);
+}
