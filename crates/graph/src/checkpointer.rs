@@ -176,6 +176,15 @@ pub trait Checkpointer: Send + Sync {
     fn stores_delta_messages(&self) -> bool {
         true
     }
+    /// The snapshot frequency the store records for its delta `messages` channel, which every
+    /// process sharing the store must use (kernel-spec R30); `None` (the default) when the store
+    /// records none. A run or `update_state` of a graph whose delta `messages` channel has
+    /// another frequency fails with
+    /// [`Error::SnapshotFrequencyMismatch`](crate::Error::SnapshotFrequencyMismatch) before it
+    /// writes anything.
+    fn messages_snapshot_frequency(&self) -> Option<u32> {
+        None
+    }
     /// All checkpoints of the thread, newest first.
     async fn list(&self, scope: &Scope) -> Result<Vec<CheckpointTuple>>;
     /// The ids of the thread's checkpoints older than `before` (all when `None`), newest first,

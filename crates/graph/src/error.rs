@@ -258,6 +258,19 @@ pub enum Error {
         /// The first delta channel of the graph.
         channel: String,
     },
+    /// The graph's delta `messages` channel snapshots at another frequency than the one the
+    /// store records, which every process sharing it must use (kernel-spec R30).
+    #[error(
+        "channel '{channel}' snapshots every {graph} updates, but the store records a snapshot frequency of {store}: declare the channel with {store} or open a store with {graph}"
+    )]
+    SnapshotFrequencyMismatch {
+        /// The channel.
+        channel: String,
+        /// The graph's frequency.
+        graph: u32,
+        /// The store's.
+        store: u32,
+    },
     /// [`RunConfig::metadata`](crate::RunConfig::metadata) sets a key the runtime writes itself
     /// (or one starting with `__` or `langgraph_`).
     #[error("metadata key '{key}' is reserved for the runtime")]
@@ -420,7 +433,9 @@ impl Error {
             }
             Self::Serialization { .. } => ErrorKind::Serialization,
             Self::Storage { .. } | Self::RunFailedUnstored { .. } => ErrorKind::Storage,
-            Self::Build(_) | Self::StoreModeMismatch { .. } => ErrorKind::Build,
+            Self::Build(_)
+            | Self::StoreModeMismatch { .. }
+            | Self::SnapshotFrequencyMismatch { .. } => ErrorKind::Build,
             Self::ThreadBusy { .. } => ErrorKind::Busy,
         }
     }

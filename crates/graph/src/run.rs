@@ -2990,18 +2990,27 @@ fn update_as_node(
 /// thread, not the cause. The store's mode is about `messages` (kernel-spec R26, R33): other
 /// delta channels are stored in either mode.
 fn check_store_mode(g: &Graph, cp: &dyn Checkpointer) -> Result<()> {
-    if cp.stores_delta_messages() {
-        return Ok(());
-    }
-    match g
+    let Some(s) = g
         .schema
         .specs()
         .find(|s| s.is_delta() && s.name() == "messages")
-    {
-        Some(s) => Err(Error::StoreModeMismatch {
+    else {
+        return Ok(());
+    };
+    if !cp.stores_delta_messages() {
+        return Err(Error::StoreModeMismatch {
             channel: s.name().to_owned(),
+        });
+    }
+    // Kernel-spec R30: the cadence is the graph's, but every process sharing the store must
+    // use the one it records, or reads replay more writes than that store's bound.
+    match (s.delta_frequency(), cp.messages_snapshot_frequency()) {
+        (Some(graph), Some(store)) if graph != store => Err(Error::SnapshotFrequencyMismatch {
+            channel: s.name().to_owned(),
+            graph,
+            store,
         }),
-        None => Ok(()),
+        _ => Ok(()),
     }
 }
 

@@ -743,6 +743,11 @@ impl Checkpointer for SaverCheckpointer {
         self.saver.store_config().mode == cp::ChannelMode::Delta
     }
 
+    fn messages_snapshot_frequency(&self) -> Option<u32> {
+        let config = self.saver.store_config();
+        (config.mode == cp::ChannelMode::Delta).then(|| config.snapshot_frequency.get())
+    }
+
     async fn list_ids(
         &self,
         scope: &Scope,

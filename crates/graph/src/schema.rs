@@ -601,6 +601,14 @@ impl ErasedSpec {
         matches!(self.kind, Kind::Delta { .. })
     }
 
+    /// The snapshot frequency of a delta channel.
+    pub(crate) fn delta_frequency(&self) -> Option<u32> {
+        match self.kind {
+            Kind::Delta { frequency, .. } => Some(frequency),
+            _ => None,
+        }
+    }
+
     /// Whether a stored checkpoint that gives this channel a version but no value is rebuilt
     /// from the thread's history: a delta channel, and an ordinary reducer channel too
     /// (runtime-spec §5.5, [1.2.22]: a thread written through a delta channel and read by a

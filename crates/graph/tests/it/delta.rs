@@ -3446,6 +3446,60 @@ async fn a_delta_graph_over_a_full_mode_store_is_refused_before_any_write() {
         .unwrap();
 }
 
+/// A graph whose delta `messages` channel snapshots at another frequency than the store records
+/// is refused before any write, as every process sharing a store must use its frequency
+/// (kernel-spec R30); the graph with the store's frequency runs. Before, it ran, and reads of
+/// its thread replayed up to its own frequency of writes.
+#[tokio::test]
+async fn a_delta_graph_with_another_snapshot_frequency_than_the_store_is_refused() {
+    use antler_checkpoint as cp;
+    use antler_graph::{Error, ErrorKind, SaverCheckpointer};
+    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(10).unwrap());
+    let saver: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(config));
+    let over = |f: u32| {
+        chat(f, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())))
+    };
+    let cfg = RunConfig::new("t");
+    let err = over(50).invoke(human(0), &cfg).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::SnapshotFrequencyMismatch { channel, graph: 50, store: 10 } if channel == "messages"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::Build);
+    let err = over(50)
+        .update_state(&cfg, human(0), Some("reply".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::SnapshotFrequencyMismatch { .. }),
+        "{err}"
+    );
+    assert!(
+        saver
+            .list(&cp::ListQuery::thread("t"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    over(10).invoke(human(0), &cfg).await.unwrap();
+    // The in-process checkpointer records no frequency: any graph runs on it.
+    for f in [3, 50] {
+        chat(f, true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(MemoryCheckpointer::new()))
+            .invoke(human(0), &cfg)
+            .await
+            .unwrap();
+    }
+}
+
 /// A full-mode graph that rebuilt `messages` from a delta thread's history stores the value at
 /// its first checkpoint: a fork of a checkpoint whose step wrote `messages` reads, cold, the
 /// state it forked (before, the fork kept the version without a value, and its walk replayed
