@@ -2659,6 +2659,22 @@ pub(crate) async fn history(
         // empty page read from the store would look emptied by a concurrent delete).
         return Ok(Vec::new());
     }
+    if let Some(id) = &cfg.checkpoint_id {
+        // A config that names a checkpoint lists only it, as the reference's savers filter
+        // `list` by the config's checkpoint id: the one snapshot `get_state` gives for it,
+        // when it exists and passes `before` and the filter.
+        if query.before.as_ref().is_some_and(|b| id >= b) {
+            return Ok(Vec::new());
+        }
+        let Some(t) = cp.get_tuple(&scope, Some(id)).await? else {
+            return Ok(Vec::new());
+        };
+        if !metadata_matches(&t, &query.filter) {
+            return Ok(Vec::new());
+        }
+        let snapshot = get_state(g, cp, &crate::compiled::HotCache::default(), cfg).await?;
+        return Ok(snapshot.into_iter().collect());
+    }
     // Newest first, as returned. With a filter, every checkpoint read is rebuilt (a match's
     // parent that does not match still lets the match continue its delta channels instead
     // of walking history) and only the matches are returned (`wanted`).

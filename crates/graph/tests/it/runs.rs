@@ -702,3 +702,48 @@ async fn a_run_after_deleting_the_newest_run_does_not_reuse_its_versions() {
     drop((graph, fresh, saver));
     let _ = std::fs::remove_file(&path);
 }
+
+/// A config that names a checkpoint lists only it, as the reference's savers filter `list` by
+/// the config's checkpoint id: the entry the whole history has for it, or nothing when it is
+/// unknown, at or after `before`, or does not pass the filter. Before 2026-12-02 the whole
+/// thread came back.
+#[tokio::test]
+async fn a_history_of_a_config_naming_a_checkpoint_lists_only_it() {
+    use antler_graph::{CheckpointId, HistoryQuery, MemoryCheckpointer};
+    let saver: Arc<dyn cp::Saver> = Arc::new(
+        cp::SqliteSaver::open(":memory:", cp::StoreConfig::full())
+            .await
+            .unwrap(),
+    );
+    let in_process = stored_in(Arc::new(MemoryCheckpointer::new()));
+    for graph in [over(saver), in_process] {
+        for run in ["r1", "r2"] {
+            graph
+                .invoke(input(run), &RunConfig::new("t").with_run_id(run))
+                .await
+                .unwrap();
+        }
+        let all = graph.get_state_history(&RunConfig::new("t")).await.unwrap();
+        assert_eq!(all.len(), 6);
+        let (newer, one) = (&all[1], &all[2]);
+        let at = RunConfig::new("t").with_checkpoint(one.checkpoint_id.clone());
+        let listed = graph.get_state_history(&at).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(format!("{:?}", listed[0]), format!("{one:?}"));
+        let q = |q: HistoryQuery| {
+            let (graph, at) = (&graph, &at);
+            async move { graph.get_state_history_with(at, &q).await.unwrap().len() }
+        };
+        assert_eq!(q(HistoryQuery::default().filter("run_id", "r1")).await, 0);
+        assert_eq!(q(HistoryQuery::default().filter("run_id", "r2")).await, 1);
+        let before = |s: &antler_graph::StateSnapshot| {
+            HistoryQuery::default().before(s.checkpoint_id.clone())
+        };
+        assert_eq!(q(before(one)).await, 0);
+        assert_eq!(q(before(newer)).await, 1);
+        assert_eq!(q(HistoryQuery::limit(0)).await, 0);
+        let unknown = RunConfig::new("t")
+            .with_checkpoint(CheckpointId::new("1f0c0000-0000-6000-8000-000000000000"));
+        assert!(graph.get_state_history(&unknown).await.unwrap().is_empty());
+    }
+}
