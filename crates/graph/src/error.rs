@@ -207,6 +207,11 @@ pub enum Error {
         /// The thread.
         thread: String,
     },
+    /// [`RunConfig::recursion_limit`](crate::RunConfig::recursion_limit) is zero.
+    ///
+    /// The text reproduces the reference's.
+    #[error("recursion_limit must be at least 1")]
+    InvalidRecursionLimit,
     /// A `Command` given as input carries no update, goto or resume value.
     ///
     /// The text reproduces the reference's `EmptyInputError`.
@@ -417,6 +422,7 @@ impl Error {
             Self::NodePanicked { .. } => ErrorKind::Node,
             Self::Reducer { .. } => ErrorKind::Reducer,
             Self::EmptyInput { .. }
+            | Self::InvalidRecursionLimit
             | Self::EmptyCommand
             | Self::AmbiguousResume { .. }
             | Self::SendOverQueuedPackets { .. }

@@ -1348,6 +1348,12 @@ async fn run_inner(
 ) -> Result<(RunOutcome, Option<(CheckpointId, Live)>)> {
     let thread = &cfg.thread_id;
     let scope = &cfg.scope();
+    // Refused before anything is read or stored, as the reference refuses it: with no step
+    // allowed, the input checkpoint and the first step's would be stored before the limit
+    // error.
+    if cfg.recursion_limit < 1 {
+        return Err(Error::InvalidRecursionLimit);
+    }
     // A command that asks for nothing is refused before anything is read or stored, as the
     // reference refuses it (a resume map counts, even an empty one; one addressed to the
     // parent fails as such below).

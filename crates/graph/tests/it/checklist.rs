@@ -778,6 +778,27 @@ async fn recursion_limit_error_after_limit_steps() {
     );
 }
 
+/// A recursion limit of zero is refused as the reference refuses it, before anything is read
+/// or stored (before 2026-12-02 the input checkpoint and the first step's were stored, then the
+/// run failed with `RecursionLimit`).
+#[tokio::test]
+async fn a_zero_recursion_limit_is_refused_before_anything_is_stored() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t").with_recursion_limit(0);
+    let err = graph.invoke(Update::new(), &cfg).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidRecursionLimit), "{err}");
+    assert_eq!(err.kind(), antler_graph::ErrorKind::Input);
+    assert_eq!(err.to_string(), "recursion_limit must be at least 1");
+    assert!(graph.get_state_history(&cfg).await.unwrap().is_empty());
+    graph
+        .invoke(Update::new(), &RunConfig::new("t"))
+        .await
+        .unwrap();
+}
+
 /// A resume value serves the step the run resumes (runtime-spec §2.3: pending writes, the
 /// NULL task's resume value among them, are cleared after the first step): resuming past a
 /// static breakpoint with a value must not answer an `interrupt` a later step raises.
@@ -1690,6 +1711,27 @@ async fn owned_reducer_updates_in_place_without_cloning_the_value() {
         0,
         "no clone of the accumulated value"
     );
+}
+
+/// A `Command` (update or goto, no resume value) on a thread with nothing stored is
+/// `EmptyInput` and stores nothing: a command acts on a checkpoint. The reference runs it (its
+/// `__start__` task applies the update, which its NULL-task writes apply once more), a
+/// deliberate difference (docs/super-step.md).
+#[tokio::test]
+async fn a_command_on_a_fresh_thread_is_empty_input_and_stores_nothing() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    for cmd in [
+        antler_graph::Command::new().update(Update::new().set(&LOG, vec!["x".to_owned()])),
+        antler_graph::Command::new().goto("a"),
+    ] {
+        let err = graph.invoke(cmd, &cfg).await.unwrap_err();
+        assert!(matches!(err, Error::EmptyInput { .. }), "{err}");
+    }
+    assert!(graph.get_state_history(&cfg).await.unwrap().is_empty());
 }
 
 /// §2.2: an empty value input is an input (the reference's `map_input` writes `{}` to
