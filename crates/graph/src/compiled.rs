@@ -1080,7 +1080,8 @@ impl CompiledGraph {
         Ok(Some(at))
     }
 
-    /// Every checkpoint of the thread, newest first (all branches).
+    /// Every checkpoint of the thread, newest first (all branches); only the named one when
+    /// `config` names a checkpoint, as the reference's savers list.
     ///
     /// Each snapshot holds its whole state, so the whole history of a long thread is large;
     /// [`get_state_history_with`](Self::get_state_history_with) reads a page of it.
@@ -1099,6 +1100,9 @@ impl CompiledGraph {
     /// be short without being the last: a checkpoint deleted between listing and reading it
     /// is left out; an empty page is checked against the store and read again while older
     /// checkpoints remain, up to 16 reads, then [`Error::Storage`]).
+    ///
+    /// A config that names a checkpoint selects only it: the one snapshot
+    /// [`get_state`](Self::get_state) gives for it, when it exists and passes `query`.
     ///
     /// A subgraph's namespace is handed to that subgraph, as for [`get_state`](Self::get_state).
     pub async fn get_state_history_with(

@@ -257,7 +257,7 @@ async fn a_command_before_a_subgraph_forks_the_subgraph_too() {
 
     // The branch starts with a fork whose subgraph task has another id, so another namespace;
     // the original task's subgraph checkpoints are untouched.
-    let branch_history = cold.get_state_history(&head).await.unwrap();
+    let branch_history = cold.get_state_history(&cfg).await.unwrap();
     let fork = branch_history
         .iter()
         .find(|s| s.source == Source::Fork)
