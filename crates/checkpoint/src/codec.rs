@@ -1,7 +1,8 @@
 //! The stored byte formats (see `docs/checkpoint-format.md`).
 //!
 //! Every stored payload starts with a one-byte format tag (kind and version)
-//! and a four-byte checksum (the low 32 bits of xxh3-64 over tag and body), so a
+//! and a four-byte checksum (the low 32 bits of xxh3-64 of the body, with the tag mixed in
+//! after hashing), so a
 //! flipped or truncated byte is reported as corruption instead of decoding
 //! into a wrong value. The bodies are compact binary: LEB128 varints,
 //! length-prefixed strings, 16-byte checkpoint ids.

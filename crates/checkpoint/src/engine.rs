@@ -1708,10 +1708,11 @@ impl<B: Backend> Engine<B> {
 
     /// Encodes values under the thread's message index, commits with `commit`, then updates the index.
     ///
-    /// `commit` gets the encoded values, the new message rows, and the runs of already stored
-    /// message bodies the values reference (the backend checks they still exist, so a body
-    /// another process deleted is a conflict, never a dangling reference). On a conflict the
-    /// index is reloaded from the store and the commit is tried once more.
+    /// `commit` gets the encoded values, the new message rows, and the [`IndexGuard`] of the
+    /// index that numbered them: the backend checks the thread's epoch against it in the
+    /// commit's transaction, so bodies another process deleted, collected or copied onto since
+    /// the index was loaded are a conflict, never a dangling or wrong reference. On a conflict
+    /// the index is reloaded from the store and the commit is tried once more.
     async fn with_messages<T, F, Fut>(
         &self,
         thread: &ThreadId,

@@ -1080,7 +1080,16 @@ impl Backend for SqliteBackend {
                 .prepare_cached("SELECT seq, body FROM messages WHERE thread_id = ?1 ORDER BY seq")
                 .and_then(|mut s| {
                     s.query_map([&thread], |r| {
-                        Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                        // A body stored as another type than a blob is damaged: it is kept
+                        // as no bytes, which fail the body check, so that it is neither
+                        // offered for reuse nor fails the whole list (the index load, and
+                        // with it every message write to the thread). Reads of it still
+                        // fail on its type.
+                        let body = match r.get_ref(1)? {
+                            rusqlite::types::ValueRef::Blob(b) => b.to_vec(),
+                            _ => Vec::new(),
+                        };
+                        Ok((r.get::<_, i64>(0)?, body))
                     })
                     .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
                 })

@@ -990,6 +990,31 @@ fn a_damaged_old_body_does_not_block_new_writes() {
     });
 }
 
+/// The same for a body stored as another type than a blob (text here): the index load takes
+/// its number and does not offer it for reuse. Before, the load failed with `DamagedColumn`,
+/// and with it every later message write to the thread.
+#[test]
+fn a_body_of_another_type_does_not_block_new_writes() {
+    antler_checkpoint::testing::block_on(async {
+        let path = crate::temp_db("corrupt", "text-body.db");
+        let config = StoreConfig::delta(SnapshotFrequency::new(F).unwrap());
+        let old = {
+            let saver = SqliteSaver::open(&path, config).await.unwrap();
+            put_list(&saver, "t", 1, &[msg("1"), msg("2")]).await
+        };
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute("UPDATE messages SET body = 'x' WHERE seq = 1", [])
+            .unwrap();
+        let saver = SqliteSaver::open(&path, config).await.unwrap();
+        let list = [msg("1"), msg("2"), msg("3")];
+        let new = put_list(&saver, "t", 2, &list).await;
+        assert_eq!(read(&saver, &new).await.unwrap(), list);
+        let err = read(&saver, &old).await.unwrap_err();
+        assert!(err.kind() == ErrorKind::Corrupt, "{err}");
+    });
+}
+
 fn msg(id: &str) -> Message {
     Message::human(format!("text of {id}")).with_id(id)
 }
