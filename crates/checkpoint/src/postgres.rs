@@ -187,6 +187,38 @@ fn pg_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> E
     move |e| Error::backend(context, e)
 }
 
+/// The value of `key` in rows of `(key, value)` text pairs (the store's recorded
+/// configuration).
+fn config_value(rows: &[tokio_postgres::Row], key: &str) -> Result<Option<String>> {
+    for r in rows {
+        if r.col::<&str>(0)? == key {
+            return r.col::<String>(1).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// Column reads that fail with a typed error where `Row::get` panics: a column of another type
+/// than the schema gives it (a table altered by hand), or text a database whose encoding is
+/// `SQL_ASCII` holds as bytes that are not UTF-8.
+trait Col {
+    /// Column `i`, converted to `T`; [`Error::DamagedColumn`] naming the column when it does
+    /// not convert.
+    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, i: usize) -> Result<T>;
+}
+
+impl Col for tokio_postgres::Row {
+    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, i: usize) -> Result<T> {
+        self.try_get(i).map_err(|e| {
+            let name = self.columns().get(i).map_or("?", |c| c.name());
+            Error::DamagedColumn {
+                context: "postgres".into(),
+                detail: format!("column {i} ({name}): {e}"),
+            }
+        })
+    }
+}
+
 fn pool_err(context: impl Into<String>) -> impl FnOnce(deadpool_postgres::PoolError) -> Error {
     move |e| Error::backend(context, e)
 }
@@ -509,7 +541,9 @@ impl PgBackend {
             .query_opt(&st, &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx))?;
-        row.map_or(Ok(0), |r| u64_of(thread.as_str(), r.get(0), "thread epoch"))
+        row.map_or(Ok(0), |r| {
+            u64_of(thread.as_str(), r.col(0)?, "thread epoch")
+        })
     }
 
     /// After a put that waited for a delete or copy of its thread (see `put`'s `RETURNING`):
@@ -588,7 +622,9 @@ impl PgBackend {
             )
             .await
             .map_err(pg_err(ctx))?;
-        row.map_or(Ok(0), |r| u64_of(thread.as_str(), r.get(0), "thread epoch"))
+        row.map_or(Ok(0), |r| {
+            u64_of(thread.as_str(), r.col(0)?, "thread epoch")
+        })
     }
 
     /// The error of a write statement that divided by zero: a stale index when the thread's
@@ -750,7 +786,7 @@ impl PgBackend {
             .await
             .map_err(pg_err(ctx))?;
         rows.iter()
-            .map(|r| id_from(thread.as_str(), r.get(0)))
+            .map(|r| id_from(thread.as_str(), r.col(0)?))
             .collect()
     }
 
@@ -763,16 +799,16 @@ impl PgBackend {
 }
 
 fn to_row(r: &tokio_postgres::Row) -> Result<CheckpointRow> {
-    let thread: String = r.get(4);
-    let id: &[u8] = r.get(0);
-    let parent: Option<&[u8]> = r.get(1);
+    let thread: String = r.col(4)?;
+    let id: &[u8] = r.col(0)?;
+    let parent: Option<&[u8]> = r.col(1)?;
     let id = id_from(&thread, id)?;
     Ok(CheckpointRow {
         id,
         parent: parent.map(|p| parent_from(&thread, id, p)).transpose()?,
-        record: r.get(2),
-        metadata: r.get(3),
-        ns: CheckpointNs::new(r.get::<_, String>(5)),
+        record: r.col(2)?,
+        metadata: r.col(3)?,
+        ns: CheckpointNs::new(r.col::<String>(5)?),
         thread_id: ThreadId::new(thread),
     })
 }
@@ -911,8 +947,8 @@ fn union_row(
     thread: &ThreadId,
     ns: &CheckpointNs,
 ) -> Result<CheckpointRow> {
-    let parent: Option<&[u8]> = r.get(2);
-    let id = id_from(thread.as_str(), r.get(1))?;
+    let parent: Option<&[u8]> = r.col(2)?;
+    let id = id_from(thread.as_str(), r.col(1)?)?;
     Ok(CheckpointRow {
         thread_id: thread.clone(),
         ns: ns.clone(),
@@ -920,8 +956,8 @@ fn union_row(
         parent: parent
             .map(|p| parent_from(thread.as_str(), id, p))
             .transpose()?,
-        record: r.get(3),
-        metadata: r.get(4),
+        record: r.col(3)?,
+        metadata: r.col(4)?,
     })
 }
 
@@ -938,13 +974,13 @@ fn head_rows(
     let mut writes = Vec::new();
     let mut chain = Vec::new();
     for r in rows {
-        match r.get::<_, i16>(0) {
+        match r.col::<i16>(0)? {
             0 => {
-                epoch = u64_of(thread.as_str(), r.get(6), "thread epoch")?;
+                epoch = u64_of(thread.as_str(), r.col(6)?, "thread epoch")?;
                 row = Some(union_row(r, thread, ns)?);
             }
             1 => writes.push(r),
-            _ => chain.push((r.get::<_, i64>(6), union_row(r, thread, ns)?)),
+            _ => chain.push((r.col::<i64>(6)?, union_row(r, thread, ns)?)),
         }
     }
     let Some(row) = row else {
@@ -952,15 +988,17 @@ fn head_rows(
     };
     let writes = writes
         .into_iter()
-        .map(|r| WriteRow {
-            checkpoint_id: row.id,
-            task_id: TaskId::new(r.get::<_, String>(5)),
-            idx: r.get::<_, i64>(6),
-            channel: ChannelName::new(r.get::<_, String>(7)),
-            task_path: TaskPath::new(r.get::<_, String>(8)),
-            value: r.get::<_, Vec<u8>>(9),
+        .map(|r| {
+            Ok(WriteRow {
+                checkpoint_id: row.id,
+                task_id: TaskId::new(r.col::<String>(5)?),
+                idx: r.col::<i64>(6)?,
+                channel: ChannelName::new(r.col::<String>(7)?),
+                task_path: TaskPath::new(r.col::<String>(8)?),
+                value: r.col::<Vec<u8>>(9)?,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     // UNION ALL keeps no order: the walk's depth puts the ancestors nearest first.
     chain.sort_by_key(|(depth, _)| *depth);
     Ok(Some(HeadChain {
@@ -988,9 +1026,13 @@ async fn read_blobs(
     rows.iter()
         .map(|r| {
             Ok(BlobRow {
-                channel: ChannelName::new(r.get::<_, String>(0)),
-                version: ChannelVersion::new(u64_of(thread.as_str(), r.get(1), "channel version")?),
-                data: r.get(2),
+                channel: ChannelName::new(r.col::<String>(0)?),
+                version: ChannelVersion::new(u64_of(
+                    thread.as_str(),
+                    r.col(1)?,
+                    "channel version",
+                )?),
+                data: r.col(2)?,
             })
         })
         .collect()
@@ -1024,13 +1066,17 @@ async fn read_checkpoint_blobs(
     let mut row = None;
     let mut blobs = Vec::new();
     for r in &rows {
-        if r.get::<_, i16>(0) == 0 {
+        if r.col::<i16>(0)? == 0 {
             row = Some(union_row(r, thread, ns)?);
         } else {
             blobs.push(BlobRow {
-                channel: ChannelName::new(r.get::<_, String>(5)),
-                version: ChannelVersion::new(u64_of(thread.as_str(), r.get(6), "channel version")?),
-                data: r.get(4),
+                channel: ChannelName::new(r.col::<String>(5)?),
+                version: ChannelVersion::new(u64_of(
+                    thread.as_str(),
+                    r.col(6)?,
+                    "channel version",
+                )?),
+                data: r.col(4)?,
             });
         }
     }
@@ -1073,20 +1119,20 @@ async fn read_bodies(
         .await
         .map_err(pg_err(ctx.clone()))?
     {
-        let seq: i64 = r.get(0);
+        let seq: i64 = r.col(0)?;
         if seq == EPOCH_ROW {
             // Not eight bytes (never from this statement): unknown, which readers treat as
             // a moved epoch.
-            epoch = <[u8; 8]>::try_from(r.get::<_, &[u8]>(1))
+            epoch = <[u8; 8]>::try_from(r.col::<&[u8]>(1)?)
                 .ok()
                 .and_then(|b| u64::try_from(i64::from_be_bytes(b)).ok());
             continue;
         }
         let seq = u64_of(thread.as_str(), seq, "message sequence")?;
         out.push(if seeding {
-            BodyRow::check_hashed(seq, r.get(1))
+            BodyRow::check_hashed(seq, r.col(1)?)
         } else {
-            BodyRow::check(seq, r.get(1))
+            BodyRow::check(seq, r.col(1)?)
         });
     }
     Ok(BodyRead { rows: out, epoch })
@@ -1237,15 +1283,11 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(pg_err("postgres: reading store configuration"))?;
-        let get = |k: &str| {
-            rows.iter()
-                .find(|r| r.get::<_, &str>(0) == k)
-                .map(|r| r.get::<_, String>(1))
-        };
-        let (mode, freq) = (get("channel_mode"), get("snapshot_frequency"));
+        let get = |k: &str| config_value(&rows, k);
+        let (mode, freq) = (get("channel_mode")?, get("snapshot_frequency")?);
         let (Some(mode), Some(freq)) = (mode.clone(), freq.clone()) else {
             // A new store records its configuration before its first checkpoint.
-            if get("").is_some() {
+            if get("")?.is_some() {
                 return Err(crate::engine::config_damaged(
                     mode.as_deref(),
                     freq.as_deref(),
@@ -1274,12 +1316,11 @@ impl Backend for PgBackend {
             .query(&self.sql("SELECT key, value FROM {s}.antler_meta WHERE key IN ('channel_mode', 'snapshot_frequency')"), &[])
             .await
             .map_err(pg_err(ctx))?;
-        let get = |k: &str| {
-            rows.iter()
-                .find(|r| r.get::<_, &str>(0) == k)
-                .map(|r| r.get::<_, String>(1))
-        };
-        if !crate::engine::config_is(&(get("channel_mode"), get("snapshot_frequency")), expected) {
+        let get = |k: &str| config_value(&rows, k);
+        if !crate::engine::config_is(
+            &(get("channel_mode")?, get("snapshot_frequency")?),
+            expected,
+        ) {
             return Ok(());
         }
         let sql = self.sql("INSERT INTO {s}.antler_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value");
@@ -1441,12 +1482,12 @@ impl Backend for PgBackend {
         rows.iter()
             .map(|r| {
                 Ok(WriteRow {
-                    checkpoint_id: id_from(thread.as_str(), r.get(0))?,
-                    task_id: TaskId::new(r.get::<_, String>(1)),
-                    idx: r.get(2),
-                    channel: ChannelName::new(r.get::<_, String>(3)),
-                    task_path: TaskPath::new(r.get::<_, String>(4)),
-                    value: r.get(5),
+                    checkpoint_id: id_from(thread.as_str(), r.col(0)?)?,
+                    task_id: TaskId::new(r.col::<String>(1)?),
+                    idx: r.col(2)?,
+                    channel: ChannelName::new(r.col::<String>(3)?),
+                    task_path: TaskPath::new(r.col::<String>(4)?),
+                    value: r.col(5)?,
                 })
             })
             .collect()
@@ -1558,7 +1599,7 @@ impl Backend for PgBackend {
             .query_one(&st, &[&thread.as_str()])
             .await
             .map_err(pg_err(ctx))?;
-        Ok(u64_of(thread.as_str(), row.get(0), "message sequence")?.saturating_add(1))
+        Ok(u64_of(thread.as_str(), row.col(0)?, "message sequence")?.saturating_add(1))
     }
 
     async fn all_messages(&self, thread: &ThreadId) -> Result<Vec<MessageRow>> {
@@ -1576,8 +1617,8 @@ impl Backend for PgBackend {
             .iter()
             .map(|r| {
                 Ok(MessageRow {
-                    seq: u64_of(thread.as_str(), r.get(0), "message sequence")?,
-                    body: r.get(1),
+                    seq: u64_of(thread.as_str(), r.col(0)?, "message sequence")?,
+                    body: r.col(1)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -1597,7 +1638,7 @@ impl Backend for PgBackend {
             .await?;
         let mut out = rows
             .iter()
-            .map(|r| u64_of(thread.as_str(), r.get(0), "message sequence"))
+            .map(|r| u64_of(thread.as_str(), r.col(0)?, "message sequence"))
             .collect::<Result<Vec<_>>>()?;
         out.sort_unstable();
         Ok(out)
@@ -1742,7 +1783,7 @@ impl Backend for PgBackend {
             )
             .await;
         match result {
-            Ok(row) => Ok(row.get(0)),
+            Ok(row) => Ok(row.col(0)?),
             Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => {
                 // The epoch is checked before the checkpoint here (lock order); the other
                 // savers report a missing checkpoint first, and so does this one.
@@ -1832,10 +1873,9 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(pg_err(ctx))?;
-        Ok(rows
-            .iter()
-            .map(|r| ThreadId::new(r.get::<_, String>(0)))
-            .collect())
+        rows.iter()
+            .map(|r| Ok(ThreadId::new(r.col::<String>(0)?)))
+            .collect()
     }
 
     async fn version_mark(&self, thread: &ThreadId, ns: &CheckpointNs) -> Result<Option<u64>> {
@@ -1849,8 +1889,11 @@ impl Backend for PgBackend {
             .query_opt(&st, &[&thread.as_str(), &ns.as_str()])
             .await
             .map_err(pg_err(ctx))?;
-        row.and_then(|r| r.get::<_, Option<i64>>(0))
-            .map(|m| u64_of(thread.as_str(), m, "version mark"))
+        let mark = match row {
+            Some(r) => r.col::<Option<i64>>(0)?,
+            None => None,
+        };
+        mark.map(|m| u64_of(thread.as_str(), m, "version mark"))
             .transpose()
     }
 
@@ -1961,7 +2004,7 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(deadlock_or(target, ctx.clone()))?
-            .get(0);
+            .col(0)?;
         if collides {
             return Err(crate::engine::body_collision(source, target));
         }
@@ -1976,7 +2019,7 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(deadlock_or(target, ctx.clone()))?
-            .get(0);
+            .col(0)?;
         if clashes {
             return Err(crate::engine::blob_collision(source, target));
         }
@@ -1999,7 +2042,7 @@ impl Backend for PgBackend {
                 .query_one(&self.sql(sql), &[&source.as_str(), &target.as_str()])
                 .await
                 .map_err(deadlock_or(target, ctx.clone()))?
-                .get(0);
+                .col(0)?;
             if differs {
                 return Err(crate::engine::row_collision(source, target, what));
             }
@@ -2085,9 +2128,9 @@ impl Backend for PgBackend {
         rows.iter()
             .map(|r| {
                 Ok((
-                    CheckpointNs::new(r.get::<_, String>(0)),
-                    ChannelName::new(r.get::<_, String>(1)),
-                    ChannelVersion::new(u64_of(thread.as_str(), r.get(2), "channel version")?),
+                    CheckpointNs::new(r.col::<String>(0)?),
+                    ChannelName::new(r.col::<String>(1)?),
+                    ChannelVersion::new(u64_of(thread.as_str(), r.col(2)?, "channel version")?),
                 ))
             })
             .collect()
@@ -2163,7 +2206,7 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(pg_err(ctx))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(|r| r.col(0)).collect()
     }
 
     async fn all_blob_values(&self, thread: &ThreadId) -> Result<Vec<Vec<u8>>> {
@@ -2177,7 +2220,7 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(pg_err(ctx))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(|r| r.col(0)).collect()
     }
 
     async fn delete_messages(&self, thread: &ThreadId, seqs: &[u64]) -> Result<()> {
@@ -2202,7 +2245,11 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(pg_err(ctx.clone()))?;
-        let seqs = unreferenced(seqs, payloads.iter().map(|r| r.get::<_, &[u8]>(0)))
+        let payloads = payloads
+            .iter()
+            .map(|r| r.col::<&[u8]>(0))
+            .collect::<Result<Vec<_>>>()?;
+        let seqs = unreferenced(seqs, payloads)
             .into_iter()
             .map(|s| i64_of(s, "message sequence"))
             .collect::<Result<Vec<_>>>()?;
@@ -2264,14 +2311,14 @@ impl Backend for PgBackend {
             .await
             .map_err(pg_err(ctx.clone()))?;
         let row = one_row(&rows, &ctx)?;
-        let u = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+        let u = |i: usize| Ok(u64::try_from(row.col::<i64>(i)?).unwrap_or(0));
         Ok(StorageStats {
-            checkpoint_bytes: u(0),
-            metadata_bytes: u(1),
-            blob_bytes: u(2),
-            write_bytes: u(3),
-            message_bytes: u(4),
-            rows: u(5),
+            checkpoint_bytes: u(0)?,
+            metadata_bytes: u(1)?,
+            blob_bytes: u(2)?,
+            write_bytes: u(3)?,
+            message_bytes: u(4)?,
+            rows: u(5)?,
         })
     }
 }
@@ -2425,7 +2472,7 @@ impl PostgresSaver {
             .await
             .map_err(pg_err(ctx.clone()))?;
         let row = one_row(&rows, &ctx)?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        Ok(u64::try_from(row.col::<i64>(0)?).unwrap_or(0))
     }
 }
 
@@ -2562,7 +2609,7 @@ impl PgBackend {
             .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
             .await
             .map_err(pg_err(ctx))?
-            .get(0);
+            .col(0)?;
         if !exists {
             return Ok(());
         }
@@ -2573,12 +2620,9 @@ impl PgBackend {
             )
             .await
             .map_err(pg_err(ctx))?;
-        let get = |k: &str| {
-            rows.iter()
-                .find(|r| r.get::<_, &str>(0) == k)
-                .map(|r| r.get::<_, String>(1))
-        };
-        let (Some(mode), Some(frequency)) = (get("channel_mode"), get("snapshot_frequency")) else {
+        let get = |k: &str| config_value(&rows, k);
+        let (Some(mode), Some(frequency)) = (get("channel_mode")?, get("snapshot_frequency")?)
+        else {
             return Ok(());
         };
         let Ok(stored) = crate::engine::parse_config(&mode, &frequency) else {
@@ -2611,10 +2655,10 @@ impl PgBackend {
             .await
             .map_err(pg_err(ctx))?
         {
-            if let Ok(m) = crate::codec::decode_metadata(r.get(1))
+            if let Ok(m) = crate::codec::decode_metadata(r.col(1)?)
                 && let Some(run) = m.run_id
             {
-                pairs.insert((run.as_str().to_owned(), r.get::<_, String>(0)));
+                pairs.insert((run.as_str().to_owned(), r.col::<String>(0)?));
             }
         }
         let (runs, threads): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
@@ -2653,7 +2697,7 @@ impl PgBackend {
             .await
             .map_err(pg_err(ctx))?
         {
-            fold.add(r.get(0), r.get(1), r.get(2), r.get(3));
+            fold.add(r.col(0)?, r.col(1)?, r.col(2)?, r.col(3)?);
         }
         let stored = tx
             .query(
@@ -2670,7 +2714,7 @@ impl PgBackend {
             .await
             .map_err(pg_err(ctx))?;
         for r in &stored {
-            fold.stored(r.get(0), r.get(1), r.get(2));
+            fold.stored(r.col(0)?, r.col(1)?, r.col(2)?);
         }
         let marks = fold.finish();
         let mut threads = Vec::with_capacity(marks.len());
@@ -2719,7 +2763,7 @@ impl PgBackend {
             )
             .await
             .map_err(pg_err("postgres: looking for the schema version table"))?
-            .get(0);
+            .col(0)?;
         if !exists {
             tx.batch_execute(&self.sql("CREATE SCHEMA IF NOT EXISTS {s}; CREATE TABLE IF NOT EXISTS {s}.antler_migrations (v BIGINT PRIMARY KEY)"))
                 .await
@@ -2732,7 +2776,7 @@ impl PgBackend {
             )
             .await
             .map_err(pg_err("postgres: reading schema version"))?
-            .get(0);
+            .col(0)?;
         if current > POSTGRES_SCHEMA_VERSION {
             return Err(Error::SchemaTooNew {
                 found: current,

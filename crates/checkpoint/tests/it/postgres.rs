@@ -944,3 +944,63 @@ fn a_foreign_checkpoints_table_is_not_adopted() {
         task.abort();
     });
 }
+
+/// A column whose type is not the one the schema gives it (a table altered by hand) is a typed
+/// `DamagedColumn` error naming the column, where reading it used to panic.
+#[test]
+fn a_column_of_another_type_is_a_typed_error_not_a_panic() {
+    use antler_checkpoint::{
+        Blob, ChannelVersions, Checkpoint, CheckpointConfig, CheckpointMetadata, ErrorKind, Saver,
+        StoreConfig, TaskId, TaskPath,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh(StoreConfig::full()).await else {
+            return;
+        };
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions.insert("a".into(), 1.into());
+        cp.channel_values
+            .insert("a".into(), Blob::json(&serde_json::json!(1)).unwrap());
+        let versions: ChannelVersions = cp.channel_versions.clone();
+        let at = saver
+            .put(
+                &CheckpointConfig::latest("t"),
+                cp,
+                CheckpointMetadata::default(),
+                &versions,
+            )
+            .await
+            .unwrap();
+        saver
+            .put_writes(
+                &at,
+                vec![("a".into(), Blob::json(&serde_json::json!(2)).unwrap())],
+                &TaskId::new("task"),
+                &TaskPath::new("~0"),
+            )
+            .await
+            .unwrap();
+        let (client, task) = connect(&options.url).await;
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE \"{}\".writes ALTER COLUMN task_path TYPE bytea USING convert_to(task_path, 'UTF8')",
+                options.schema
+            ))
+            .await
+            .unwrap();
+        let reopened = PostgresSaver::connect(options.clone(), StoreConfig::full())
+            .await
+            .unwrap();
+        // `list` reads writes with a plain statement (`get_tuple`'s union of checkpoint and
+        // write rows fails in the server on the mixed types, a `Backend` error).
+        let err = reopened
+            .list(&antler_checkpoint::ListQuery::thread("t"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("task_path"), "{err}");
+        drop(client);
+        task.abort();
+        saver.drop_schema().await.unwrap();
+    });
+}
