@@ -1500,10 +1500,16 @@ async fn run_inner(
     let stale_answers = pending
         .iter()
         .any(|w| w.channel == RESUME || w.channel == INTERRUPT);
+    // A subgraph task re-run in place would find its namespace (named by its task id) holding
+    // its earlier run, and return or continue that instead of running the subgraph again.
+    let reruns_subgraph = loaded_tasks
+        .iter()
+        .any(|t| g.subgraphs.contains_key(&g.nodes[t.node].id));
     let fork_saved = replay
         && !(loaded_is_newest
             && matches!(meta_source, Some(Source::Update | Source::Fork))
-            && !stale_answers);
+            && !stale_answers
+            && !reruns_subgraph);
     if replay || matches!(input, Input::Values(_)) {
         // Pending writes of the loaded checkpoint that this run will not apply.
         force_unreplayed(g, &mut live, &pending);

@@ -1043,3 +1043,73 @@ async fn nodes_see_the_runs_thread_and_run_id() {
         assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "other/none"]));
     }
 }
+
+/// A replay of the newest checkpoint when it came from an update (which re-runs its tasks
+/// under the same ids when nothing else forces a fork) saves a fork when a task is a subgraph:
+/// in place, the subgraph's namespace (named by its task id) still holds its earlier run,
+/// which the task would return, or continue, instead of running the subgraph again. Before
+/// 2026-12-02 the replay returned the earlier run's values without running the subgraph.
+#[tokio::test]
+async fn a_replay_in_place_runs_a_subgraph_task_again() {
+    use antler_graph::{Input, NodeError, NodeId};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let agent_runs = Arc::new(AtomicUsize::new(0));
+    let checker_runs = Arc::new(AtomicUsize::new(0));
+    let mut inner = graph();
+    let runs = agent_runs.clone();
+    inner.add_node("agent", move |_s: State, _c| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(Update::new().set(&LOG, log(&[&format!("agent-{n}")]))) }
+    });
+    inner
+        .add_edge("__start__", "agent")
+        .add_edge("agent", "__end__");
+    let mut outer = StateGraph::new();
+    outer.channel(&LOG, ChannelSpec::last_value()).unwrap();
+    outer.add_subgraph("sub", inner.compile().unwrap());
+    let runs = checker_runs.clone();
+    outer.add_node("checker", move |_s: State, _c| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                return Err(NodeError::failed(std::io::Error::other(
+                    "checker fails once",
+                )));
+            }
+            Ok(Update::new())
+        }
+    });
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("__start__", "checker")
+        .add_edge("sub", "__end__")
+        .add_edge("checker", "__end__");
+    let graph = outer
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    // U: an update that leaves `sub` and `checker` next.
+    let u = graph
+        .update_state(
+            &cfg,
+            Update::new().set(&LOG, log(&["seed"])),
+            Some(NodeId::new("__start__")),
+        )
+        .await
+        .unwrap();
+    // The subgraph finishes (its result stored on U), the checker fails: U stays the newest.
+    assert!(graph.invoke(Input::Continue, &cfg).await.is_err());
+    assert_eq!(agent_runs.load(Ordering::SeqCst), 1);
+    let out = graph
+        .invoke(Input::Continue, &cfg.clone().with_checkpoint(u))
+        .await
+        .unwrap();
+    assert_eq!(
+        agent_runs.load(Ordering::SeqCst),
+        2,
+        "the subgraph ran again"
+    );
+    assert_eq!(out.values.get(&LOG), Some(&log(&["seed", "agent-1"])));
+}
