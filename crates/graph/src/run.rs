@@ -1506,10 +1506,10 @@ async fn run_inner(
         .iter()
         .any(|t| g.subgraphs.contains_key(&g.nodes[t.node].id));
     let fork_saved = replay
-        && !(loaded_is_newest
-            && matches!(meta_source, Some(Source::Update | Source::Fork))
-            && !stale_answers
-            && !reruns_subgraph);
+        && (!loaded_is_newest
+            || !matches!(meta_source, Some(Source::Update | Source::Fork))
+            || stale_answers
+            || reruns_subgraph);
     if replay || matches!(input, Input::Values(_)) {
         // Pending writes of the loaded checkpoint that this run will not apply.
         force_unreplayed(g, &mut live, &pending);
