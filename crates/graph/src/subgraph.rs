@@ -66,6 +66,10 @@ impl Node for SubgraphNode {
                 .map_err(NodeError::failed)?,
             None => None,
         };
+        // The parent's single resume value, when this task takes it: a failed attempt puts it
+        // back, so that a retry (or the parent's next run) still answers the interrupt it was
+        // meant for.
+        let mut taken = None;
         let sub_input = match existing {
             // The subgraph stopped mid-run (interrupt or error): continue it, answering its interrupts.
             Some(snap) if !snap.tasks.is_empty() => {
@@ -84,6 +88,7 @@ impl Node for SubgraphNode {
                 } else {
                     None
                 };
+                taken.clone_from(&null);
                 match (null, mapped.is_empty()) {
                     (Some(v), _) => Input::Command(Command {
                         resume: Some(Resume::Value(v)),
@@ -117,7 +122,21 @@ impl Node for SubgraphNode {
             Ok(out) => out,
             // `Command::to_parent` inside the subgraph: the command becomes this task's result.
             Err(crate::Error::ParentCommand(cmd)) => return Ok(*cmd),
-            Err(e) => return Err(NodeError::failed(e)),
+            Err(e) => {
+                if let Some(v) = taken {
+                    let mut slot = ctx
+                        .inner
+                        .shared
+                        .null_value
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // Unless something else put a value there since.
+                    if slot.is_none() {
+                        *slot = Some(v);
+                    }
+                }
+                return Err(NodeError::failed(e));
+            }
         };
         // Every interrupt the subgraph stopped on is the task's: several parallel nodes of the
         // subgraph may each wait for an answer, and a resume map can answer them all at once.
