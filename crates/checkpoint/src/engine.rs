@@ -3350,7 +3350,8 @@ fn resolve(thread: &ThreadId, cp: CheckpointId, p: &Pending, bodies: &Bodies) ->
         Pending::Refs(kind, runs) => {
             // Stored lengths: saturating, so a damaged one cannot overflow the sum.
             let total = runs.iter().fold(0u64, |t, (_, l)| t.saturating_add(*l));
-            let mut items = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
+            // Up to 65,536 up front: a damaged length must not reserve memory by itself.
+            let mut items = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 16));
             for &(start, len) in runs {
                 let run = bodies
                     .run(start, len)

@@ -1104,13 +1104,14 @@ async fn read_bodies(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&thread.as_str(), &lo, &hi];
     let rows = c.query_raw(st, params).await.map_err(pg_err(ctx.clone()))?;
     let mut rows = std::pin::pin!(rows);
+    // Sized for the bodies the runs name, up to 65,536: a damaged run length (checksummed, but
+    // any number) must not reserve memory by itself; a longer read grows as rows arrive.
     let mut out = Vec::with_capacity(
         runs.iter()
-            .map(|(_, l)| *l)
-            .sum::<u64>()
+            .fold(0u64, |t, (_, l)| t.saturating_add(*l))
             .try_into()
             .unwrap_or(0)
-            .min(1 << 20),
+            .min(1 << 16),
     );
     let mut epoch = None;
     // Each row is checked and its body copied out (once) as it arrives, while the server is
