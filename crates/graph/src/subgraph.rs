@@ -66,10 +66,10 @@ impl Node for SubgraphNode {
                 .map_err(NodeError::failed)?,
             None => None,
         };
-        // The parent's single resume value, when this task takes it: a failed attempt puts it
-        // back, so that a retry (or the parent's next run) still answers the interrupt it was
-        // meant for.
-        let mut taken = None;
+        // The parent's single resume value, when this task takes it, and the interrupts it was
+        // taken for: a failed attempt that left them all unanswered puts it back, so that a
+        // retry (or the parent's next run) still answers them.
+        let mut taken: Option<(serde_json::Value, Vec<crate::InterruptId>)> = None;
         let sub_input = match existing {
             // The subgraph stopped mid-run (interrupt or error): continue it, answering its interrupts.
             Some(snap) if !snap.tasks.is_empty() => {
@@ -88,7 +88,9 @@ impl Node for SubgraphNode {
                 } else {
                     None
                 };
-                taken.clone_from(&null);
+                taken = null
+                    .clone()
+                    .map(|v| (v, pending.iter().map(|i| i.id.clone()).collect()));
                 match (null, mapped.is_empty()) {
                     (Some(v), _) => Input::Command(Command {
                         resume: Some(Resume::Value(v)),
@@ -123,7 +125,20 @@ impl Node for SubgraphNode {
             // `Command::to_parent` inside the subgraph: the command becomes this task's result.
             Err(crate::Error::ParentCommand(cmd)) => return Ok(*cmd),
             Err(e) => {
-                if let Some(v) = taken {
+                if let (Some((v, ids)), Some(cp)) = (taken, &info.cp) {
+                    // Only when the failed attempt answered none of them (it failed before the
+                    // value was stored, or before any node took it): an answered interrupt
+                    // would let the value answer another, later question instead. A failed
+                    // re-read keeps the value out; it stays stored with the parent's step.
+                    let unanswered = crate::run::get_state(&sub.g, cp.as_ref(), &sub.cache, &cfg)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some_and(|snap| {
+                            let still: Vec<_> =
+                                snap.interrupts().into_iter().map(|i| i.id).collect();
+                            ids.iter().all(|id| still.contains(id))
+                        });
                     let mut slot = ctx
                         .inner
                         .shared
@@ -131,7 +146,7 @@ impl Node for SubgraphNode {
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     // Unless something else put a value there since.
-                    if slot.is_none() {
+                    if unanswered && slot.is_none() {
                         *slot = Some(v);
                     }
                 }

@@ -1230,3 +1230,67 @@ async fn a_retried_subgraph_task_keeps_the_parents_resume_value() {
         out.values.get(&LOG)
     );
 }
+
+/// The value goes back only while the interrupts it was taken for are all unanswered: a
+/// subgraph whose node took the answer, and whose next node then failed, does not get it again
+/// on the retry, where it would answer that node's new question. Its retry stops on the new
+/// question.
+#[tokio::test]
+async fn a_resume_value_a_failed_subgraph_used_does_not_answer_a_later_question() {
+    use antler_graph::{Input, NodeError, NodeOptions, RetryPolicy};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let after_runs = Arc::new(AtomicUsize::new(0));
+    let mut inner = graph();
+    inner.add_node("ask", |_s: State, ctx: Context| async move {
+        let a = ctx.interrupt(json!("q1"))?;
+        Ok(Update::new().set(&LOG, log(&[&format!("q1={a}")])))
+    });
+    let runs = after_runs.clone();
+    inner.add_node("after", move |_s: State, ctx: Context| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                return Err(NodeError::failed(std::io::Error::other("after fails once")));
+            }
+            let a = ctx.interrupt(json!("q2"))?;
+            Ok(Update::new().set(&LOG, log(&[&format!("q2={a}")])))
+        }
+    });
+    inner
+        .add_edge("__start__", "ask")
+        .add_edge("ask", "after")
+        .add_edge("after", "__end__");
+    let mut outer = graph();
+    outer.add_subgraph_with(
+        "sub",
+        inner.compile().unwrap(),
+        NodeOptions {
+            retry: Some(RetryPolicy {
+                max_attempts: 2,
+                initial_interval: std::time::Duration::from_millis(1),
+                jitter: false,
+                ..RetryPolicy::default()
+            }),
+            ..NodeOptions::default()
+        },
+    );
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = outer
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    let out = graph
+        .invoke(Input::Command(Command::resume(json!("yes"))), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(after_runs.load(Ordering::SeqCst), 2);
+    let asked: Vec<_> = out.interrupts.iter().map(|i| i.value.clone()).collect();
+    assert_eq!(asked, [json!("q2")]);
+}
