@@ -1448,7 +1448,9 @@ async fn run_inner(
             // Time travel starts a new branch: its versions must exceed every version of the
             // thread.
             live.floor = thread_max_version(cp, scope).await?;
-        } else if !cached {
+        } else if !cached && (saved.is_some() || cfg.checkpoint_ns.is_empty()) {
+            // A subgraph's first run in its namespace needs no read: the namespace names its
+            // task, new to the store, so nothing of it was deleted.
             raise_floor_past_deleted_runs(&mut live, cp, scope).await?;
         }
     }
