@@ -1503,10 +1503,30 @@ async fn run_inner(
         .iter()
         .any(|w| w.channel == RESUME || w.channel == INTERRUPT);
     // A subgraph task re-run in place would find its namespace (named by its task id) holding
-    // its earlier run, and return or continue that instead of running the subgraph again.
-    let reruns_subgraph = loaded_tasks
-        .iter()
-        .any(|t| g.subgraphs.contains_key(&g.nodes[t.node].id));
+    // its earlier run, and return or continue that instead of running the subgraph again: such
+    // a replay forks when a subgraph task's namespace holds a checkpoint (one read per subgraph
+    // task, only for a replay that would otherwise run in place).
+    let mut reruns_subgraph = false;
+    if let Some(cp) = cp
+        && replay
+        && loaded_is_newest
+        && matches!(meta_source, Some(Source::Update | Source::Fork))
+        && !stale_answers
+    {
+        for t in &loaded_tasks {
+            let node = &g.nodes[t.node].id;
+            if g.subgraphs.contains_key(node) {
+                let sub = Scope {
+                    thread: scope.thread.clone(),
+                    ns: task_ns(&cfg.checkpoint_ns, node.as_str(), &t.id),
+                };
+                if cp.head(&sub, None).await?.is_some() {
+                    reruns_subgraph = true;
+                    break;
+                }
+            }
+        }
+    }
     let fork_saved = replay
         && (!loaded_is_newest
             || !matches!(meta_source, Some(Source::Update | Source::Fork))

@@ -1294,3 +1294,52 @@ async fn a_resume_value_a_failed_subgraph_used_does_not_answer_a_later_question(
     let asked: Vec<_> = out.interrupts.iter().map(|i| i.value.clone()).collect();
     assert_eq!(asked, [json!("q2")]);
 }
+
+/// A replay of an update checkpoint whose subgraph task never ran runs in place, as any such
+/// replay does (no fork: the namespace `get_state` showed for the task is where it runs).
+#[tokio::test]
+async fn a_replay_in_place_of_a_subgraph_that_never_ran_saves_no_fork() {
+    use antler_graph::{Input, NodeId, Source};
+    let mut inner = graph();
+    inner.add_node("agent", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["agent"])))
+    });
+    inner
+        .add_edge("__start__", "agent")
+        .add_edge("agent", "__end__");
+    let mut outer = StateGraph::new();
+    outer.channel(&LOG, ChannelSpec::last_value()).unwrap();
+    outer.add_subgraph("sub", inner.compile().unwrap());
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let graph = outer
+        .compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(MemoryCheckpointer::new()));
+    let cfg = RunConfig::new("t");
+    let u = graph
+        .update_state(
+            &cfg,
+            Update::new().set(&LOG, log(&["seed"])),
+            Some(NodeId::new("__start__")),
+        )
+        .await
+        .unwrap();
+    let shown = graph
+        .get_state(&cfg.clone().with_checkpoint(u.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    let out = graph
+        .invoke(Input::Continue, &cfg.clone().with_checkpoint(u))
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG), Some(&log(&["seed", "agent"])));
+    let history = graph.get_state_history(&cfg).await.unwrap();
+    assert!(history.iter().all(|s| s.source != Source::Fork));
+    // The subgraph ran in the namespace its task was shown with.
+    let mut at = RunConfig::new("t");
+    at.checkpoint_ns = format!("sub:{}", shown.tasks[0].id);
+    assert!(graph.get_state(&at).await.unwrap().is_some());
+}
