@@ -211,9 +211,10 @@ impl CheckpointMetadata {
     }
 }
 
-/// JSON equality as Python compares decoded JSON: numbers by value (`1`, `1.0` and `1e0` are
+/// JSON equality as Python compares decoded JSON numbers: by value (`1`, `1.0` and `1e0` are
 /// equal), arrays element by element, objects key by key in any order; otherwise as
-/// `serde_json::Value` compares.
+/// `serde_json::Value` compares, so unlike Python a boolean never equals a number
+/// (`true` is not `1`).
 pub fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => match (integer(x), integer(y)) {

@@ -465,6 +465,17 @@ impl Delta {
     }
 }
 
+impl Delta {
+    /// Whether the current value holds a message without an id (a legacy full-mode value, as an
+    /// Overwrite stored it), which the reducer stamps at the next write.
+    pub(crate) fn value_lacks_ids(&self) -> bool {
+        self.inner
+            .value
+            .downcast_ref::<Vec<Message>>()
+            .is_some_and(|list| list.iter().any(|m| m.id.is_none()))
+    }
+}
+
 /// Whether `w` writes messages of which one has no id (which the reducer then stamps).
 pub(crate) fn lacks_message_ids(w: &Write) -> bool {
     let (Write::Value(v) | Write::Overwrite(v)) = w;
@@ -532,6 +543,7 @@ impl Channel for Delta {
         if writes
             .iter()
             .any(|w| matches!(w, Write::Overwrite(_)) || (self.stamps_ids && lacks_message_ids(w)))
+            || (self.stamps_ids && !writes.is_empty() && self.value_lacks_ids())
         {
             self.forced = true;
         }

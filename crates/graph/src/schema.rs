@@ -677,7 +677,11 @@ impl ErasedSpec {
             }
             // Ids stamped now are this read's own: a run continuing from it snapshots at its
             // first checkpoint, so that they are the ones stored from then on.
-            if d.stamps_ids && rest.iter().any(|w| crate::channel::lacks_message_ids(w)) {
+            if d.stamps_ids
+                && !rest.is_empty()
+                && (d.value_lacks_ids()
+                    || rest.iter().any(|w| crate::channel::lacks_message_ids(w)))
+            {
                 d.forced = true;
             }
             d.apply_tracked(&rest)?;

@@ -4089,3 +4089,75 @@ async fn a_stored_write_without_ids_applied_in_delta_mode_keeps_the_ids_it_was_g
     }
     let _ = std::fs::remove_file(&path);
 }
+
+/// The same for a stored value without ids (full mode stores an Overwrite's list as given):
+/// the delta channel's first write after the migration stamps ids on it, and its checkpoint is
+/// a snapshot, so every later read shows the ids the run returned.
+#[tokio::test]
+async fn a_stored_value_without_ids_keeps_the_ids_its_first_delta_write_stamps() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+
+    let dir = std::env::temp_dir().join(format!("antler-graph-base-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let _ = std::fs::remove_file(&path);
+    let reset = |delta: bool| {
+        let mut g = StateGraph::new();
+        let spec = if delta {
+            ChannelSpec::messages_delta(3)
+        } else {
+            ChannelSpec::messages()
+        };
+        g.channel(&MESSAGES, spec).unwrap();
+        g.add_node("reply", move |_s: State, _c| async move {
+            Ok(if delta {
+                Update::new().set(&MESSAGES, vec![ai(Some("later"), "later")])
+            } else {
+                Update::new().overwrite(&MESSAGES, vec![ai(None, "reset")])
+            })
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g
+    };
+    let cfg = RunConfig::new("t");
+    {
+        let saver = Arc::new(
+            cp::SqliteSaver::open(&path, cp::StoreConfig::full())
+                .await
+                .unwrap(),
+        );
+        let graph = reset(false)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
+        let out = graph.invoke(human(0), &cfg).await.unwrap();
+        let list = out.values.get(&MESSAGES).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].id, None, "an Overwrite's list is stored as given");
+    }
+    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap())
+        .allow_full_to_delta_migration();
+    let delta_graph = || async {
+        let saver = Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap());
+        reset(true)
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
+    };
+    let out = delta_graph().await.invoke(human(1), &cfg).await.unwrap();
+    let ids = |list: Option<&Vec<Message>>| {
+        list.unwrap()
+            .iter()
+            .map(|m| (m.content.text(), m.id.clone()))
+            .collect::<Vec<_>>()
+    };
+    let live = ids(out.values.get(&MESSAGES));
+    assert!(live.iter().all(|(_, id)| id.is_some()), "{live:?}");
+    for _ in 0..2 {
+        let read = delta_graph().await.get_state(&cfg).await.unwrap().unwrap();
+        assert_eq!(ids(read.values.get(&MESSAGES)), live);
+    }
+    let _ = std::fs::remove_file(&path);
+}
