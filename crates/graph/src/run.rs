@@ -2700,7 +2700,8 @@ pub(crate) async fn history(
         if query.before.as_ref().is_some_and(|b| id >= b) {
             return Ok(Vec::new());
         }
-        let Some(t) = cp.get_tuple(&scope, Some(id)).await? else {
+        // The head read (no values) decides; `get_state` then reads it with its values.
+        let Some(t) = cp.head(&scope, Some(id)).await? else {
             return Ok(Vec::new());
         };
         if !metadata_matches(&t, &query.filter) {
