@@ -4002,6 +4002,64 @@ async fn a_history_bound_in_another_spelling_is_refused_alike() {
     }
 }
 
+/// `g` compiled over the SQLite file at `path`, opened with `config`.
+async fn on_file(
+    g: StateGraph,
+    path: &std::path::Path,
+    config: antler_checkpoint::StoreConfig,
+) -> antler_graph::CompiledGraph {
+    let saver = Arc::new(
+        antler_checkpoint::SqliteSaver::open(path, config)
+            .await
+            .unwrap(),
+    );
+    g.compile()
+        .unwrap()
+        .with_checkpointer(Arc::new(antler_graph::SaverCheckpointer::new(saver)))
+}
+
+/// A fresh SQLite file path for a migration test.
+fn migration_store(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("antler-graph-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// Delta mode at F = 3, taking over a full-mode store.
+fn migrating_delta() -> antler_checkpoint::StoreConfig {
+    antler_checkpoint::StoreConfig::delta(antler_checkpoint::SnapshotFrequency::new(3).unwrap())
+        .allow_full_to_delta_migration()
+}
+
+/// Each message's text and id.
+fn texts_and_ids(list: Option<&Vec<Message>>) -> Vec<(String, Option<String>)> {
+    list.unwrap()
+        .iter()
+        .map(|m| (m.content.text(), m.id.clone()))
+        .collect()
+}
+
+/// Two cold reads of thread `t`, each through a graph built by `delta` on a freshly opened
+/// store, show the messages `live` shows, ids included.
+async fn cold_reads_show<F, Fut>(delta: F, live: &[(String, Option<String>)])
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = antler_graph::CompiledGraph>,
+{
+    assert!(live.iter().all(|(_, id)| id.is_some()), "{live:?}");
+    for _ in 0..2 {
+        let read = delta()
+            .await
+            .get_state(&RunConfig::new("t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(texts_and_ids(read.values.get(&MESSAGES)), live);
+    }
+}
+
 /// A stored task write whose messages have no ids (full mode stores writes as the node
 /// returned them) gets its ids stamped when a delta-mode run applies it, and the checkpoint
 /// that step stores is a snapshot: every later read shows the ids the run returned. Before, the
@@ -4009,14 +4067,10 @@ async fn a_history_bound_in_another_spelling_is_refused_alike() {
 /// random ids (kernel-spec R41: stamped ids persist).
 #[tokio::test]
 async fn a_stored_write_without_ids_applied_in_delta_mode_keeps_the_ids_it_was_given() {
-    use antler_checkpoint as cp;
-    use antler_graph::{NodeError, SaverCheckpointer};
+    use antler_graph::NodeError;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let dir = std::env::temp_dir().join(format!("antler-graph-ids-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("store.db");
-    let _ = std::fs::remove_file(&path);
+    let path = migration_store("ids");
     // START → {a, b}: `a` returns a message without an id, `b` fails while `fail` is set.
     let fail = Arc::new(AtomicBool::new(true));
     let fan_out = |delta: bool| {
@@ -4047,46 +4101,21 @@ async fn a_stored_write_without_ids_applied_in_delta_mode_keeps_the_ids_it_was_g
         g
     };
     let cfg = RunConfig::new("t");
-    {
-        let saver = Arc::new(
-            cp::SqliteSaver::open(&path, cp::StoreConfig::full())
-                .await
-                .unwrap(),
-        );
-        let graph = fan_out(false)
-            .compile()
-            .unwrap()
-            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
-        graph.invoke(human(0), &cfg).await.unwrap_err();
-    }
+    on_file(
+        fan_out(false),
+        &path,
+        antler_checkpoint::StoreConfig::full(),
+    )
+    .await
+    .invoke(human(0), &cfg)
+    .await
+    .unwrap_err();
     fail.store(false, Ordering::SeqCst);
-    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap())
-        .allow_full_to_delta_migration();
-    let delta_graph = || async {
-        let saver = Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap());
-        fan_out(true)
-            .compile()
-            .unwrap()
-            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
-    };
-    let out = delta_graph()
-        .await
-        .invoke(Input::Continue, &cfg)
-        .await
-        .unwrap();
-    let ids = |list: Option<&Vec<Message>>| {
-        list.unwrap()
-            .iter()
-            .map(|m| (m.content.text(), m.id.clone()))
-            .collect::<Vec<_>>()
-    };
-    let live = ids(out.values.get(&MESSAGES));
+    let delta = || on_file(fan_out(true), &path, migrating_delta());
+    let out = delta().await.invoke(Input::Continue, &cfg).await.unwrap();
+    let live = texts_and_ids(out.values.get(&MESSAGES));
     assert_eq!(live.len(), 3, "{live:?}");
-    assert!(live.iter().all(|(_, id)| id.is_some()), "{live:?}");
-    for _ in 0..2 {
-        let read = delta_graph().await.get_state(&cfg).await.unwrap().unwrap();
-        assert_eq!(ids(read.values.get(&MESSAGES)), live);
-    }
+    cold_reads_show(delta, &live).await;
     let _ = std::fs::remove_file(&path);
 }
 
@@ -4095,13 +4124,7 @@ async fn a_stored_write_without_ids_applied_in_delta_mode_keeps_the_ids_it_was_g
 /// a snapshot, so every later read shows the ids the run returned.
 #[tokio::test]
 async fn a_stored_value_without_ids_keeps_the_ids_its_first_delta_write_stamps() {
-    use antler_checkpoint as cp;
-    use antler_graph::SaverCheckpointer;
-
-    let dir = std::env::temp_dir().join(format!("antler-graph-base-ids-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("store.db");
-    let _ = std::fs::remove_file(&path);
+    let path = migration_store("base-ids");
     let reset = |delta: bool| {
         let mut g = StateGraph::new();
         let spec = if delta {
@@ -4122,42 +4145,16 @@ async fn a_stored_value_without_ids_keeps_the_ids_its_first_delta_write_stamps()
         g
     };
     let cfg = RunConfig::new("t");
-    {
-        let saver = Arc::new(
-            cp::SqliteSaver::open(&path, cp::StoreConfig::full())
-                .await
-                .unwrap(),
-        );
-        let graph = reset(false)
-            .compile()
-            .unwrap()
-            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)));
-        let out = graph.invoke(human(0), &cfg).await.unwrap();
-        let list = out.values.get(&MESSAGES).unwrap();
-        assert_eq!(list.len(), 1);
-        assert_eq!(list[0].id, None, "an Overwrite's list is stored as given");
-    }
-    let config = cp::StoreConfig::delta(cp::SnapshotFrequency::new(3).unwrap())
-        .allow_full_to_delta_migration();
-    let delta_graph = || async {
-        let saver = Arc::new(cp::SqliteSaver::open(&path, config).await.unwrap());
-        reset(true)
-            .compile()
-            .unwrap()
-            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver)))
-    };
-    let out = delta_graph().await.invoke(human(1), &cfg).await.unwrap();
-    let ids = |list: Option<&Vec<Message>>| {
-        list.unwrap()
-            .iter()
-            .map(|m| (m.content.text(), m.id.clone()))
-            .collect::<Vec<_>>()
-    };
-    let live = ids(out.values.get(&MESSAGES));
-    assert!(live.iter().all(|(_, id)| id.is_some()), "{live:?}");
-    for _ in 0..2 {
-        let read = delta_graph().await.get_state(&cfg).await.unwrap().unwrap();
-        assert_eq!(ids(read.values.get(&MESSAGES)), live);
-    }
+    let out = on_file(reset(false), &path, antler_checkpoint::StoreConfig::full())
+        .await
+        .invoke(human(0), &cfg)
+        .await
+        .unwrap();
+    let list = out.values.get(&MESSAGES).unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].id, None, "an Overwrite's list is stored as given");
+    let delta = || on_file(reset(true), &path, migrating_delta());
+    let out = delta().await.invoke(human(1), &cfg).await.unwrap();
+    cold_reads_show(delta, &texts_and_ids(out.values.get(&MESSAGES))).await;
     let _ = std::fs::remove_file(&path);
 }
