@@ -2387,68 +2387,15 @@ async fn live_writes_to_an_undeclared_channel_or_node_fail_the_task() {
     assert!(e.to_string().contains("undeclared"), "{e}");
 }
 
-/// Fails every store operation while `broken` is set, else stores in memory.
-#[derive(Default)]
-struct Breakable {
-    inner: antler_graph::MemoryCheckpointer,
-    broken: std::sync::atomic::AtomicBool,
-}
-
-impl Breakable {
-    fn check(&self) -> antler_graph::Result<()> {
-        if self.broken.load(Ordering::SeqCst) {
-            return Err(Error::Storage {
-                source: "the store is down".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl antler_graph::Checkpointer for Breakable {
-    async fn get_tuple(
-        &self,
-        scope: &antler_graph::Scope,
-        id: Option<&antler_graph::CheckpointId>,
-    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
-        self.inner.get_tuple(scope, id).await
-    }
-    async fn delta_history(
-        &self,
-        scope: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        channels: &[String],
-    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
-        self.inner.delta_history(scope, checkpoint, channels).await
-    }
-    async fn list(
-        &self,
-        scope: &antler_graph::Scope,
-    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
-        self.inner.list(scope).await
-    }
-    async fn put(
-        &self,
-        scope: &antler_graph::Scope,
-        checkpoint: antler_graph::CheckpointRecord,
-    ) -> antler_graph::Result<()> {
-        self.check()?;
-        self.inner.put(scope, checkpoint).await
-    }
-    async fn put_writes(
-        &self,
-        scope: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        task_id: &antler_graph::TaskId,
-        task_path: &str,
-        writes: Vec<(String, serde_json::Value)>,
-    ) -> antler_graph::Result<()> {
-        self.check()?;
-        self.inner
-            .put_writes(scope, checkpoint, task_id, task_path, writes)
-            .await
-    }
+/// A memory store whose writes fail while the returned flag is set.
+fn breakable() -> (
+    Arc<crate::common::Failing>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = broken.clone();
+    let store = crate::common::Failing::new(move |_, _| flag.load(Ordering::SeqCst));
+    (Arc::new(store), broken)
 }
 
 /// A run that fails, and whose buffered state (exit durability) then fails to store, reports
@@ -2459,14 +2406,14 @@ impl antler_graph::Checkpointer for Breakable {
 #[tokio::test]
 async fn a_failed_run_whose_state_fails_to_store_reports_both_errors() {
     use antler_graph::{Durability, ErrorKind};
-    let store = Arc::new(Breakable::default());
+    let (store, broken) = breakable();
     for durability in [Durability::Exit, Durability::Sync, Durability::Async] {
-        store.broken.store(false, Ordering::SeqCst);
+        broken.store(false, Ordering::SeqCst);
         let mut g = graph();
-        let s = store.clone();
+        let s = broken.clone();
         g.add_node("boom", move |_s: State, _c| {
             // The store goes down while the node fails: storing its error fails too.
-            s.broken.store(true, Ordering::SeqCst);
+            s.store(true, Ordering::SeqCst);
             async { Err::<Update, _>(NodeError::failed("the node's own failure")) }
         });
         g.add_edge("__start__", "boom").add_edge("boom", "__end__");
@@ -2488,7 +2435,7 @@ async fn a_failed_run_whose_state_fails_to_store_reports_both_errors() {
         );
     }
     // A failure the store takes in stride is reported as it is.
-    store.broken.store(false, Ordering::SeqCst);
+    broken.store(false, Ordering::SeqCst);
     let mut g = graph_fails_without_breaking();
     g.add_edge("__start__", "boom").add_edge("boom", "__end__");
     let e = g
@@ -2516,7 +2463,7 @@ async fn a_step_stopped_by_a_store_error_ends_its_running_tasks_first() {
             self.0.store(true, Ordering::SeqCst);
         }
     }
-    let store = Arc::new(Breakable::default());
+    let (store, broken) = breakable();
     let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Arc::new(Notify::new());
     let mut g = graph();
@@ -2531,13 +2478,13 @@ async fn a_step_stopped_by_a_store_error_ends_its_running_tasks_first() {
             Ok(Update::new())
         }
     });
-    let (s, st) = (store.clone(), started.clone());
+    let (s, st) = (broken.clone(), started.clone());
     g.add_node("boom", move |_s: State, _c| {
         let (s, st) = (s.clone(), st.clone());
         async move {
             // Fails once its sibling runs, with the store down: storing the failure fails.
             st.notified().await;
-            s.broken.store(true, Ordering::SeqCst);
+            s.store(true, Ordering::SeqCst);
             Err::<Update, _>(NodeError::failed("the node's own failure"))
         }
     });

@@ -340,3 +340,76 @@ impl Checkpointer for GatedStore {
             .await
     }
 }
+
+/// Which write a [`Failing`] store's rule is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreWrite {
+    Put,
+    Writes,
+}
+
+/// A memory store whose `put` and `put_writes` fail with a `Storage` error when its rule says
+/// so (reads always succeed).
+pub(crate) struct Failing {
+    inner: MemoryCheckpointer,
+    fails: Box<dyn Fn(&antler_graph::Scope, StoreWrite) -> bool + Send + Sync>,
+}
+
+impl Failing {
+    pub(crate) fn new(
+        fails: impl Fn(&antler_graph::Scope, StoreWrite) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            inner: MemoryCheckpointer::new(),
+            fails: Box::new(fails),
+        }
+    }
+
+    fn check(&self, scope: &antler_graph::Scope, write: StoreWrite) -> Result<()> {
+        if (self.fails)(scope, write) {
+            return Err(antler_graph::Error::Storage {
+                source: "the store is down".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Checkpointer for Failing {
+    async fn get_tuple(
+        &self,
+        scope: &antler_graph::Scope,
+        id: Option<&CheckpointId>,
+    ) -> Result<Option<CheckpointTuple>> {
+        self.inner.get_tuple(scope, id).await
+    }
+    async fn delta_history(
+        &self,
+        scope: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        channels: &[String],
+    ) -> Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
+        self.inner.delta_history(scope, checkpoint, channels).await
+    }
+    async fn list(&self, scope: &antler_graph::Scope) -> Result<Vec<CheckpointTuple>> {
+        self.inner.list(scope).await
+    }
+    async fn put(&self, scope: &antler_graph::Scope, checkpoint: CheckpointRecord) -> Result<()> {
+        self.check(scope, StoreWrite::Put)?;
+        self.inner.put(scope, checkpoint).await
+    }
+    async fn put_writes(
+        &self,
+        scope: &antler_graph::Scope,
+        checkpoint: &CheckpointId,
+        task_id: &TaskId,
+        task_path: &str,
+        writes: Vec<(String, Json)>,
+    ) -> Result<()> {
+        self.check(scope, StoreWrite::Writes)?;
+        self.inner
+            .put_writes(scope, checkpoint, task_id, task_path, writes)
+            .await
+    }
+}

@@ -1114,83 +1114,12 @@ async fn a_replay_in_place_runs_a_subgraph_task_again() {
     assert_eq!(out.values.get(&LOG), Some(&log(&["seed", "agent-1"])));
 }
 
-/// Fails the first `put_writes` to a subgraph namespace once armed; else stores in memory.
-#[derive(Default)]
-struct FailsASubgraphWrite {
-    inner: MemoryCheckpointer,
-    armed: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait::async_trait]
-impl antler_graph::Checkpointer for FailsASubgraphWrite {
-    async fn get_tuple(
-        &self,
-        scope: &antler_graph::Scope,
-        id: Option<&antler_graph::CheckpointId>,
-    ) -> antler_graph::Result<Option<antler_graph::CheckpointTuple>> {
-        self.inner.get_tuple(scope, id).await
-    }
-    async fn delta_history(
-        &self,
-        scope: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        channels: &[String],
-    ) -> antler_graph::Result<std::collections::BTreeMap<String, antler_graph::DeltaHistory>> {
-        self.inner.delta_history(scope, checkpoint, channels).await
-    }
-    async fn list(
-        &self,
-        scope: &antler_graph::Scope,
-    ) -> antler_graph::Result<Vec<antler_graph::CheckpointTuple>> {
-        self.inner.list(scope).await
-    }
-    async fn put(
-        &self,
-        scope: &antler_graph::Scope,
-        checkpoint: antler_graph::CheckpointRecord,
-    ) -> antler_graph::Result<()> {
-        self.inner.put(scope, checkpoint).await
-    }
-    async fn put_writes(
-        &self,
-        scope: &antler_graph::Scope,
-        checkpoint: &antler_graph::CheckpointId,
-        task_id: &antler_graph::TaskId,
-        task_path: &str,
-        writes: Vec<(String, serde_json::Value)>,
-    ) -> antler_graph::Result<()> {
-        if scope.ns.as_str().starts_with("sub:")
-            && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(antler_graph::Error::Storage {
-                source: "the store is down for a moment".into(),
-            });
-        }
-        self.inner
-            .put_writes(scope, checkpoint, task_id, task_path, writes)
-            .await
-    }
-}
-
-/// A subgraph task that failed on a store error after it took the parent's resume value, and is
-/// retried, gets the value again: its retry answers the interrupt the value was meant for.
-/// Before 2026-12-02 the first attempt's take emptied the parent's slot, and the retry asked
-/// again as if the answer had been ignored.
-#[tokio::test]
-async fn a_retried_subgraph_task_keeps_the_parents_resume_value() {
-    use antler_graph::{Input, NodeOptions, RetryPolicy};
-    let mut inner = graph();
-    inner.add_node("ask", |_s: State, ctx: Context| async move {
-        let a = ctx.interrupt(json!("q?"))?;
-        Ok(Update::new().set(&LOG, log(&[&format!("answer={a}")])))
-    });
-    inner
-        .add_edge("__start__", "ask")
-        .add_edge("ask", "__end__");
-    let mut outer = graph();
+/// Adds `inner` as node `sub`, retried once (1 ms apart) on failure.
+fn add_retried_subgraph(outer: &mut StateGraph, inner: antler_graph::CompiledGraph) {
+    use antler_graph::{NodeOptions, RetryPolicy};
     outer.add_subgraph_with(
         "sub",
-        inner.compile().unwrap(),
+        inner,
         NodeOptions {
             retry: Some(RetryPolicy {
                 max_attempts: 2,
@@ -1201,10 +1130,36 @@ async fn a_retried_subgraph_task_keeps_the_parents_resume_value() {
             ..NodeOptions::default()
         },
     );
+}
+
+/// A subgraph task that failed on a store error after it took the parent's resume value, and is
+/// retried, gets the value again: its retry answers the interrupt the value was meant for.
+/// Before 2026-12-02 the first attempt's take emptied the parent's slot, and the retry asked
+/// again as if the answer had been ignored.
+#[tokio::test]
+async fn a_retried_subgraph_task_keeps_the_parents_resume_value() {
+    use antler_graph::Input;
+    let mut inner = graph();
+    inner.add_node("ask", |_s: State, ctx: Context| async move {
+        let a = ctx.interrupt(json!("q?"))?;
+        Ok(Update::new().set(&LOG, log(&[&format!("answer={a}")])))
+    });
+    inner
+        .add_edge("__start__", "ask")
+        .add_edge("ask", "__end__");
+    let mut outer = graph();
+    add_retried_subgraph(&mut outer, inner.compile().unwrap());
     outer
         .add_edge("__start__", "sub")
         .add_edge("sub", "__end__");
-    let store = Arc::new(FailsASubgraphWrite::default());
+    // Fails the first `put_writes` to a subgraph namespace once armed.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = armed.clone();
+    let store = Arc::new(crate::common::Failing::new(move |scope, write| {
+        write == crate::common::StoreWrite::Writes
+            && scope.ns.starts_with("sub:")
+            && flag.swap(false, std::sync::atomic::Ordering::SeqCst)
+    }));
     let graph = outer.compile().unwrap().with_checkpointer(store.clone());
     let cfg = RunConfig::new("t");
     let first = graph
@@ -1212,13 +1167,13 @@ async fn a_retried_subgraph_task_keeps_the_parents_resume_value() {
         .await
         .unwrap();
     assert_eq!(first.interrupts.len(), 1);
-    store.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let out = graph
         .invoke(Input::Command(Command::resume(json!("yes"))), &cfg)
         .await
         .unwrap();
     assert!(
-        !store.armed.load(std::sync::atomic::Ordering::SeqCst),
+        !armed.load(std::sync::atomic::Ordering::SeqCst),
         "a subgraph write failed"
     );
     assert!(out.interrupts.is_empty(), "{:?}", out.interrupts);
@@ -1237,7 +1192,7 @@ async fn a_retried_subgraph_task_keeps_the_parents_resume_value() {
 /// question.
 #[tokio::test]
 async fn a_resume_value_a_failed_subgraph_used_does_not_answer_a_later_question() {
-    use antler_graph::{Input, NodeError, NodeOptions, RetryPolicy};
+    use antler_graph::{Input, NodeError};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let after_runs = Arc::new(AtomicUsize::new(0));
     let mut inner = graph();
@@ -1261,19 +1216,7 @@ async fn a_resume_value_a_failed_subgraph_used_does_not_answer_a_later_question(
         .add_edge("ask", "after")
         .add_edge("after", "__end__");
     let mut outer = graph();
-    outer.add_subgraph_with(
-        "sub",
-        inner.compile().unwrap(),
-        NodeOptions {
-            retry: Some(RetryPolicy {
-                max_attempts: 2,
-                initial_interval: std::time::Duration::from_millis(1),
-                jitter: false,
-                ..RetryPolicy::default()
-            }),
-            ..NodeOptions::default()
-        },
-    );
+    add_retried_subgraph(&mut outer, inner.compile().unwrap());
     outer
         .add_edge("__start__", "sub")
         .add_edge("sub", "__end__");
