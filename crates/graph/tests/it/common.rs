@@ -348,11 +348,14 @@ pub(crate) enum StoreWrite {
     Writes,
 }
 
+/// Whether a [`Failing`] store fails a write to a scope.
+type FailRule = dyn Fn(&antler_graph::Scope, StoreWrite) -> bool + Send + Sync;
+
 /// A memory store whose `put` and `put_writes` fail with a `Storage` error when its rule says
 /// so (reads always succeed).
 pub(crate) struct Failing {
     inner: MemoryCheckpointer,
-    fails: Box<dyn Fn(&antler_graph::Scope, StoreWrite) -> bool + Send + Sync>,
+    fails: Box<FailRule>,
 }
 
 impl Failing {

@@ -4011,17 +4011,17 @@ async fn on_file(
     let saver = Arc::new(
         antler_checkpoint::SqliteSaver::open(path, config)
             .await
-            .unwrap(),
+            .expect("the store opens"),
     );
     g.compile()
-        .unwrap()
+        .expect("a valid graph")
         .with_checkpointer(Arc::new(antler_graph::SaverCheckpointer::new(saver)))
 }
 
 /// A fresh SQLite file path for a migration test.
 fn migration_store(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("antler-graph-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
     let path = dir.join("store.db");
     let _ = std::fs::remove_file(&path);
     path
@@ -4029,13 +4029,15 @@ fn migration_store(name: &str) -> std::path::PathBuf {
 
 /// Delta mode at F = 3, taking over a full-mode store.
 fn migrating_delta() -> antler_checkpoint::StoreConfig {
-    antler_checkpoint::StoreConfig::delta(antler_checkpoint::SnapshotFrequency::new(3).unwrap())
-        .allow_full_to_delta_migration()
+    antler_checkpoint::StoreConfig::delta(
+        antler_checkpoint::SnapshotFrequency::new(3).expect("a positive frequency"),
+    )
+    .allow_full_to_delta_migration()
 }
 
 /// Each message's text and id.
 fn texts_and_ids(list: Option<&Vec<Message>>) -> Vec<(String, Option<String>)> {
-    list.unwrap()
+    list.expect("a message list")
         .iter()
         .map(|m| (m.content.text(), m.id.clone()))
         .collect()
@@ -4054,8 +4056,8 @@ where
             .await
             .get_state(&RunConfig::new("t"))
             .await
-            .unwrap()
-            .unwrap();
+            .expect("the read succeeds")
+            .expect("the thread has a head");
         assert_eq!(texts_and_ids(read.values.get(&MESSAGES)), live);
     }
 }
