@@ -2260,13 +2260,31 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Option<BTreeMap<(ChannelName, ChannelVersion), Blob>>> {
         let thread = &config.thread_id;
         let ns = &config.checkpoint_ns;
-        let id = match config.checkpoint_id {
-            Some(id) => id,
-            None => match self.backend.checkpoint(thread, ns, None).await? {
-                Some(row) => row.id,
-                None => return Ok(None),
-            },
-        };
+        if let Some(id) = config.checkpoint_id {
+            return self.channel_values_at(thread, ns, id, keys).await;
+        }
+        // The latest checkpoint, deleted between finding it and reading it, is looked up
+        // again, as `get_tuple` does: `None` says the namespace has no checkpoint.
+        for _ in 0..3 {
+            let Some(row) = self.backend.checkpoint(thread, ns, None).await? else {
+                return Ok(None);
+            };
+            if let Some(values) = self.channel_values_at(thread, ns, row.id, keys).await? {
+                return Ok(Some(values));
+            }
+        }
+        Err(Error::latest_deleted_while_read(thread))
+    }
+
+    /// [`Self::get_channel_values`] of checkpoint `id`; `None` when it does not exist (or was
+    /// deleted during the read).
+    async fn channel_values_at(
+        &self,
+        thread: &ThreadId,
+        ns: &CheckpointNs,
+        id: CheckpointId,
+        keys: &[(ChannelName, ChannelVersion)],
+    ) -> Result<Option<BTreeMap<(ChannelName, ChannelVersion), Blob>>> {
         let mut unique: Vec<(ChannelName, ChannelVersion)> = keys.to_vec();
         unique.sort();
         unique.dedup();

@@ -1004,3 +1004,88 @@ fn a_column_of_another_type_is_a_typed_error_not_a_panic() {
         saver.drop_schema().await.unwrap();
     });
 }
+
+/// `get_channel_values` of the latest checkpoint, which another process deletes between the
+/// lookup of its id and the read of its values, reads the new latest checkpoint, as `get_tuple`
+/// does; before 2026-12-02 it answered `None`, which says the namespace has no checkpoint.
+#[test]
+fn the_latest_channel_values_deleted_while_read_are_read_again() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{
+        Blob, ChannelVersions, CheckpointConfig, CheckpointSource, Saver, StoreConfig,
+    };
+    antler_checkpoint::testing::block_on(async {
+        let Some((saver, options)) = fresh_with_pool(StoreConfig::full(), 2).await else {
+            return;
+        };
+        let saver = std::sync::Arc::new(saver);
+        let mut parent = CheckpointConfig::latest("t");
+        for (v, title) in [(1, "older"), (2, "newer")] {
+            let cp = checkpoint(&[("title", v, serde_json::json!(title))]);
+            let nv: ChannelVersions = cp.channel_versions.clone();
+            parent = saver
+                .put(
+                    &parent,
+                    cp,
+                    metadata(CheckpointSource::Loop, v as i64, None),
+                    &nv,
+                )
+                .await
+                .unwrap();
+        }
+        let keys = vec![("title".into(), 1.into()), ("title".into(), 2.into())];
+        let read = {
+            let (saver, keys) = (saver.clone(), keys.clone());
+            move || {
+                let (saver, keys) = (saver.clone(), keys.clone());
+                async move {
+                    saver
+                        .get_channel_values(&CheckpointConfig::latest("t"), &keys)
+                        .await
+                }
+            }
+        };
+        // Warm the pool's connections, so the read below prepares nothing.
+        for _ in 0..4 {
+            assert_eq!(read().await.unwrap().map(|v| v.len()), Some(2));
+        }
+        let (mut other, task) = connect(&options.url).await;
+        let s = options.schema.clone();
+        let tx = other.transaction().await.unwrap();
+        tx.batch_execute(&format!(
+            "LOCK TABLE \"{s}\".blobs IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+        let reading = tokio::spawn(read());
+        let (watch, watch_task) = connect(&options.url).await;
+        assert!(
+            until_a_session_waits_on_a_lock(&watch).await,
+            "the read waits on the lock"
+        );
+        // The newest checkpoint goes; its value stays (no collection), as after a prune.
+        tx.batch_execute(&format!(
+            "DELETE FROM \"{s}\".checkpoints WHERE thread_id = 't' AND checkpoint_id =
+               (SELECT checkpoint_id FROM \"{s}\".checkpoints WHERE thread_id = 't'
+                 ORDER BY checkpoint_id DESC LIMIT 1)"
+        ))
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        let got = tokio::time::timeout(std::time::Duration::from_secs(60), reading)
+            .await
+            .expect("the read ends")
+            .unwrap()
+            .unwrap()
+            .expect("the older checkpoint is the latest now");
+        assert_eq!(
+            got.get(&("title".into(), 1.into())),
+            Some(&Blob::json(&serde_json::json!("older")).unwrap())
+        );
+        drop((other, watch, read));
+        task.abort();
+        watch_task.abort();
+        let saver = std::sync::Arc::try_unwrap(saver).expect("the read is done");
+        saver.drop_schema().await.unwrap();
+    });
+}
