@@ -64,6 +64,9 @@ enum MessageOp {
     Overwrite(Vec<u8>),
     /// The same as `Put`, through `update_state` instead of a run.
     UpdatePut(u8, u8),
+    /// The same as `Put`, as a run forked from the history entry at this position (modulo the
+    /// history's length, newest first).
+    ForkPut(u8, u8, u8),
 }
 
 fn message_op() -> impl Strategy<Value = MessageOp> {
@@ -72,6 +75,7 @@ fn message_op() -> impl Strategy<Value = MessageOp> {
         2 => any::<u8>().prop_map(MessageOp::Remove),
         1 => proptest::collection::vec(0u8..12, 0..4).prop_map(MessageOp::Overwrite),
         1 => (0u8..12, 0u8..4).prop_map(|(k, t)| MessageOp::UpdatePut(k, t)),
+        1 => (any::<u8>(), 0u8..12, 0u8..4).prop_map(|(b, k, t)| MessageOp::ForkPut(b, k, t)),
     ]
 }
 
@@ -123,17 +127,18 @@ proptest! {
             let mut current: Vec<(Option<String>, String)> = Vec::new();
             for op in &ops {
                 let put = |k: u8, t: u8| Message::human(format!("t{t}")).with_id(format!("m{k}"));
-                let (update, as_state) = match op {
-                    MessageOp::Put(k, t) => (Update::new().set(&MESSAGES, vec![put(*k, *t)]), false),
-                    MessageOp::UpdatePut(k, t) => (Update::new().set(&MESSAGES, vec![put(*k, *t)]), true),
+                let (update, as_state, back) = match op {
+                    MessageOp::Put(k, t) => (Update::new().set(&MESSAGES, vec![put(*k, *t)]), false, None),
+                    MessageOp::UpdatePut(k, t) => (Update::new().set(&MESSAGES, vec![put(*k, *t)]), true, None),
+                    MessageOp::ForkPut(b, k, t) => (Update::new().set(&MESSAGES, vec![put(*k, *t)]), false, Some(*b)),
                     MessageOp::Remove(i) => {
                         if current.is_empty() { continue; }
                         let id = current[usize::from(*i) % current.len()].0.clone().expect("every message has an id");
-                        (Update::new().set(&MESSAGES, vec![Message::remove(id)]), false)
+                        (Update::new().set(&MESSAGES, vec![Message::remove(id)]), false, None)
                     }
                     MessageOp::Overwrite(ks) => {
                         let list: Vec<Message> = ks.iter().map(|k| put(*k, 9)).collect();
-                        (Update::new().overwrite(&MESSAGES, list), false)
+                        (Update::new().overwrite(&MESSAGES, list), false, None)
                     }
                 };
                 let mut results = Vec::new();
@@ -141,6 +146,14 @@ proptest! {
                     let values = if as_state {
                         g.update_state(&cfg, update.clone(), Some("noop".into())).await.expect("updates");
                         g.get_state(&cfg).await.expect("reads").expect("a head").values
+                    } else if let Some(b) = back
+                        && let history = g.get_state_history(&cfg).await.expect("reads")
+                        && !history.is_empty()
+                    {
+                        // The same logical checkpoint in every store: the same history position.
+                        let at = &history[usize::from(b) % history.len()];
+                        let forked = cfg.clone().with_checkpoint(at.checkpoint_id.clone());
+                        g.invoke(update.clone(), &forked).await.expect("runs").values
                     } else {
                         g.invoke(update.clone(), &cfg).await.expect("runs").values
                     };
