@@ -2444,10 +2444,12 @@ impl<B: Backend> Engine<B> {
             for row in rows {
                 last = Some((row.id, row.thread_id.clone(), row.ns.clone()));
                 let decoded = self.decode_row(row)?;
+                // Gated before the filter: a full-mode process that reads a delta checkpoint
+                // fails closed (kernel-spec R35), whether or not the filter keeps it.
+                self.gate(&decoded.row.thread_id, decoded.row.id, &decoded.metadata)?;
                 if !decoded.metadata.matches(&query.filter) {
                     continue;
                 }
-                self.gate(&decoded.row.thread_id, decoded.row.id, &decoded.metadata)?;
                 selected.push(decoded);
                 if query.limit.is_some_and(|l| selected.len() >= l) {
                     break 'pages;

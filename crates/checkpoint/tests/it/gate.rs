@@ -191,6 +191,25 @@ async fn assert_gated(full: &dyn Saver, c: &CheckpointConfig, full_cp: &Checkpoi
         ErrorKind::ModeMismatch
     );
     assert_eq!(full.list(&ListQuery::thread("u")).await.unwrap().len(), 1);
+    // A filter that the delta checkpoint does not match still reads it: the list fails closed
+    // (before 2026-12-02 the filter dropped it first and the list succeeded).
+    let filtered = ListQuery {
+        filter: [("no such key".to_owned(), serde_json::json!("x"))]
+            .into_iter()
+            .collect(),
+        ..ListQuery::thread("t")
+    };
+    assert_eq!(
+        full.list(&filtered).await.unwrap_err().kind(),
+        ErrorKind::ModeMismatch
+    );
+    assert_eq!(
+        full.list_without_values(&filtered)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::ModeMismatch
+    );
     assert!(full.get_tuple(full_cp).await.unwrap().is_some());
     // (b) writes: checked before anything is written.
     let mut cp = Checkpoint::empty();
