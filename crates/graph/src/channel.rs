@@ -410,6 +410,10 @@ pub(crate) struct Delta {
     /// The channel's reducer stamps random ids on messages written without one (the delta
     /// `messages` channel): a replay of such a write would stamp other ids.
     pub(crate) stamps_ids: bool,
+    /// The value may hold a message without an id (a legacy full-mode value, as an Overwrite
+    /// stored it): set where the value is loaded, cleared by the first write, which stamps
+    /// every message.
+    pub(crate) unstamped: bool,
     /// For a message list: the serialised JSON of a prefix of the current value, so a
     /// snapshot serialises only the messages appended since the last one. Emptied by any update
     /// that is not a pure append (replace, remove, overwrite).
@@ -543,11 +547,15 @@ impl Channel for Delta {
         if writes
             .iter()
             .any(|w| matches!(w, Write::Overwrite(_)) || (self.stamps_ids && lacks_message_ids(w)))
-            || (self.stamps_ids && !writes.is_empty() && self.value_lacks_ids())
+            || (self.unstamped && !writes.is_empty())
         {
             self.forced = true;
         }
-        self.apply_tracked(writes)
+        let updated = self.apply_tracked(writes)?;
+        if !writes.is_empty() {
+            self.unstamped = false;
+        }
+        Ok(updated)
     }
     fn checkpoint(&self, _ser: &dyn Fn(&Val) -> Result<Json>) -> Result<Option<Json>> {
         // The runtime, not the channel, decides when a snapshot is stored.

@@ -578,21 +578,28 @@ impl ErasedSpec {
                 max_supersteps,
                 prepare,
                 ..
-            } => Box::new(Delta {
-                inner: Reducer {
-                    name: self.name.clone(),
-                    value: value.unwrap_or_else(|| init()),
-                    reduce: reduce.clone(),
-                    aux: None,
-                },
-                updates: 0,
-                supersteps: 0,
-                frequency: *frequency,
-                max_supersteps: *max_supersteps,
-                forced: false,
-                stamps_ids: prepare.is_some(),
-                encoded: Arc::default(),
-            }),
+            } => {
+                let mut d = Delta {
+                    inner: Reducer {
+                        name: self.name.clone(),
+                        value: value.unwrap_or_else(|| init()),
+                        reduce: reduce.clone(),
+                        aux: None,
+                    },
+                    updates: 0,
+                    supersteps: 0,
+                    frequency: *frequency,
+                    max_supersteps: *max_supersteps,
+                    forced: false,
+                    stamps_ids: prepare.is_some(),
+                    unstamped: false,
+                    encoded: Arc::default(),
+                };
+                // Looked at once, as the value is loaded: a step's write then checks a flag,
+                // not the whole list.
+                d.unstamped = d.stamps_ids && d.value_lacks_ids();
+                Box::new(d)
+            }
         })
     }
 
@@ -679,12 +686,17 @@ impl ErasedSpec {
             // first checkpoint, so that they are the ones stored from then on.
             if d.stamps_ids
                 && !rest.is_empty()
-                && (d.value_lacks_ids()
+                && (d.unstamped
+                    || d.value_lacks_ids()
                     || rest.iter().any(|w| crate::channel::lacks_message_ids(w)))
             {
                 d.forced = true;
             }
             d.apply_tracked(&rest)?;
+            // The reducer stamped every message a non-empty batch reached.
+            if !rest.is_empty() {
+                d.unstamped = false;
+            }
         } else {
             // An ordinary reducer channel takes the writes one per update, as the reference
             // replays a `BinaryOperatorAggregate`: no call sees two writes as one step's
