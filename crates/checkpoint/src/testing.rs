@@ -4026,11 +4026,11 @@ pub async fn antler_ancestry_absent_is_none(saver: &dyn Saver) {
     }
 }
 
-/// Relative records whose parent pointers loop are an error, not an endless walk.
-pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
+/// Puts two checkpoints of thread `t` whose parent pointers loop, with `meta`, and returns
+/// the first. A put of a relative record needs its parent to exist, so the loop is closed by
+/// putting `a` again, as a relative record below `b`.
+async fn put_parent_loop(saver: &dyn Saver, t: &str, meta: &CheckpointMetadata) -> CheckpointId {
     let (a, b) = (CheckpointId::generate(), CheckpointId::generate());
-    // A put of a relative record needs its parent to exist, so the loop is closed by putting
-    // `a` again, as a relative record below `b`.
     for (id, parent) in [(a, None), (b, Some(a)), (a, Some(b))] {
         let mut cp = Checkpoint::empty();
         cp.id = id;
@@ -4039,14 +4039,20 @@ pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
         }
         saver
             .put(
-                &cfg("t", "", parent),
+                &cfg(t, "", parent),
                 cp,
-                CheckpointMetadata::default(),
+                meta.clone(),
                 &ChannelVersions::new(),
             )
             .await
             .unwrap();
     }
+    a
+}
+
+/// Relative records whose parent pointers loop are an error, not an endless walk.
+pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
+    let a = put_parent_loop(saver, "t", &CheckpointMetadata::default()).await;
     for s in [saver, &Defaults(saver)] {
         let err = s
             .get_tuple_with_ancestry(&cfg("t", "", Some(a)), 8)
@@ -4063,36 +4069,18 @@ pub async fn antler_ancestry_parent_cycle_is_error(saver: &dyn Saver) {
 pub async fn antler_prune_and_delete_for_runs_stop_at_a_parent_cycle(saver: &dyn Saver) {
     // Thread `t`: `a` and `b` loop, and the newest, `c`, belongs to run `r`, whose deletion
     // keeps the loop. Thread `u`: the loop is the latest checkpoint, which a prune keeps.
-    let mut ids = Vec::new();
-    for (t, run) in [("t", Some("r")), ("u", None)] {
-        let (a, b, c) = (
-            CheckpointId::generate(),
-            CheckpointId::generate(),
-            CheckpointId::generate(),
-        );
-        let mut puts = vec![(a, None, None), (b, Some(a), None), (a, Some(b), None)];
-        if run.is_some() {
-            puts.push((c, None, run));
-        }
-        for (id, parent, run) in puts {
-            let mut cp = Checkpoint::empty();
-            cp.id = id;
-            if parent.is_some() {
-                cp.v = crate::model::RELATIVE_RECORD_V;
-            }
-            saver
-                .put(
-                    &cfg(t, "", parent),
-                    cp,
-                    metadata(CheckpointSource::Loop, 0, run),
-                    &ChannelVersions::new(),
-                )
-                .await
-                .unwrap();
-        }
-        ids.push(count(saver, ListQuery::thread(t)).await);
-    }
-    assert_eq!(ids, [3, 2]);
+    let looping = metadata(CheckpointSource::Loop, 0, None);
+    put_parent_loop(saver, "t", &looping).await;
+    put_all(
+        saver,
+        cfg("t", "", None),
+        Checkpoint::empty(),
+        metadata(CheckpointSource::Loop, 0, Some("r")),
+    )
+    .await;
+    put_parent_loop(saver, "u", &looping).await;
+    assert_eq!(count(saver, ListQuery::thread("t")).await, 3);
+    assert_eq!(count(saver, ListQuery::thread("u")).await, 2);
     let err = saver.delete_for_runs(&[RunId::new("r")]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
     assert!(err.to_string().contains("thread t"), "{err}");
