@@ -4371,6 +4371,79 @@ mod tests {
         );
     }
 
+    /// A stored run length is only checksummed, so any number: resolving a run of `u64::MAX`
+    /// bodies must fail as a missing body, not reserve memory for them up front.
+    #[test]
+    fn a_huge_stored_run_length_is_a_missing_body_not_an_allocation() {
+        let thread = ThreadId::new("t");
+        let cp = CheckpointId::from_bytes([7; 16]);
+        for runs in [
+            vec![(0, u64::MAX)],
+            vec![(0, u64::MAX / 2), (5, u64::MAX / 2)],
+        ] {
+            let pending = Pending::Refs(MessagesKind::Snapshot, runs);
+            match resolve(&thread, cp, &pending, &Bodies::default()) {
+                Err(Error::Corrupt { detail, .. }) => {
+                    assert_eq!(detail, "message body 0 is missing");
+                }
+                other => panic!("expected a missing body, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    /// A read of the latest checkpoint (`get_channel_values`, `get_tuple_with_ancestry`) looks
+    /// the latest up again when the one it found is deleted before its values are read, up to
+    /// three lookups, then fails with a typed error instead of answering `None` (which says
+    /// the namespace is empty).
+    #[tokio::test]
+    async fn a_latest_read_looks_up_three_times_then_fails_typed() {
+        use std::sync::atomic::Ordering;
+        async fn five() -> Engine<MemoryBackend> {
+            let e = engine();
+            let mut parent = CheckpointConfig::latest("t");
+            for v in 1..=5u64 {
+                let mut cp = Checkpoint::empty();
+                cp.channel_versions
+                    .insert("a".into(), ChannelVersion::new(v));
+                cp.channel_values
+                    .insert("a".into(), Blob::json(&v).unwrap());
+                let nv = cp.channel_versions.clone();
+                parent = e
+                    .put(&parent, cp, CheckpointMetadata::default(), &nv)
+                    .await
+                    .unwrap();
+            }
+            e
+        }
+        let keys: Vec<(ChannelName, ChannelVersion)> = (1..=5u64)
+            .map(|v| ("a".into(), ChannelVersion::new(v)))
+            .collect();
+        let latest = CheckpointConfig::latest("t");
+        for (vanishing, remaining) in [(0, 5), (1, 4), (2, 3), (3, 2)] {
+            let e = five().await;
+            e.backend.vanish_latest.store(vanishing, Ordering::Relaxed);
+            let values = e.get_channel_values(&latest, &keys).await;
+            let t = five().await;
+            t.backend.vanish_latest.store(vanishing, Ordering::Relaxed);
+            let tuple = t.get_tuple_with_ancestry(&latest, 0).await;
+            if vanishing < 3 {
+                assert_eq!(values.unwrap().map(|v| v.len()), Some(5), "{vanishing}");
+                let a = tuple.unwrap().unwrap().tuple.checkpoint.channel_values["a"].clone();
+                assert_eq!(a, Blob::json(&remaining).unwrap(), "{vanishing}");
+            } else {
+                for err in [values.unwrap_err(), tuple.err().unwrap()] {
+                    assert_eq!(err.kind(), crate::ErrorKind::Conflict, "{err}");
+                }
+            }
+            for e in [&e, &t] {
+                assert_eq!(
+                    e.list(&ListQuery::thread("t"), false).await.unwrap().len(),
+                    remaining
+                );
+            }
+        }
+    }
+
     /// The greatest channel version is the namespace's mark, read without listing a record,
     /// and it is a high-water mark: a prune that removes the checkpoint holding it leaves it.
     #[tokio::test]

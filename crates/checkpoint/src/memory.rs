@@ -53,6 +53,11 @@ pub(crate) struct MemoryBackend {
     pub(crate) largest_scan: std::sync::atomic::AtomicUsize,
     /// Calls of `all_messages` (what loading a thread's message index costs).
     pub(crate) message_loads: std::sync::atomic::AtomicUsize,
+    /// Test hook: while above zero, a lookup of a namespace's latest checkpoint deletes the
+    /// row it found before returning it (and counts down), as another process deleting it
+    /// between the lookup and the read would.
+    #[cfg(test)]
+    pub(crate) vanish_latest: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryBackend {
@@ -213,6 +218,21 @@ impl Backend for MemoryBackend {
         ns: &CheckpointNs,
         id: Option<CheckpointId>,
     ) -> Result<Option<CheckpointRow>> {
+        #[cfg(test)]
+        if id.is_none() {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut t = self.lock();
+            let found = checkpoint_row(&t, thread, ns, None);
+            if let Some(r) = &found
+                && self
+                    .vanish_latest
+                    .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                t.checkpoints.remove(&(thread.clone(), ns.clone(), r.id));
+            }
+            return Ok(found);
+        }
         Ok(checkpoint_row(&self.lock(), thread, ns, id))
     }
 
