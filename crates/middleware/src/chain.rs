@@ -2,9 +2,14 @@
 //!
 //! Order is program semantics, so it is never "wherever `push` happened to
 //! put it": every insertion names where it goes (an anchor, a placement
-//! rule, or the explicit end), [`ChainBuilder::build`] resolves and checks
-//! the order once, and the resulting [`Chain`] cannot change. Its `Debug`
-//! output is the resolved order, one entry per line.
+//! rule, or the explicit end). Each insertion resolves against the chain as
+//! it stands when it is made, so the order of the builder's calls is part of
+//! the order it builds (an anchor must be in the chain before something is
+//! placed next to it, and a later [`push`](ChainBuilder::push) goes after
+//! everything, an earlier `End` placement included). [`ChainBuilder::build`]
+//! then checks the whole order once (ordering constraints, Clarification
+//! last, duplicate ids, kind names), and the resulting [`Chain`] cannot
+//! change. Its `Debug` output is the resolved order, one entry per line.
 
 use std::fmt;
 use std::sync::Arc;
@@ -154,12 +159,21 @@ impl ChainBuilder {
         self
     }
 
-    /// Inserts `m` right before the first middleware of kind `anchor`.
+    /// Inserts `m` right before the first middleware of kind `anchor`, in the chain as it
+    /// stands (a missing anchor is [`Error::AnchorNotFound`] now, not at build).
+    ///
+    /// Two calls on one anchor keep their call order: `insert_before(A, m1)` then
+    /// `insert_before(A, m2)` gives `[m1, m2, A]`.
     pub fn insert_before(&mut self, anchor: &MiddlewareKind, m: Entry) -> Result<&mut Self> {
         self.insert_relative(anchor, m, 0)
     }
 
-    /// Inserts `m` right after the first middleware of kind `anchor`.
+    /// Inserts `m` right after the first middleware of kind `anchor`, in the chain as it
+    /// stands (a missing anchor is [`Error::AnchorNotFound`] now, not at build).
+    ///
+    /// Each call lands right after the anchor, so two calls on one anchor end up in reverse
+    /// call order: `insert_after(A, m1)` then `insert_after(A, m2)` gives `[A, m2, m1]` (to
+    /// keep a sequence in order, anchor each to the one before it).
     pub fn insert_after(&mut self, anchor: &MiddlewareKind, m: Entry) -> Result<&mut Self> {
         self.insert_relative(anchor, m, 1)
     }
@@ -377,11 +391,17 @@ impl ChainBuilder {
                 if circular {
                     // Only the extras some pending extra anchors to (R55: the pending anchor
                     // classes that are pending extras), not one stuck on a missing anchor.
-                    let names = still
-                        .iter()
-                        .filter(|p| still.iter().any(|q| q.anchor == p.entry.kind()))
-                        .map(|p| p.entry.kind().to_string())
-                        .collect();
+                    // Each kind once, in extras order: two instances of one kind are one
+                    // anchor class, as the reference reports a set of classes.
+                    let mut names: Vec<String> = Vec::new();
+                    for p in &still {
+                        let name = p.entry.kind().to_string();
+                        if still.iter().any(|q| q.anchor == p.entry.kind())
+                            && !names.contains(&name)
+                        {
+                            names.push(name);
+                        }
+                    }
                     return Err(Error::CircularAnchors { names });
                 }
                 return Err(Error::UnresolvedAnchors {
@@ -403,11 +423,24 @@ impl ChainBuilder {
         Ok(self)
     }
 
-    /// Resolves the order: checks every declared [`OrderingConstraint`] and
-    /// freezes the chain.
+    /// Checks the order every insertion resolved (every declared [`OrderingConstraint`],
+    /// the core one, Clarification last) and freezes the chain.
+    ///
+    /// A kind name that is empty or contains `#` is refused ([`Error::InvalidKindName`]):
+    /// `#` separates an id's instance label, so such a kind would print like another id in
+    /// errors and in the chain's `Debug` order.
     pub fn build(self) -> Result<Chain> {
         if let Some(id) = self.repeated.first() {
             return Err(Self::already_in(id));
+        }
+        if let Some(e) = self
+            .entries
+            .iter()
+            .find(|e| e.kind().name().is_empty() || e.kind().name().contains('#'))
+        {
+            return Err(Error::InvalidKindName {
+                name: e.kind().name().to_owned(),
+            });
         }
         // The declared constraints, then the core one every chain keeps (R124): tool progress
         // is reported outside the error handling, so it sees the errors it turns into results.

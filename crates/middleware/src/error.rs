@@ -41,6 +41,13 @@ pub enum Error {
         /// The repeated id.
         id: String,
     },
+    /// A middleware's kind name is empty or contains `#`, which separates an id's instance
+    /// label: its id would print like another one (kind `A#x` and instance `x` of `A`).
+    #[error("middleware kind name {name:?} is not usable: it must be non-empty and contain no '#'")]
+    InvalidKindName {
+        /// The kind name.
+        name: String,
+    },
     /// Two extras of one call have the same id: the chain is keyed by id, so one would
     /// silently replace the other.
     #[error("extra middleware {id} is given twice")]
@@ -174,6 +181,7 @@ impl Error {
             Error::BothAnchors { .. }
             | Error::DuplicateMiddleware { .. }
             | Error::DuplicateExtra { .. }
+            | Error::InvalidKindName { .. }
             | Error::DuplicateAnchor { .. }
             | Error::OppositeAnchors { .. }
             | Error::CircularAnchors { .. }

@@ -1186,9 +1186,10 @@ impl Middleware for Named {
 }
 
 /// Hook nodes get graph-safe, distinct names whatever the middleware ids: an extension's
-/// `module:Class` kind, a kind starting with `__`, and two ids that render alike (a kind `A#x`
-/// and the instance `x` of `A`) build, compile and run in chain order (before, compiling
-/// failed on a reserved name or a duplicate node).
+/// `module:Class` kind, a kind starting with `__`, and two instances of one kind build,
+/// compile and run in chain order (before, compiling failed on a reserved name or a
+/// duplicate node). A kind `A#x`, which would print like the instance `x` of `A`, is refused
+/// at build since 2026-12-02 (`kind_names_with_a_hash_are_refused` in `order.rs`).
 #[tokio::test(flavor = "current_thread")]
 async fn hook_node_names_are_graph_safe_and_distinct() {
     let log: Log = Arc::default();
@@ -1196,8 +1197,9 @@ async fn hook_node_names_are_graph_safe_and_distinct() {
     for (kind, label) in [
         ("acme.ext:Audit", None),
         ("__Hidden", None),
-        ("A#x", None),
+        ("A", Some("y")),
         ("A", Some("x")),
+        ("A", None),
     ] {
         chain.push(Arc::new(Named {
             kind,
@@ -1223,7 +1225,7 @@ async fn hook_node_names_are_graph_safe_and_distinct() {
         .unwrap();
     assert_eq!(
         *log.lock().unwrap(),
-        ["acme.ext:Audit", "__Hidden", "A#x", "A#x"]
+        ["acme.ext:Audit", "__Hidden", "A#y", "A#x", "A"]
     );
 }
 

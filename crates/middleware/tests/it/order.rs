@@ -656,9 +656,9 @@ const ANCHOR: [&str; 10] = [
 proptest! {
     /// Placement either fails with a documented error, or every anchored
     /// extra sits right after (`Next`) or right before (`Prev`) the first
-    /// match of its anchor — unless another extra anchored to the same side
-    /// of the same element was placed later, which the conflict rules forbid —
-    /// and Clarification is last.
+    /// match of its anchor, with nothing between them but extras anchored to
+    /// something in between (two extras on one side of one anchor are refused
+    /// by R53 here, where no extra has families), and Clarification is last.
     #[test]
     fn anchored_extras_sit_next_to_their_anchor(spec in prop::collection::vec((0usize..3, 0usize..10), 1..6)) {
         let extras: Vec<Arc<dyn Middleware>> = spec
@@ -685,6 +685,16 @@ proptest! {
             Ok(_) => {
                 let o = order(&b.build().unwrap());
                 prop_assert_eq!(o.last().map(String::as_str), Some("ClarificationMiddleware"));
+                // Each extra's anchor, if any: what may sit between another extra and its anchor.
+                let anchor_of = |x: &str| {
+                    extras.iter().find(|e| e.kind().name() == x).and_then(|e| {
+                        let a = e.anchors();
+                        a.next.or(a.prev).map(|a| a.name().to_owned())
+                    })
+                };
+                let chained = |x: &String, span: &[String]| {
+                    anchor_of(x).is_some_and(|a| span.contains(&a))
+                };
                 prop_assert_eq!(o.len(), BASE.len() + extras.len());
                 for e in &extras {
                     let me = o.iter().position(|x| x == e.kind().name()).unwrap();
@@ -694,12 +704,12 @@ proptest! {
                         // Right after the anchor, or after extras that were
                         // chained onto it (anchored to something between).
                         prop_assert!(me > at, "{} not after {}: {:?}", e.kind(), anchor, o);
-                        prop_assert!(o[at + 1..me].iter().all(|x| x.starts_with('E')), "{:?}", o);
+                        prop_assert!(o[at + 1..me].iter().all(|x| chained(x, &o[at..=me])), "{:?}", o);
                     }
                     if let Some(anchor) = a.prev {
                         let at = o.iter().position(|x| x == anchor.name()).unwrap();
                         prop_assert!(me < at, "{} not before {}: {:?}", e.kind(), anchor, o);
-                        prop_assert!(o[me + 1..at].iter().all(|x| x.starts_with('E')), "{:?}", o);
+                        prop_assert!(o[me + 1..at].iter().all(|x| chained(x, &o[me..=at])), "{:?}", o);
                     }
                 }
             }
@@ -775,4 +785,107 @@ fn two_extras_with_one_id_are_refused() {
             .starts_with("Conflict: X and X both @Next(TitleMiddleware)"),
         "{err}"
     );
+}
+
+/// R55 with unanchored extras: an extra anchored `@Next` to the middleware right before
+/// Clarification lands right after it, before the unanchored extras already inserted there.
+#[test]
+fn r55_next_of_the_entry_before_clarification_goes_before_unanchored_extras() {
+    let mut b = ChainBuilder::new();
+    for n in ["B0", "B1", "B2", "ClarificationMiddleware"] {
+        b.push(mw(n));
+    }
+    b.insert_extras(vec![mw("E0"), next("E1", "B2")]).unwrap();
+    assert_eq!(
+        order(&b.build().unwrap()),
+        ["B0", "B1", "B2", "E1", "E0", "ClarificationMiddleware"]
+    );
+}
+
+/// Every insertion resolves against the chain as it stands: an anchor pushed later is not
+/// there yet, and a push after an `End` placement goes after it.
+#[test]
+fn insertions_resolve_against_the_chain_as_it_stands() {
+    let mut b = ChainBuilder::new();
+    let err = b.insert_after(&k("Audit"), mw("M")).unwrap_err();
+    assert!(matches!(err, Error::AnchorNotFound { .. }), "{err}");
+    b.push(mw("Audit"));
+    b.insert_after(&k("Audit"), mw("M")).unwrap();
+    let d = b.place(mw("C"), &[PlacementRule::End]);
+    assert_eq!(
+        (d.rule, d.degraded, d.index),
+        (Some(PlacementRule::End), false, 2)
+    );
+    b.push(mw("T"));
+    assert_eq!(order(&b.build().unwrap()), ["Audit", "M", "C", "T"]);
+}
+
+/// Two insertions on one anchor: `insert_before` keeps call order, `insert_after` reverses
+/// it (each lands right after the anchor), as documented.
+#[test]
+fn two_insertions_on_one_anchor_have_a_documented_order() {
+    let mut b = ChainBuilder::new();
+    b.push(mw("A"));
+    b.insert_before(&k("A"), mw("m1")).unwrap();
+    b.insert_before(&k("A"), mw("m2")).unwrap();
+    b.insert_after(&k("A"), mw("m3")).unwrap();
+    b.insert_after(&k("A"), mw("m4")).unwrap();
+    assert_eq!(order(&b.build().unwrap()), ["m1", "m2", "A", "m4", "m3"]);
+}
+
+/// R53 compares anchors by kind: extras anchored `@Next` to a middleware and to a family it
+/// belongs to are no conflict; both land right after it, the later-placed one nearer.
+#[test]
+fn r53_extras_on_a_kind_and_on_its_family_both_land_next_to_it() {
+    let mut b = ChainBuilder::new();
+    b.push(Arc::new(Mw {
+        kind: k("A"),
+        anchors: Anchors::NONE,
+        families: vec![k("F")],
+        label: None,
+    }));
+    b.push(mw("Z"));
+    b.insert_extras(vec![next("E1", "A"), next("E2", "F")])
+        .unwrap();
+    assert_eq!(order(&b.build().unwrap()), ["A", "E2", "E1", "Z"]);
+}
+
+/// R55: a cycle among extras names each kind once, however many instances of it take part
+/// (before 2026-12-02 the instances were each named: `X, X, Y`).
+#[test]
+fn r55_a_cycle_names_each_kind_once() {
+    let x = |label, anchor| -> Arc<dyn Middleware> {
+        Arc::new(Mw {
+            kind: k("X"),
+            anchors: Anchors::next(k(anchor)),
+            families: vec![],
+            label: Some(label),
+        })
+    };
+    let mut b = ChainBuilder::new();
+    b.push(mw("B0"));
+    let err = b
+        .insert_extras(vec![x("1", "Y"), x("2", "Missing"), next("Y", "X")])
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Circular dependency among extra middlewares: X, Y"
+    );
+}
+
+/// A kind name with `#` (which separates an id's instance label) or an empty one is refused
+/// at build, so no two ids print alike in errors or in the chain's `Debug` order.
+#[test]
+fn kind_names_with_a_hash_are_refused() {
+    for name in ["A#x", ""] {
+        let mut b = ChainBuilder::new();
+        b.push(labelled("A", "x"));
+        b.push(mw(name));
+        let err = b.build().unwrap_err();
+        assert!(matches!(err, Error::InvalidKindName { .. }), "{err}");
+        assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
+    }
+    let mut b = ChainBuilder::new();
+    b.push(labelled("A", "x#y"));
+    assert_eq!(order(&b.build().unwrap()), ["A#x#y"]);
 }
