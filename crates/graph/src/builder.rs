@@ -1,6 +1,6 @@
 //! [`StateGraph`]: declare channels, nodes and edges; `compile()` validates them.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -214,7 +214,7 @@ pub struct StateGraph {
     pub(crate) nodes: Vec<(NodeId, NodeDef)>,
     pub(crate) edges: Vec<(NodeId, NodeId)>,
     pub(crate) joins: Vec<(Vec<NodeId>, NodeId)>,
-    pub(crate) routers: HashMap<NodeId, RouterDef>,
+    pub(crate) routers: BTreeMap<NodeId, RouterDef>,
     pub(crate) interrupt_before: Vec<NodeId>,
     pub(crate) interrupt_after: Vec<NodeId>,
     /// The subgraph nodes' graphs: their schemas are checked against this graph's at compile
@@ -334,12 +334,12 @@ impl StateGraph {
     {
         let from = from.into();
         match self.routers.entry(from) {
-            std::collections::hash_map::Entry::Occupied(e) => {
+            std::collections::btree_map::Entry::Occupied(e) => {
                 self.errors.push(BuildError::DuplicateRouter {
                     node: e.key().to_string(),
                 });
             }
-            std::collections::hash_map::Entry::Vacant(e) => {
+            std::collections::btree_map::Entry::Vacant(e) => {
                 e.insert(RouterDef {
                     f: Arc::new(f),
                     targets,

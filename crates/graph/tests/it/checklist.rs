@@ -1361,6 +1361,27 @@ async fn run_flaky(
     (out, runs.load(Ordering::SeqCst))
 }
 
+/// Of several faults, compile() reports the same one every time: routers are checked in
+/// node-name order (before 2026-12-02 in a hash map's order, which differs between map
+/// instances, so two routers with unknown targets gave either error).
+#[test]
+fn compile_reports_the_same_fault_every_time() {
+    use antler_graph::BuildError;
+    let build = || {
+        let mut g = graph();
+        g.add_node("a", add("a")).add_node("b", add("b"));
+        g.add_edge("__start__", "a").add_edge("__start__", "b");
+        g.add_router("b", Some(vec!["nope-b".into()]), |_: &State| vec![]);
+        g.add_router("a", Some(vec!["nope-a".into()]), |_: &State| vec![]);
+        g.compile().err()
+    };
+    for _ in 0..24 {
+        assert!(
+            matches!(build(), Some(BuildError::UnknownNode { ref node, .. }) if node == "nope-a")
+        );
+    }
+}
+
 /// compile() rejects invalid graphs with typed errors.
 #[test]
 fn compile_errors_are_typed() {
