@@ -1078,6 +1078,38 @@ fn task_ns(graph_ns: &str, node: &str, task: &TaskId) -> String {
     }
 }
 
+/// The task waiting on the checkpoint's one pending interrupt, with its path, when that
+/// interrupt is the task's own for the slot after its stored answers (not one its subgraph
+/// stopped on, which carries the subgraph task's id).
+fn own_waiting_interrupt(pending: &[PendingWrite], graph_ns: &str) -> Option<(TaskId, String)> {
+    let tasks: BTreeSet<&TaskId> = pending
+        .iter()
+        .filter(|w| w.channel == INTERRUPT)
+        .map(|w| &w.task_id)
+        .collect();
+    let mut waiting = tasks.into_iter().filter_map(|t| {
+        let interrupts = pending_interrupts(pending, t, graph_ns);
+        (!interrupts.is_empty()).then_some((t, interrupts))
+    });
+    let (task, interrupts) = waiting.next()?;
+    if waiting.next().is_some() {
+        return None;
+    }
+    let [only] = interrupts.as_slice() else {
+        return None;
+    };
+    let slot = saved_answers(pending, task).len();
+    if only.id != interrupt_id(&task_ns(graph_ns, only.node.as_str(), task), slot) {
+        return None;
+    }
+    let path = pending
+        .iter()
+        .find(|w| &w.task_id == task && w.channel == INTERRUPT)?
+        .task_path
+        .clone();
+    Some((task.clone(), path))
+}
+
 /// The interrupts `task` still waits on (runtime-spec §2.2 counts only pending ones): none
 /// once the task has a result; otherwise its saved interrupt, unless the task has since been
 /// given the answer for that interrupt's slot. The interrupt write is an upsert and outlives
@@ -1570,6 +1602,9 @@ async fn run_inner(
     // stored first, a write the channels refuse (two values for a last-value channel, a
     // removal of an unknown message) would fail every later read and run of the thread.
     let mut input_to_store: Option<(CheckpointId, Vec<(String, Json)>)> = None;
+    // A single resume value that answers a task's own interrupt: the task, its path and its
+    // answers with the value, stored on the loaded checkpoint after the command's input.
+    let mut answer_to_store: Option<(TaskId, String, Json)> = None;
 
     if let Input::Command(cmd) = &input {
         let mut null_writes = Vec::new();
@@ -1599,8 +1634,36 @@ async fn run_inner(
                 if waiting > 1 {
                     return Err(Error::AmbiguousResume { count: waiting });
                 }
-                null_writes.push((RESUME.to_owned(), v.clone()));
-                stored.push((RESUME.to_owned(), v.clone()));
+                // The one interrupt waiting is a task's own (not its subgraph's), on a
+                // checkpoint whose tasks keep their ids and that stores the answer: the value
+                // becomes that task's answer for the interrupt's slot, stored as the task's
+                // `__resume__` write before anything runs. Stored as the NULL task's value, it
+                // would stay on the checkpoint after the task took it, and a run after an
+                // unfinished step (a failure after the answer, a later interrupt) would give it
+                // to the next question without an answer; the task's own list keeps it where
+                // it was used (the reference stores the NULL-task value and has that flaw).
+                let own = (waiting == 1 && !fork_saved && loaded_is_newest && ckpt_id.is_some())
+                    .then(|| own_waiting_interrupt(&pending, &cfg.checkpoint_ns))
+                    .flatten();
+                match own {
+                    Some((task, path)) => {
+                        let mut answers = saved_answers(&pending, &task);
+                        answers.push(v.clone());
+                        let value = Json::Array(answers);
+                        pending.retain(|w| !(w.task_id == task && w.channel == RESUME));
+                        pending.push(PendingWrite {
+                            task_id: task.clone(),
+                            task_path: path.clone(),
+                            channel: RESUME.to_owned(),
+                            value: value.clone(),
+                        });
+                        answer_to_store = Some((task, path, value));
+                    }
+                    None => {
+                        null_writes.push((RESUME.to_owned(), v.clone()));
+                        stored.push((RESUME.to_owned(), v.clone()));
+                    }
+                }
             }
             Some(Resume::Map(m)) => shared.map.clone_from(m),
             None => {}
@@ -1675,6 +1738,11 @@ async fn run_inner(
     if let Some((id, writes)) = input_to_store {
         persist
             .put_writes(&id, &TaskId::new(NULL_TASK_ID), "", writes)
+            .await?;
+    }
+    if let (Some((task, path, value)), Some(id)) = (answer_to_store, &ckpt_id) {
+        persist
+            .put_writes(id, &task, &path, vec![(RESUME.to_owned(), value)])
             .await?;
     }
     let shared = Arc::new(shared);

@@ -708,3 +708,85 @@ async fn a_subgraph_task_created_by_a_send_interrupts_and_resumes() {
         &log(&["x0=\"A\"", "x1=\"B\""])
     );
 }
+
+/// A node that asks for an account, fails once after the answer (a fetch that fails), then
+/// asks for a confirmation; it logs both answers.
+fn fetch_then_confirm(
+    fails: usize,
+) -> impl Fn(State, Context) -> std::future::Ready<Result<Update, NodeError>> + use<> {
+    let runs_after_answer = Arc::new(AtomicUsize::new(0));
+    move |_s, ctx| {
+        let step = || -> Result<Update, NodeError> {
+            let account = ctx.interrupt(json!("account?"))?;
+            if runs_after_answer.fetch_add(1, Ordering::SeqCst) < fails {
+                return Err(NodeError::failed(std::io::Error::other("fetch failed")));
+            }
+            let ok = ctx.interrupt(json!("confirm?"))?;
+            let text = |v: &Json| v.as_str().unwrap_or_default().to_owned();
+            Ok(Update::new().set(&LOG, log(&[&format!("{},{}", text(&account), text(&ok))])))
+        };
+        std::future::ready(step())
+    }
+}
+
+/// A single resume value answers the interrupt it was given for and no later one: after the
+/// resumed step did not finish (the task failed after taking the answer, or stopped on its
+/// next question), a run on the same checkpoint asks the next question instead of answering
+/// it with that value (before 2026-12-02 the value stayed stored as the NULL task's, as in the
+/// reference, and `Continue` answered "confirm?" with the account). In-process and through a
+/// saver, whose cold reads see what was stored.
+#[tokio::test]
+async fn a_single_resume_value_answers_only_the_question_it_was_given_for() {
+    for fails in [1, 0] {
+        for stored in [false, true] {
+            let mut g = graph();
+            g.add_node("approve", fetch_then_confirm(fails));
+            g.add_edge("__start__", "approve")
+                .add_edge("approve", "__end__");
+            let compiled = g.compile().unwrap();
+            let graph = if stored {
+                let saver =
+                    antler_checkpoint::MemorySaver::new(antler_checkpoint::StoreConfig::full());
+                compiled.with_checkpointer(Arc::new(antler_graph::SaverCheckpointer::new(
+                    Arc::new(saver),
+                )))
+            } else {
+                compiled.with_checkpointer(Arc::new(MemoryCheckpointer::new()))
+            };
+            let cfg = RunConfig::new("t");
+            let asked = |out: &antler_graph::RunOutcome| -> Vec<Json> {
+                out.interrupts.iter().map(|i| i.value.clone()).collect()
+            };
+            let out = graph
+                .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+                .await
+                .unwrap();
+            assert_eq!(asked(&out), [json!("account?")]);
+            let resumed = graph
+                .invoke(Input::Command(Command::resume(json!("acct-1"))), &cfg)
+                .await;
+            if fails == 1 {
+                let err = resumed.unwrap_err();
+                assert!(err.to_string().contains("fetch failed"), "{err}");
+            } else {
+                assert_eq!(asked(&resumed.unwrap()), [json!("confirm?")]);
+            }
+            let again = graph.invoke(Input::Continue, &cfg).await.unwrap();
+            assert_eq!(
+                asked(&again),
+                [json!("confirm?")],
+                "fails {fails}, stored {stored}"
+            );
+            let done = graph
+                .invoke(Input::Command(Command::resume(json!("yes"))), &cfg)
+                .await
+                .unwrap();
+            assert!(done.interrupts.is_empty());
+            assert_eq!(
+                done.values.get(&LOG),
+                Some(&log(&["in", "acct-1,yes"])),
+                "fails {fails}, stored {stored}"
+            );
+        }
+    }
+}
