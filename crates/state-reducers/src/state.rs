@@ -180,6 +180,13 @@ pub struct ThreadStateUpdate {
 /// Fails without partial effects: on error the caller still owns its
 /// original state only if it passed a clone, so the graph runtime applies a
 /// step to a copy and commits it at the barrier.
+///
+/// `messages` follows the *full* channel's rules: writes before an `Overwrite`
+/// still go through the reducer (so their errors surface), as the reference's
+/// `BinaryOperatorAggregate` folds them, and ids are random UUIDs. A *delta*
+/// channel drops a step's other writes beside an `Overwrite` (runtime-spec
+/// §5.1) and takes its ids from the runtime: the graph's delta channel
+/// implements that, not this function.
 pub fn apply_updates(
     mut state: ThreadState,
     updates: Vec<ThreadStateUpdate>,
