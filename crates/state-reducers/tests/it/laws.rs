@@ -3,6 +3,8 @@
 //! Laws that hold and are checked here:
 //! - the batch message reducer is invariant under batching, errors included
 //!   (R22), and equals folding `add_messages` write by write;
+//! - the batch message reducer equals a naive implementation of R19–R21
+//!   written straight from the spec (`naive_merge`), errors included;
 //! - every field reducer is idempotent for a repeated write
 //!   (`merge(merge(a, b), b) == merge(a, b)`), artifacts only from a present
 //!   value, skill context only for descriptions that normalise to themselves
@@ -94,8 +96,81 @@ fn batch(
     merge_message_writes_with(state.to_vec(), writes.to_vec(), ids)
 }
 
+/// R19–R21 written straight from the spec, with no index, no tombstones and no batching: an
+/// independent second implementation for the batch reducer to agree with (the pairwise
+/// reducer is the batch reducer given one write, so comparing those two checks batching only).
+/// Errors are compared by their text.
+fn naive_merge(
+    state: &[Message],
+    writes: &[MessageWrite],
+    ids: &mut Counter,
+) -> Result<Vec<Message>, String> {
+    if writes.is_empty() {
+        return Ok(state.to_vec());
+    }
+    // R19: the state's id-less messages first, then each write's, in order.
+    let mut acc = state.to_vec();
+    let mut writes = writes.to_vec();
+    for m in acc
+        .iter_mut()
+        .chain(writes.iter_mut().flat_map(|w| match w {
+            MessageWrite::Messages(ms) => ms.iter_mut(),
+            MessageWrite::Null => [].iter_mut(),
+        }))
+    {
+        if m.id.is_none() {
+            m.id = Some(ids.next_id());
+        }
+    }
+    let id = |m: &Message| m.id.clone().unwrap_or_default();
+    for w in writes {
+        let MessageWrite::Messages(items) = w else {
+            let side = if acc.is_empty() { "right" } else { "left" };
+            return Err(format!(
+                "Must specify non-null arguments for both 'left' and 'right'. Only received: '{side}'."
+            ));
+        };
+        // R20.1: the items after the last remove-all, verbatim.
+        if let Some(last) = items.iter().rposition(Message::is_remove_all) {
+            acc = items[last + 1..].to_vec();
+            continue;
+        }
+        let mut to_remove: Vec<String> = Vec::new();
+        for item in items {
+            let key = id(&item);
+            match acc.iter().rposition(|m| id(m) == key) {
+                Some(_) if item.is_remove() => {
+                    if !to_remove.contains(&key) {
+                        to_remove.push(key);
+                    }
+                }
+                Some(at) => {
+                    to_remove.retain(|r| *r != key);
+                    acc[at] = item;
+                }
+                None if item.is_remove() => {
+                    return Err(format!(
+                        "Attempting to delete a message with an ID that doesn't exist ('{key}')"
+                    ));
+                }
+                None => acc.push(item),
+            }
+        }
+        acc.retain(|m| !to_remove.contains(&id(m)));
+    }
+    Ok(acc)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// The batch reducer agrees with [`naive_merge`], the spec's rules written plainly,
+    /// results and error texts alike.
+    #[test]
+    fn batch_equals_the_spec_written_plainly(s in state(), ws in prop::collection::vec(any_write(), 0..7)) {
+        let got = batch(&s, &ws, &mut Counter(0)).map_err(|e| e.to_string());
+        prop_assert_eq!(got, naive_merge(&s, &ws, &mut Counter(0)));
+    }
 
     /// R22: for every split point, merging in two batches equals one batch,
     /// including the error kind and text.
