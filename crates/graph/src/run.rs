@@ -1642,9 +1642,22 @@ async fn run_inner(
                 // unfinished step (a failure after the answer, a later interrupt) would give it
                 // to the next question without an answer; the task's own list keeps it where
                 // it was used (the reference stores the NULL-task value and has that flaw).
-                let own = (waiting == 1 && !fork_saved && loaded_is_newest && ckpt_id.is_some())
-                    .then(|| own_waiting_interrupt(&pending, &cfg.checkpoint_ns))
-                    .flatten();
+                // Only for a command that is nothing but the value (its answer is then the
+                // one write it stores, where an update beside it would be a second write
+                // that a failure between the two could leave alone), and only when no NULL-task
+                // value is stored there already: that one is replaced by an upsert of the NULL
+                // task's value, and left in place it would answer the next question.
+                let null_stored = pending
+                    .iter()
+                    .any(|w| w.task_id.as_str() == NULL_TASK_ID && w.channel == RESUME);
+                let own = (waiting == 1
+                    && stored.is_empty()
+                    && !null_stored
+                    && !fork_saved
+                    && loaded_is_newest
+                    && ckpt_id.is_some())
+                .then(|| own_waiting_interrupt(&pending, &cfg.checkpoint_ns))
+                .flatten();
                 match own {
                     Some((task, path)) => {
                         let mut answers = saved_answers(&pending, &task);

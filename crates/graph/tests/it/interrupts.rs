@@ -790,3 +790,48 @@ async fn a_single_resume_value_answers_only_the_question_it_was_given_for() {
         }
     }
 }
+
+/// A NULL-task resume value stored on the checkpoint (given while no interrupt waited: after a
+/// static breakpoint) is replaced by the next single value, not kept beside it: a node that
+/// took the first value for its first question and the second for its second asks its third
+/// (a value for a task's own interrupt is stored as that task's answer only when no NULL-task
+/// value is stored there; otherwise it replaces that value, as before).
+#[tokio::test]
+async fn a_stored_null_resume_value_is_replaced_by_the_next_one() {
+    let mut g = graph();
+    g.add_node("ask", |_s: State, ctx: Context| async move {
+        let text = |v: Json| v.as_str().unwrap_or_default().to_owned();
+        let a = text(ctx.interrupt(json!("first?"))?);
+        let b = text(ctx.interrupt(json!("second?"))?);
+        let c = text(ctx.interrupt(json!("third?"))?);
+        Ok(Update::new().set(&LOG, log(&[&format!("{a},{b},{c}")])))
+    });
+    g.add_edge("__start__", "ask").add_edge("ask", "__end__");
+    g.interrupt_before(["ask"]);
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    let asked = |out: &antler_graph::RunOutcome| -> Vec<Json> {
+        out.interrupts.iter().map(|i| i.value.clone()).collect()
+    };
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert!(out.paused && out.interrupts.is_empty());
+    let out = graph
+        .invoke(Input::Command(Command::resume(json!("a"))), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(asked(&out), [json!("second?")]);
+    let out = graph
+        .invoke(Input::Command(Command::resume(json!("b"))), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(asked(&out), [json!("third?")]);
+    let out = graph
+        .invoke(Input::Command(Command::resume(json!("c"))), &cfg)
+        .await
+        .unwrap();
+    assert!(out.interrupts.is_empty());
+    assert_eq!(out.values.get(&LOG), Some(&log(&["in", "a,b,c"])));
+}
