@@ -103,6 +103,46 @@ pub struct OrderingConstraint {
     pub contributor: Option<String>,
 }
 
+/// A declared sequence constraint checked at build time (kernel-spec R120, R121): the
+/// middlewares of `kinds` that are in the chain sit next to each other, in the order of
+/// `kinds`, and with `at_end` they end the chain. Kinds that are absent are skipped (R120's
+/// Safety "if enabled"); an entry matches the first of `kinds` it is (or belongs to, through
+/// its families); nothing of `kinds` in the chain satisfies it.
+///
+/// What an [`OrderingConstraint`] cannot say: R121's "SkillActivation, SkillToolPolicy,
+/// DurableContext adjacent in that order", R120's exact tail "TerminalResponse,
+/// ModelLength, Safety, Clarification".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SequenceConstraint {
+    /// The kinds, in the order they must appear.
+    pub kinds: Vec<MiddlewareKind>,
+    /// Whether the sequence must end the chain.
+    pub at_end: bool,
+    /// Why, for the error message.
+    pub reason: String,
+    /// The extension that declared it; `None` for the core order.
+    pub contributor: Option<String>,
+}
+
+impl SequenceConstraint {
+    /// The first entry at or after which the sequence is broken, if it is: an entry that is
+    /// not of `kinds` between the first and the last that are, one out of order, or (with
+    /// `at_end`) one after the last.
+    fn violation(&self, entries: &[Entry]) -> Option<usize> {
+        let rank = |e: &Entry| self.kinds.iter().position(|k| matches(e, k));
+        let first = entries.iter().position(|e| rank(e).is_some())?;
+        let last = entries.iter().rposition(|e| rank(e).is_some())?;
+        let mut prev = 0;
+        for (at, e) in entries.iter().enumerate().take(last + 1).skip(first) {
+            match rank(e) {
+                Some(r) if r >= prev => prev = r,
+                _ => return Some(at),
+            }
+        }
+        (self.at_end && last + 1 != entries.len()).then_some(last + 1)
+    }
+}
+
 /// Builds a [`Chain`].
 ///
 /// Adding a middleware whose [`MiddlewareId`] is already present is refused
@@ -112,6 +152,7 @@ pub struct OrderingConstraint {
 pub struct ChainBuilder {
     entries: Vec<Entry>,
     constraints: Vec<OrderingConstraint>,
+    sequences: Vec<SequenceConstraint>,
     diagnostics: Vec<PlacementDiagnostic>,
     /// The entries [`place`](Self::place) inserted: later placements resolve against the
     /// others (the stack before contributions), as the reference resolves every contribution.
@@ -273,6 +314,12 @@ impl ChainBuilder {
     /// Declares an ordering constraint checked by [`build`](Self::build).
     pub fn require_order(&mut self, constraint: OrderingConstraint) -> &mut Self {
         self.constraints.push(constraint);
+        self
+    }
+
+    /// Declares a sequence constraint checked by [`build`](Self::build) (R120, R121).
+    pub fn require_sequence(&mut self, constraint: SequenceConstraint) -> &mut Self {
+        self.sequences.push(constraint);
         self
     }
 
@@ -479,6 +526,27 @@ impl ChainBuilder {
                     outer_index: o,
                     inner: c.inner.to_string(),
                     inner_index: i,
+                    reason: c.reason.clone(),
+                    contributor: placed_by.unwrap_or_else(|| {
+                        c.contributor
+                            .clone()
+                            .unwrap_or_else(|| "core middleware order".to_owned())
+                    }),
+                });
+            }
+        }
+        for c in &self.sequences {
+            if let Some(at) = c.violation(&self.entries) {
+                let placed_by = self
+                    .entries
+                    .get(at)
+                    .and_then(|e| self.source_of(&e.id()))
+                    .map(str::to_owned);
+                return Err(Error::SequenceViolation {
+                    expected: c.kinds.iter().map(ToString::to_string).collect(),
+                    at_end: c.at_end,
+                    index: at,
+                    found: self.entries.get(at).map(|e| e.id().to_string()),
                     reason: c.reason.clone(),
                     contributor: placed_by.unwrap_or_else(|| {
                         c.contributor

@@ -137,6 +137,29 @@ pub enum Error {
         /// The extension that contributed the constraint, or `core middleware order`.
         contributor: String,
     },
+    /// A declared [`SequenceConstraint`](crate::SequenceConstraint) does not hold (R120,
+    /// R121): `found` (at `index`; `None` past the end) breaks the sequence of `expected`.
+    #[error(
+        "{} must be adjacent in this order{}: {} at index {index} breaks it: {reason} (contributed by {contributor})",
+        .expected.join(", "),
+        if *.at_end { " and end the chain" } else { "" },
+        .found.as_deref().unwrap_or("the end of the chain")
+    )]
+    SequenceViolation {
+        /// The kinds of the sequence, in order.
+        expected: Vec<String>,
+        /// Whether the sequence must end the chain.
+        at_end: bool,
+        /// Where the sequence breaks.
+        index: usize,
+        /// The entry there (`None` when the chain ends before the sequence does).
+        found: Option<String>,
+        /// Why the order matters.
+        reason: String,
+        /// The extension that placed the breaking entry, else the constraint's contributor,
+        /// or `core middleware order`.
+        contributor: String,
+    },
     /// The agent graph could not be declared (a conflicting state field, …).
     #[error("agent graph: {0}")]
     Graph(#[source] antler_graph::BuildError),
@@ -188,7 +211,8 @@ impl Error {
             | Error::UnresolvedAnchors { .. }
             | Error::AnchorNotFound { .. }
             | Error::ClarificationNotLast { .. }
-            | Error::OrderingViolation { .. } => ErrorKind::Order,
+            | Error::OrderingViolation { .. }
+            | Error::SequenceViolation { .. } => ErrorKind::Order,
         }
     }
 }

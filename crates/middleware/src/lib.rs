@@ -66,7 +66,9 @@ mod model;
 mod tool;
 
 pub use agent::{AgentGraph, JUMP_TO, MESSAGES, MODEL_NODE, TOOLS_NODE};
-pub use chain::{Chain, ChainBuilder, OrderingConstraint, PlacementDiagnostic, PlacementRule};
+pub use chain::{
+    Chain, ChainBuilder, OrderingConstraint, PlacementDiagnostic, PlacementRule, SequenceConstraint,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use hook::{
     HookUpdate, JumpTo, Middleware, ModelNext, NodeHook, NodeHooks, StateField, ToolNext,

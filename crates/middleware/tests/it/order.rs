@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use antler_middleware::{
     Anchors, Chain, ChainBuilder, Error, Middleware, MiddlewareId, MiddlewareKind, NodeHooks,
-    OrderingConstraint, PlacementRule, kinds,
+    OrderingConstraint, PlacementRule, SequenceConstraint, kinds,
 };
 use expect_test::{Expect, expect};
 use proptest::prelude::*;
@@ -888,4 +888,129 @@ fn kind_names_with_a_hash_are_refused() {
     let mut b = ChainBuilder::new();
     b.push(labelled("A", "x#y"));
     assert_eq!(order(&b.build().unwrap()), ["A#x#y"]);
+}
+
+/// R121 as a declared sequence: SkillActivation, SkillToolPolicy and DurableContext adjacent
+/// in that order; anything between them or a swap fails the build, naming where it breaks.
+#[test]
+fn r121_a_sequence_constraint_keeps_its_kinds_adjacent_and_in_order() {
+    let r121 = || SequenceConstraint {
+        kinds: vec![
+            k("SkillActivation"),
+            k("SkillToolPolicy"),
+            k("DurableContext"),
+        ],
+        at_end: false,
+        reason: "the policy shares the activation's owner token".to_owned(),
+        contributor: None,
+    };
+    let build = |names: &[&'static str]| {
+        let mut b = ChainBuilder::new();
+        for n in names {
+            b.push(mw(n));
+        }
+        b.require_sequence(r121());
+        b.build().map(|c| order(&c))
+    };
+    assert_eq!(
+        build(&[
+            "A",
+            "SkillActivation",
+            "SkillToolPolicy",
+            "DurableContext",
+            "Z"
+        ])
+        .unwrap(),
+        [
+            "A",
+            "SkillActivation",
+            "SkillToolPolicy",
+            "DurableContext",
+            "Z"
+        ]
+    );
+    // Nothing of the sequence in the chain: nothing to keep together.
+    assert!(build(&["A", "Z"]).is_ok());
+    let err = build(&["SkillActivation", "X", "SkillToolPolicy", "DurableContext"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "SkillActivation, SkillToolPolicy, DurableContext must be adjacent in this order: X at index 1 breaks it: the policy shares the activation's owner token (contributed by core middleware order)"
+    );
+    assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
+    let err = build(&["SkillToolPolicy", "SkillActivation", "DurableContext"]).unwrap_err();
+    assert!(
+        matches!(&err, Error::SequenceViolation { index: 1, found: Some(f), .. } if f == "SkillActivation"),
+        "{err}"
+    );
+}
+
+/// R120's tail as a declared sequence at the end: TerminalResponse, ModelLength, Safety (if
+/// enabled), Clarification; an absent Safety is skipped, an entry after the tail fails, and
+/// an extension that placed the breaking entry is named.
+#[test]
+fn r120_a_sequence_at_the_end_is_the_exact_tail() {
+    let tail = || SequenceConstraint {
+        kinds: vec![
+            kinds::TERMINAL_RESPONSE,
+            k("ModelLengthFinishReasonMiddleware"),
+            kinds::SAFETY_FINISH_REASON,
+            kinds::CLARIFICATION,
+        ],
+        at_end: true,
+        reason: "the finish-reason middlewares see the model's last answer in this order"
+            .to_owned(),
+        contributor: None,
+    };
+    let build = |names: &[&'static str], extra: Option<PlacementRule>| {
+        let mut b = ChainBuilder::new();
+        for n in names {
+            b.push(mw(n));
+        }
+        if let Some(rule) = extra {
+            b.place_from(mw("Ext"), &[rule], "ext-a");
+        }
+        b.require_sequence(tail());
+        b.build().map(|c| order(&c))
+    };
+    let with_safety = [
+        "A",
+        "TerminalResponseMiddleware",
+        "ModelLengthFinishReasonMiddleware",
+        "SafetyFinishReasonMiddleware",
+        "ClarificationMiddleware",
+    ];
+    assert!(build(&with_safety, None).is_ok());
+    let without = [
+        "A",
+        "TerminalResponseMiddleware",
+        "ModelLengthFinishReasonMiddleware",
+        "ClarificationMiddleware",
+    ];
+    assert!(build(&without, None).is_ok());
+    // A contribution placed inside the tail breaks it, and its extension is named.
+    let err = build(
+        &with_safety,
+        Some(PlacementRule::InnerOf(kinds::TERMINAL_RESPONSE)),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::SequenceViolation { index: 2, contributor, .. } if contributor == "ext-a"),
+        "{err}"
+    );
+    // Without Clarification the tail must still end the chain.
+    let err = build(
+        &[
+            "TerminalResponseMiddleware",
+            "ModelLengthFinishReasonMiddleware",
+            "Z",
+        ],
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "TerminalResponseMiddleware, ModelLengthFinishReasonMiddleware, SafetyFinishReasonMiddleware, ClarificationMiddleware must be adjacent in this order and end the chain: Z at index 2 breaks it"
+        ),
+        "{err}"
+    );
 }
