@@ -436,8 +436,50 @@ pub struct SkillEntry {
     /// Description as written or stored; [`merge_skill_context`] collapses its whitespace
     /// and cuts it to 500 characters (R16).
     pub description: String,
-    /// Informational message index (0 when unknown).
-    pub loaded_at: i64,
+    /// Informational message index (0 when unknown), kept as stored.
+    pub loaded_at: LoadedAt,
+}
+
+/// A skill entry's `loaded_at` as the reference keeps it (R16, kernel-spec's quirk list): an
+/// integer, or a boolean, which Python counts as an integer and so keeps as it is (`true`
+/// stays `true`). Anything else reads as `0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum LoadedAt {
+    /// An integer that fits `i64`.
+    Int(i64),
+    /// A larger non-negative integer (Python's integers have no range).
+    Large(u64),
+    /// A boolean, kept as it was written.
+    Bool(bool),
+}
+
+impl LoadedAt {
+    /// The value of a stored `loaded_at`: an integer or a boolean as it is, else `0`.
+    /// (An integer beyond `u64` has already become a float in JSON parsing and reads as `0`.)
+    pub fn from_json(v: Option<&Value>) -> Self {
+        match v {
+            Some(Value::Bool(b)) => LoadedAt::Bool(*b),
+            Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => LoadedAt::Int(i),
+                (None, Some(u)) => LoadedAt::Large(u),
+                _ => LoadedAt::Int(0),
+            },
+            _ => LoadedAt::Int(0),
+        }
+    }
+}
+
+impl From<i64> for LoadedAt {
+    fn from(i: i64) -> Self {
+        LoadedAt::Int(i)
+    }
+}
+
+impl PartialEq<i64> for LoadedAt {
+    fn eq(&self, other: &i64) -> bool {
+        *self == LoadedAt::Int(*other)
+    }
 }
 
 impl SkillEntry {
@@ -452,7 +494,7 @@ impl SkillEntry {
             name: name.into(),
             path: path.into(),
             description: description.to_owned(),
-            loaded_at,
+            loaded_at: LoadedAt::Int(loaded_at),
         }
     }
 
@@ -471,9 +513,7 @@ impl SkillEntry {
             Some(Value::String(s)) => s.clone(),
             _ => String::new(),
         };
-        // Booleans are JSON's own type here, not integers (a deliberate
-        // difference from Python, where `True` is an `int`).
-        let loaded_at = raw.get("loaded_at").and_then(Value::as_i64).unwrap_or(0);
+        let loaded_at = LoadedAt::from_json(raw.get("loaded_at"));
         Ok(SkillEntry {
             name,
             path: py_str(path),

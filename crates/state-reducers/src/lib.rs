@@ -65,7 +65,7 @@ mod tests;
 pub use channel::{ChannelWrite, Overwrite, fold_reducer_writes, overwrite_marker};
 pub use error::{Error, ErrorKind, Result, Side};
 pub use fields::{
-    BackgroundTask, DELEGATION_LEDGER_MAX, DelegationEntry, GoalState, PromotedState,
+    BackgroundTask, DELEGATION_LEDGER_MAX, DelegationEntry, GoalState, LoadedAt, PromotedState,
     SKILL_CONTEXT_MAX, SKILL_DESCRIPTION_MAX, SandboxState, SkillEntry, TERMINAL_STATUSES,
     ThreadData, Todo, ViewedImage, ViewedImages, is_terminal_status, merge_artifacts,
     merge_delegations, merge_goal, merge_promoted, merge_sandbox, merge_skill_context, merge_todos,

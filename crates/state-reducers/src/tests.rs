@@ -506,6 +506,19 @@ fn r16_skill_entries_are_normalised() {
             .collect::<Vec<_>>(),
         ["name", "path", "description", "loaded_at"]
     );
+    // `loaded_at` as the reference keeps it: integers and booleans as they are, else 0.
+    for (raw, kept) in [
+        (json!(true), json!(true)),
+        (json!(false), json!(false)),
+        (json!(u64::MAX), json!(u64::MAX)),
+        (json!(-3), json!(-3)),
+        (json!(1.5), json!(0)),
+        (json!("7"), json!(0)),
+        (json!(null), json!(0)),
+    ] {
+        let e = skill(json!({"path": "/s", "loaded_at": raw})).unwrap();
+        assert_eq!(serde_json::to_value(e).unwrap()["loaded_at"], kept, "{raw}");
+    }
     let e = skill(json!({"name": 5, "path": 12, "description": 3, "loaded_at": 4})).unwrap();
     assert_eq!(
         (
@@ -514,7 +527,7 @@ fn r16_skill_entries_are_normalised() {
             e.description.as_str(),
             e.loaded_at
         ),
-        ("5", "12", "", 4)
+        ("5", "12", "", LoadedAt::Int(4))
     );
     assert_eq!(
         skill(json!({"name": "x"})).unwrap_err(),
