@@ -448,9 +448,15 @@ async fn materialize_timed(
     let stored = tuple.checkpoint.channel_values.get(MESSAGES);
     if o.mode == ChannelMode::Full || stored.is_some() {
         let storage_ms = began.elapsed().as_secs_f64() * 1e3;
-        let blob = stored.ok_or("the head has no messages value")?;
+        let value = match stored {
+            Some(blob) => delta::decode_messages_value(blob, thread, cp)?,
+            // A checkpoint before the first write of `messages` (the first turn's input
+            // checkpoint, which the replay-depth sample reads on short runs) has no value.
+            None if !tuple.checkpoint.channel_versions.contains_key(MESSAGES) => Vec::new(),
+            None => return Err(format!("checkpoint {cp} lists messages but has no value").into()),
+        };
         return Ok(StateRead {
-            value: delta::decode_messages_value(blob, thread, cp)?,
+            value,
             replayed: 0,
             storage_ms,
         });
@@ -826,6 +832,16 @@ async fn measure(
     allocator: crate::alloc::Settings,
 ) -> Result<serde_json::Map<String, serde_json::Value>, BoxError> {
     let thread = ThreadId::new("write-amp");
+    // A store given with `--db` may hold an earlier run's threads: its bytes would be counted
+    // as this run's, so the run starts only on empty threads.
+    for t in [&thread, &ThreadId::new("write-amp-growth")] {
+        if store.stats(t).await?.total() > 0 {
+            return Err(format!(
+                "the store already holds thread {t} (an earlier run on this --db?): its bytes would count as this run's; use a new store or delete the thread"
+            )
+            .into());
+        }
+    }
     let mut m = match o.driver {
         Driver::Graph => drive_graph(store, &thread, o, Pass::Timed).await?,
         Driver::Saver => drive_saver(store, &thread, o, Pass::Timed).await?,

@@ -44,3 +44,37 @@ fn a_sqlite_run_reports_the_cold_peak_from_a_fresh_process() {
     );
     assert!(0.0 < min && min <= median && median <= p90, "{v}");
 }
+
+/// A second run on the same `--db` file is refused before it measures: the earlier run's
+/// thread would be counted in its `persisted_bytes` (before 2026-12-02 the saver driver in
+/// full mode reported the two runs' bytes as one's). The first run is a short full-mode run
+/// of the saver driver, whose replay-depth sample reads the first input checkpoint, which has
+/// no `messages` value yet (before 2026-12-02 such runs, up to 12 turns, failed on it).
+#[test]
+fn a_reused_store_is_refused_not_counted_twice() {
+    let path = std::env::temp_dir().join(format!("antler-reuse-{}.db", std::process::id()));
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_antler"))
+            .args(["bench", "write-amp", "--saver", "sqlite", "--mode", "full"])
+            .args(["--driver", "saver", "--turns", "5", "--json", "--db"])
+            .arg(&path)
+            .output()
+            .expect("the binary runs")
+    };
+    let first = run();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = run();
+    let _ = std::fs::remove_file(&path);
+    for suffix in ["-wal", "-shm"] {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("already holds thread write-amp"), "{err}");
+}
