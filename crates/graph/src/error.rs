@@ -383,8 +383,9 @@ impl Error {
     /// [`kind`](Self::kind) reports as [`ErrorKind::Storage`]. Also the store error of a
     /// [`Error::RunFailedUnstored`]. A [`RelativeRecordError`](crate::RelativeRecordError) of
     /// that adapter is `Corrupt` (a stored relative record that cannot be completed), or
-    /// `Conflict` when its checkpoint was deleted while it was read (worth retrying). `None`
-    /// for any other error.
+    /// `Conflict` when its checkpoint was deleted while it was read (worth retrying). A
+    /// subgraph node that failed on such an error ([`Error::NodeFailed`] over this crate's
+    /// error) gives its kind too. `None` for any other error.
     pub fn checkpoint_kind(&self) -> Option<antler_checkpoint::ErrorKind> {
         match self {
             Self::Storage { source } => source
@@ -398,6 +399,11 @@ impl Error {
             Self::RunFailedUnstored { error, storage } => storage
                 .checkpoint_kind()
                 .or_else(|| error.checkpoint_kind()),
+            // A subgraph node whose run failed on a store error: that error's kind, however
+            // deep, as `kind` looks through the node's failure.
+            Self::NodeFailed { source, .. } => source
+                .downcast_ref::<Self>()
+                .and_then(Self::checkpoint_kind),
             _ => None,
         }
     }

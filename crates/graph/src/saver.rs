@@ -1037,9 +1037,10 @@ impl Checkpointer for SaverCheckpointer {
         checkpoint: &CheckpointId,
         channels: &[String],
     ) -> Result<BTreeMap<String, DeltaHistory>> {
+        let id = stored_id(checkpoint).ok_or_else(|| not_found(scope, checkpoint))?;
         let config = cp::CheckpointConfig::latest(scope.thread.as_str())
             .with_ns(scope.ns.as_str())
-            .with_checkpoint_id(stored_id(checkpoint).ok_or_else(|| not_found(scope, checkpoint))?);
+            .with_checkpoint_id(id);
         let names: Vec<cp::ChannelName> = channels.iter().map(|c| chan(c)).collect();
         let found = self
             .saver
@@ -1071,6 +1072,17 @@ impl Checkpointer for SaverCheckpointer {
                     writes,
                 },
             );
+        }
+        // The walk answers every channel asked for (an empty history is an answer); a saver
+        // that leaves one out would make the channel read as empty, a state that is not the
+        // checkpoint's: fail closed, as `delta::materialize` does.
+        if let Some(missing) = channels.iter().find(|c| !out.contains_key(c.as_str())) {
+            return Err(storage(cp::Error::Corrupt {
+                thread_id: cp::ThreadId::new(scope.thread.as_str()),
+                checkpoint_id: id,
+                what: format!("history of channel {missing}"),
+                detail: "the saver's history walk left the channel out".into(),
+            }));
         }
         Ok(out)
     }

@@ -356,6 +356,9 @@ type FailRule = dyn Fn(&antler_graph::Scope, StoreWrite) -> bool + Send + Sync;
 pub(crate) struct Failing {
     inner: MemoryCheckpointer,
     fails: Box<FailRule>,
+    /// Fail with a checkpoint crate `Conflict` (a saver's retryable error) instead of a plain
+    /// message.
+    conflict: bool,
 }
 
 impl Failing {
@@ -365,11 +368,30 @@ impl Failing {
         Self {
             inner: MemoryCheckpointer::new(),
             fails: Box::new(fails),
+            conflict: false,
+        }
+    }
+
+    /// Fails as [`Failing::new`] does, with a checkpoint crate `Conflict` as the source.
+    pub(crate) fn conflicting(
+        fails: impl Fn(&antler_graph::Scope, StoreWrite) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            conflict: true,
+            ..Self::new(fails)
         }
     }
 
     fn check(&self, scope: &antler_graph::Scope, write: StoreWrite) -> Result<()> {
         if (self.fails)(scope, write) {
+            if self.conflict {
+                return Err(antler_graph::Error::Storage {
+                    source: Box::new(antler_checkpoint::Error::Conflict {
+                        thread_id: antler_checkpoint::ThreadId::new(scope.thread.as_str()),
+                        detail: "a concurrent writer".into(),
+                    }),
+                });
+            }
             return Err(antler_graph::Error::Storage {
                 source: "the store is down".into(),
             });

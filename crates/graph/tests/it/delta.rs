@@ -1080,6 +1080,9 @@ struct Counting {
     /// A run whose checkpoints the next `get_ancestors_without_values` call deletes from the
     /// wrapped saver first, as another process's `delete_for_runs` racing a read.
     delete_before_chain: std::sync::Mutex<Option<antler_checkpoint::RunId>>,
+    /// Whether `delta_channel_history` answers with no channel at all, as a saver breaking
+    /// the trait's contract would.
+    forget_histories: std::sync::atomic::AtomicBool,
 }
 
 impl Counting {
@@ -1096,6 +1099,7 @@ impl Counting {
             forward_ancestry: Default::default(),
             ancestry: Default::default(),
             delete_before_chain: Default::default(),
+            forget_histories: Default::default(),
         }
     }
 
@@ -1297,6 +1301,12 @@ impl antler_checkpoint::Saver for Counting {
             antler_checkpoint::DeltaChannelHistory,
         >,
     > {
+        if self
+            .forget_histories
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(std::collections::BTreeMap::new());
+        }
         if self.is_hidden(config) {
             // As the saver answers for a checkpoint deleted before the walk read it.
             return Err(antler_checkpoint::Error::UnknownCheckpoint {
@@ -4159,4 +4169,43 @@ async fn a_stored_value_without_ids_keeps_the_ids_its_first_delta_write_stamps()
     let out = delta().await.invoke(human(1), &cfg).await.unwrap();
     cold_reads_show(delta, &texts_and_ids(out.values.get(&MESSAGES))).await;
     let _ = std::fs::remove_file(&path);
+}
+
+/// A saver whose history walk leaves a requested channel out fails the read with a typed
+/// `Corrupt` error instead of showing the channel empty (before 2026-12-02 the adapter took
+/// the missing history as an empty channel: a cold `get_state` showed no messages).
+#[tokio::test]
+async fn a_history_walk_that_leaves_a_channel_out_fails_closed() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+    let inner: Arc<dyn cp::Saver> = Arc::new(cp::MemorySaver::new(cp::StoreConfig::delta(
+        cp::SnapshotFrequency::new(10).unwrap(),
+    )));
+    let counting = Arc::new(Counting::new(inner));
+    let build = || {
+        let mut g = StateGraph::new();
+        g.channel(&MESSAGES, ChannelSpec::messages_delta(10))
+            .unwrap();
+        g.add_node("reply", |_s: State, _c| async {
+            Ok(Update::new().set(&MESSAGES, vec![ai(None, "r")]))
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        g.compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(counting.clone())))
+    };
+    let cfg = RunConfig::new("t");
+    let graph = build();
+    for i in 0..3 {
+        graph.invoke(human(i), &cfg).await.unwrap();
+    }
+    let want = build().get_state(&cfg).await.unwrap().expect("a state");
+    assert_eq!(want.values.get(&MESSAGES).map(Vec::len), Some(6));
+    counting
+        .forget_histories
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = build().get_state(&cfg).await.unwrap_err();
+    assert_eq!(err.checkpoint_kind(), Some(cp::ErrorKind::Corrupt), "{err}");
+    assert!(err.to_string().contains("left the channel out"), "{err}");
 }

@@ -1286,3 +1286,43 @@ async fn a_replay_in_place_of_a_subgraph_that_never_ran_saves_no_fork() {
     at.checkpoint_ns = format!("sub:{}", shown.tasks[0].id);
     assert!(graph.get_state(&at).await.unwrap().is_some());
 }
+
+/// A store error of a subgraph's own run keeps the checkpoint crate's kind through the parent
+/// node's failure: `checkpoint_kind` looks through `NodeFailed` as `kind` does (before
+/// 2026-12-02 it answered `None`, so a caller's retry-on-`Conflict` never saw work done in
+/// subgraphs).
+#[tokio::test]
+async fn a_subgraphs_store_error_keeps_its_checkpoint_kind() {
+    let mut inner = graph();
+    inner.add_node("agent", |_s: State, _c| async {
+        Ok(Update::new().set(&LOG, log(&["agent"])))
+    });
+    inner
+        .add_edge("__start__", "agent")
+        .add_edge("agent", "__end__");
+    let mut outer = graph();
+    outer.add_subgraph("sub", inner.compile().unwrap());
+    outer
+        .add_edge("__start__", "sub")
+        .add_edge("sub", "__end__");
+    let store = Arc::new(crate::common::Failing::conflicting(|scope, write| {
+        write == crate::common::StoreWrite::Put && scope.ns.starts_with("sub:")
+    }));
+    let err = outer
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, antler_graph::Error::NodeFailed { .. }),
+        "{err}"
+    );
+    assert_eq!(err.kind(), antler_graph::ErrorKind::Storage, "{err}");
+    assert_eq!(
+        err.checkpoint_kind(),
+        Some(antler_checkpoint::ErrorKind::Conflict),
+        "{err}"
+    );
+}
