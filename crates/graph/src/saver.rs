@@ -154,6 +154,20 @@ fn decode(channel: &str, b: &cp::Blob) -> Result<Json> {
         })
 }
 
+/// A stored write as the runtime reads it: [`decode`], except that a message list stored as
+/// an `Overwrite` write ([`cp::MessagesKind::Overwrite`], the checkpoint crate's own encoding,
+/// which this adapter never writes) reads as the runtime's tagged Overwrite
+/// (`{"__overwrite__": list}`), not as a plain list a replay would append.
+fn decode_write(channel: &str, b: &cp::Blob) -> Result<Json> {
+    let j = decode(channel, b)?;
+    Ok(match b {
+        cp::Blob::Messages(m) if m.kind == cp::MessagesKind::Overwrite => {
+            serde_json::json!({ "__overwrite__": j })
+        }
+        _ => j,
+    })
+}
+
 /// Whether `j` is a non-empty list of LangChain message dicts (objects with `type` and `content`).
 fn is_message_list(j: &Json) -> bool {
     match j {
@@ -400,7 +414,7 @@ fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<Check
         pending_writes.push(PendingWrite {
             task_id: TaskId::new(w.task_id.as_str()),
             task_path: load_path(w.task_path.as_str()),
-            value: decode(&channel, &w.value)?,
+            value: decode_write(&channel, &w.value)?,
             channel,
         });
     }
@@ -1062,7 +1076,7 @@ impl Checkpointer for SaverCheckpointer {
             let writes = h
                 .writes
                 .iter()
-                .map(|w| decode(ch.as_str(), &w.value))
+                .map(|w| decode_write(ch.as_str(), &w.value))
                 .collect::<Result<Vec<_>>>()?;
             out.insert(
                 load_name(ch.as_str()),
@@ -1091,6 +1105,29 @@ impl Checkpointer for SaverCheckpointer {
 #[cfg(test)]
 mod tests {
     use super::{load_name, load_path, store_name, store_path};
+
+    /// The checkpoint crate's Overwrite write of a message list reads as the runtime's tagged
+    /// Overwrite, which the delta channel takes as one (a plain list would be appended).
+    #[test]
+    fn a_stored_overwrite_of_messages_reads_as_an_overwrite() {
+        use antler_checkpoint::delta::DeltaWrite;
+        use antler_state_reducers::{Message, MessageWrite};
+        let list = vec![Message::human("kept").with_id("k")];
+        let overwrite = DeltaWrite::Overwrite(list.clone()).to_blob().unwrap();
+        let j = super::decode_write("messages", &overwrite).unwrap();
+        let key: crate::Key<Vec<Message>> = crate::Key::new("messages");
+        let spec = crate::schema::ErasedSpec::new(&key, crate::ChannelSpec::messages_delta(10));
+        let write = spec.write_from_json(j).unwrap();
+        assert!(matches!(write, crate::state::Write::Overwrite(_)));
+        let plain = DeltaWrite::Write(MessageWrite::Messages(list))
+            .to_blob()
+            .unwrap();
+        let j = super::decode_write("messages", &plain).unwrap();
+        assert!(matches!(
+            spec.write_from_json(j).unwrap(),
+            crate::state::Write::Value(_)
+        ));
+    }
 
     #[test]
     fn stored_names_round_trip_and_are_shorter() {
