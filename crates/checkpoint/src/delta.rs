@@ -431,8 +431,19 @@ impl DeltaMessages {
             return Ok(true);
         }
         let current = self.value.clone().unwrap_or_default();
+        // The reducer stamps ids on id-less messages, in the value (a migrated plain list, a
+        // stored Overwrite) and in the writes: those ids are this process's own, and a cold
+        // replay would stamp others, so the next checkpoint snapshots them (kernel-spec R41).
+        let stamps_ids = current.iter().any(|m| m.id.is_none())
+            || batch.iter().any(|w| match w {
+                MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
+                MessageWrite::Null => false,
+            });
         let next = merge_message_writes_owned(current, batch)?;
         self.set_value(next, None);
+        if stamps_ids {
+            self.forced = true;
+        }
         Ok(true)
     }
 
@@ -548,11 +559,7 @@ impl DeltaMessages {
 
 /// The counters of `channel` in checkpoint metadata (zero when absent).
 pub fn read_counters(metadata: &CheckpointMetadata, channel: &str) -> DeltaCounters {
-    metadata
-        .counters_since_delta_snapshot
-        .get(channel)
-        .copied()
-        .unwrap_or_default()
+    crate::mode::counters_of(metadata, channel)
 }
 
 /// Stores `counters` for `channel` in metadata; zero pairs are removed (runtime-spec §5.3).

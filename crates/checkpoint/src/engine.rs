@@ -1484,22 +1484,26 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// In full mode, checks the addressed checkpoint before anything is written (R35 b).
+    /// In full mode, checks the addressed checkpoint before anything is written (R35 b); a
+    /// write that addresses none (a root checkpoint, or writes without an id) checks the
+    /// namespace's latest instead: a root put on a delta thread would become its head and
+    /// shadow the delta history from full-mode reads.
     async fn gate_before_write(&self, config: &CheckpointConfig) -> Result<()> {
         if self.config.mode != ChannelMode::Full {
             return Ok(());
         }
-        let Some(id) = config.checkpoint_id else {
-            return Ok(());
-        };
         if let Some(row) = self
             .backend
-            .checkpoint(&config.thread_id, &config.checkpoint_ns, Some(id))
+            .checkpoint(
+                &config.thread_id,
+                &config.checkpoint_ns,
+                config.checkpoint_id,
+            )
             .await?
         {
             let metadata = codec::decode_metadata(&row.metadata)
                 .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint metadata", e))?;
-            self.gate(&config.thread_id, id, &metadata)?;
+            self.gate(&config.thread_id, row.id, &metadata)?;
         }
         Ok(())
     }

@@ -109,9 +109,18 @@ pub enum Error {
         /// The delta checkpoint met, if known.
         checkpoint_id: Option<CheckpointId>,
     },
-    /// The store records another mode or snapshot frequency than the one asked for.
+    /// The store records another mode or snapshot frequency than the one asked for. A store
+    /// recording delta mode opened in full mode is the delta→full direction of kernel-spec
+    /// R34, which fails closed: its [`kind`](Self::kind) is [`ErrorKind::ModeMismatch`] and
+    /// its text says the store requires delta mode; any other mismatch is a configuration
+    /// error.
     #[error(
-        "store was created with mode {stored_mode} and snapshot frequency {stored_frequency}, but was opened with mode {requested_mode} and snapshot frequency {requested_frequency}; all processes sharing a store must use one configuration"
+        "store records mode {stored_mode} and snapshot frequency {stored_frequency}, but was opened with mode {requested_mode} and snapshot frequency {requested_frequency}; all processes sharing a store must use one configuration{}",
+        if *stored_mode == crate::ChannelMode::Delta && *requested_mode == crate::ChannelMode::Full {
+            " (the store requires delta mode: its threads' history cannot be read in full mode, and the delta to full direction is not supported)"
+        } else {
+            ""
+        }
     )]
     StoreConfigMismatch {
         /// The recorded mode.
@@ -259,6 +268,11 @@ impl Error {
             | Self::StoreDamaged { .. } => ErrorKind::Corrupt,
             Self::MissingParent { .. } | Self::UnknownCheckpoint { .. } => ErrorKind::NotFound,
             Self::CheckpointModeMismatch { .. } => ErrorKind::ModeMismatch,
+            Self::StoreConfigMismatch {
+                stored_mode: crate::ChannelMode::Delta,
+                requested_mode: crate::ChannelMode::Full,
+                ..
+            } => ErrorKind::ModeMismatch,
             Self::StoreConfigMismatch { .. }
             | Self::StoreConfigDamaged { .. }
             | Self::SchemaTooNew { .. } => ErrorKind::Config,

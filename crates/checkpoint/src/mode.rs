@@ -214,6 +214,70 @@ pub(crate) fn has_counters(metadata: &CheckpointMetadata, channel: &str) -> bool
             .is_some_and(|m| m.contains_key(channel))
 }
 
+/// The counters of `channel` in `extra`, where a metadata dict copied key by key puts them,
+/// in the reference's form `[updates, supersteps]`; `None` when absent or of another shape.
+fn counters_in_extra(metadata: &CheckpointMetadata, channel: &str) -> Option<DeltaCounters> {
+    let pair = metadata
+        .extra
+        .get(crate::model::COUNTERS_METADATA_KEY)?
+        .as_object()?
+        .get(channel)?
+        .as_array()?;
+    let [u, s] = pair.as_slice() else {
+        return None;
+    };
+    Some(DeltaCounters {
+        updates: u32::try_from(u.as_u64()?).ok()?,
+        supersteps: u32::try_from(s.as_u64()?).ok()?,
+    })
+}
+
+/// The snapshot counters of `channel`: the typed field's, else those `extra` carries (see
+/// [`has_counters`], which the gate reads), else zero. The cadence reads them here, so a
+/// checkpoint the gate takes as delta by its counters in `extra` also counts them.
+pub fn counters_of(metadata: &CheckpointMetadata, channel: &str) -> DeltaCounters {
+    metadata
+        .counters_since_delta_snapshot
+        .get(channel)
+        .copied()
+        .or_else(|| counters_in_extra(metadata, channel))
+        .unwrap_or_default()
+}
+
+/// Every channel's snapshot counters, typed or carried in `extra` (the typed ones win), and
+/// whether `extra`'s entry was read in full (every channel in it in the `[updates,
+/// supersteps]` form), so that a reader may leave it out of the free keys.
+pub fn all_counters(
+    metadata: &CheckpointMetadata,
+) -> (
+    std::collections::BTreeMap<crate::ids::ChannelName, DeltaCounters>,
+    bool,
+) {
+    let mut all: std::collections::BTreeMap<_, _> = metadata
+        .counters_since_delta_snapshot
+        .iter()
+        .map(|(c, n)| (c.clone(), *n))
+        .collect();
+    let mut complete = true;
+    if let Some(extra) = metadata.extra.get(crate::model::COUNTERS_METADATA_KEY) {
+        match extra.as_object() {
+            Some(map) => {
+                for channel in map.keys() {
+                    match counters_in_extra(metadata, channel) {
+                        Some(n) => {
+                            all.entry(crate::ids::ChannelName::new(channel.as_str()))
+                                .or_insert(n);
+                        }
+                        None => complete = false,
+                    }
+                }
+            }
+            None => complete = false,
+        }
+    }
+    (all, complete)
+}
+
 /// Whether a (possibly absent) tuple is a delta checkpoint; `None` → false (R33).
 pub fn tuple_uses_delta(tuple: Option<&CheckpointTuple>) -> bool {
     tuple.is_some_and(|t| metadata_uses_delta(&t.metadata))

@@ -3880,9 +3880,12 @@ mod tests {
         };
         for (what, pattern) in [
             ("the size statement", "%SUM(length(record)%"),
+            // The listing's own statement (`checkpoints`, ordered in byte order), not the read
+            // path's latest-checkpoint statement with the same columns, which a full-mode root
+            // put runs for the mode gate and which plans generically.
             (
                 "the thread's listing",
-                "SELECT checkpoint_id, parent_id, record, metadata, thread_id%",
+                "SELECT checkpoint_id, parent_id, record, metadata, thread_id%COLLATE \"C\"%",
             ),
         ] {
             let (custom, generic) = plans(pattern).await;

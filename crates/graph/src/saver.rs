@@ -419,6 +419,7 @@ fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<Check
         });
     }
     let c = &t.checkpoint;
+    let (counters, counters_read) = cp::mode::all_counters(&t.metadata);
     Ok(CheckpointTuple {
         checkpoint: CheckpointRecord {
             id: CheckpointId::new(c.id.to_string()),
@@ -434,9 +435,9 @@ fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<Check
                 .map(|u| u.iter().map(|c| load_name(c.as_str())).collect()),
             new_versions: Default::default(),
             encoded_lists: values.lists,
-            counters: t
-                .metadata
-                .counters_since_delta_snapshot
+            // Typed, or carried in `extra` by metadata copied key by key: the gate takes such a
+            // checkpoint as delta by those counters, so the cadence counts them too.
+            counters: counters
                 .iter()
                 .map(|(c, n)| (load_name(c.as_str()), (n.updates, n.supersteps)))
                 .collect(),
@@ -447,12 +448,14 @@ fn convert(t: &cp::CheckpointTuple, maps: &Maps, values: Values) -> Result<Check
                 .iter()
                 .map(|(ns, id)| (ns.to_string(), CheckpointId::new(id.to_string())))
                 .collect(),
-            // The free keys, without the mode marker's older spelling (the saver's own key).
+            // The free keys, without the mode marker's older spelling (the saver's own key)
+            // and without counters read from `extra` above.
             metadata: t
                 .metadata
                 .extra
                 .iter()
                 .filter(|(k, _)| k.as_str() != cp::model::CHANNEL_MODE_METADATA_KEY)
+                .filter(|(k, _)| !(counters_read && k.as_str() == cp::model::COUNTERS_METADATA_KEY))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         },

@@ -65,12 +65,14 @@ async fn a_delta_mode_agent_survives_reopening_its_sqlite_store() {
     assert_eq!(&after[..14], &before[..]);
     assert_eq!(after.len(), 16);
 
-    // The store recorded delta mode: opening it in full mode fails closed at open time.
+    // The store recorded delta mode: opening it in full mode fails closed at open time, as
+    // the mode mismatch of kernel-spec R34.
     let err = SqliteSaver::open(&path, StoreConfig::full())
         .await
         .err()
         .unwrap();
-    assert_eq!(err.kind(), ErrorKind::Config);
+    assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+    assert!(err.to_string().contains("requires delta mode"), "{err}");
     remove_db(&path);
 }
 

@@ -539,3 +539,86 @@ fn a_walk_that_leaves_the_channel_out_is_an_error() {
         );
     });
 }
+
+/// R41: a channel holding id-less messages (a migrated plain list, a stored Overwrite) gets
+/// ids from the reducer at its first write, and those ids are this process's own: the next
+/// checkpoint snapshots them, or a cold replay of the seed would stamp others (before
+/// 2026-12-02 only a channel rebuilt by `restore` was forced, not one built from a value).
+/// A write with id-less messages forces it too.
+#[test]
+fn ids_the_reducer_stamps_are_snapshotted_at_the_next_checkpoint() {
+    let mut plain = Message::human("migrated");
+    plain.id = None;
+    let mut ch = DeltaMessages::from_value(f(10), vec![plain]);
+    assert!(!ch.on_checkpoint(false).is_snapshot());
+    ch.update(vec![DeltaWrite::Write(MessageWrite::Messages(vec![msg(
+        "b",
+    )]))])
+    .unwrap();
+    assert!(ch.value().iter().all(|m| m.id.is_some()));
+    assert!(ch.on_checkpoint(true).is_snapshot());
+
+    let mut ch = DeltaMessages::from_value(f(10), vec![msg("a")]);
+    let mut idless = Message::ai("no id");
+    idless.id = None;
+    ch.update(vec![DeltaWrite::Write(MessageWrite::Messages(vec![
+        idless,
+    ]))])
+    .unwrap();
+    assert!(ch.on_checkpoint(true).is_snapshot());
+
+    // With ids throughout, the cadence is the frequency's.
+    let mut ch = DeltaMessages::from_value(f(10), vec![msg("a")]);
+    ch.update(vec![DeltaWrite::Write(MessageWrite::Messages(vec![
+        Message::remove("a"),
+    ]))])
+    .unwrap();
+    assert!(!ch.on_checkpoint(true).is_snapshot());
+}
+
+/// Counters carried in `extra` (metadata copied key by key, in the reference's
+/// `[updates, supersteps]` form) are the ones the cadence reads, as the gate takes the
+/// checkpoint as delta by them (before 2026-12-02 the cadence read only the typed field and
+/// restarted at zero, a snapshot up to F updates late).
+#[test]
+fn counters_in_extra_are_the_cadences() {
+    let mut meta = CheckpointMetadata::default();
+    meta.extra.insert(
+        antler_checkpoint::model::COUNTERS_METADATA_KEY.into(),
+        serde_json::json!({"messages": [9, 12], "odd": "x"}),
+    );
+    assert_eq!(
+        read_counters(&meta, "messages"),
+        DeltaCounters {
+            updates: 9,
+            supersteps: 12
+        }
+    );
+    assert_eq!(read_counters(&meta, "odd"), DeltaCounters::default());
+    let (all, complete) = antler_checkpoint::mode::all_counters(&meta);
+    assert_eq!(all.len(), 1);
+    assert!(!complete, "an entry of another shape is not read");
+    // The typed field wins.
+    write_counters(
+        &mut meta,
+        "messages",
+        DeltaCounters {
+            updates: 1,
+            supersteps: 1,
+        },
+    );
+    assert_eq!(read_counters(&meta, "messages").updates, 1);
+    let ch = DeltaMessages::from_value(f(10), vec![msg("a")]).with_counters(DeltaCounters {
+        updates: 9,
+        supersteps: 9,
+    });
+    let mut ch = ch;
+    ch.update(vec![DeltaWrite::Write(MessageWrite::Messages(vec![msg(
+        "b",
+    )]))])
+    .unwrap();
+    assert!(
+        ch.on_checkpoint(true).is_snapshot(),
+        "the tenth update snapshots"
+    );
+}

@@ -234,6 +234,19 @@ async fn assert_gated(full: &dyn Saver, c: &CheckpointConfig, full_cp: &Checkpoi
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ModeMismatch);
+    // A root checkpoint (no checkpoint addressed) checks the thread's head: stored, it would
+    // become the head and hide the delta history from full-mode reads (before 2026-12-02 it
+    // was stored).
+    let err = full
+        .put(
+            &CheckpointConfig::latest("t"),
+            Checkpoint::empty(),
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
     // A full-mode store refuses to create delta checkpoints at all.
     let err = full
         .put(
@@ -370,15 +383,25 @@ fn open_time_check_rejects_another_mode_or_frequency() {
                 .await
                 .unwrap(),
         );
-        for wrong in [
-            StoreConfig::full(),
-            StoreConfig::delta(f(50)),
-            StoreConfig::full().allow_full_to_delta_migration(),
+        // The delta→full direction is R34's mode mismatch (it names what the store
+        // requires); another frequency is a configuration error.
+        for (wrong, kind) in [
+            (StoreConfig::full(), ErrorKind::ModeMismatch),
+            (StoreConfig::delta(f(50)), ErrorKind::Config),
+            (
+                StoreConfig::full().allow_full_to_delta_migration(),
+                ErrorKind::ModeMismatch,
+            ),
         ] {
             let err = SqliteSaver::open(&path, wrong).await.unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+            assert_eq!(err.kind(), kind, "{err}");
             assert!(
                 err.to_string().contains("delta") && err.to_string().contains("10"),
+                "{err}"
+            );
+            assert_eq!(
+                err.to_string().contains("requires delta mode"),
+                kind == ErrorKind::ModeMismatch,
                 "{err}"
             );
         }
@@ -402,13 +425,11 @@ fn open_time_full_to_delta_migration_must_be_asked_for_and_is_one_way() {
         .unwrap();
         assert_eq!(migrated.store_config().mode, ChannelMode::Delta);
         drop(migrated);
-        assert_eq!(
-            SqliteSaver::open(&path, StoreConfig::full())
-                .await
-                .unwrap_err()
-                .kind(),
-            ErrorKind::Config
-        );
+        let err = SqliteSaver::open(&path, StoreConfig::full())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+        assert!(err.to_string().contains("requires delta mode"), "{err}");
         drop(
             SqliteSaver::open(&path, StoreConfig::delta(f(20)))
                 .await
@@ -428,7 +449,8 @@ fn open_time_check_on_postgres() {
         let err = PostgresSaver::connect(options.clone(), StoreConfig::full())
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+        assert!(err.to_string().contains("requires delta mode"), "{err}");
         let err = PostgresSaver::connect(options.clone(), StoreConfig::delta(f(11)))
             .await
             .unwrap_err();
