@@ -4209,3 +4209,57 @@ async fn a_history_walk_that_leaves_a_channel_out_fails_closed() {
     assert_eq!(err.checkpoint_kind(), Some(cp::ErrorKind::Corrupt), "{err}");
     assert!(err.to_string().contains("left the channel out"), "{err}");
 }
+
+/// R32: every checkpoint a delta-mode store receives through the adapter carries the delta
+/// marker, snapshots included (whose counters are reset, so only the marker tells a full-mode
+/// reader that the thread is delta); a full-mode store's carry none.
+#[tokio::test]
+async fn r32_every_checkpoint_through_the_adapter_carries_the_mode_marker() {
+    use antler_checkpoint as cp;
+    use antler_graph::SaverCheckpointer;
+    for (config, marked) in [
+        (
+            cp::StoreConfig::delta(cp::SnapshotFrequency::new(2).unwrap()),
+            true,
+        ),
+        (cp::StoreConfig::full(), false),
+    ] {
+        let saver = Arc::new(cp::MemorySaver::new(config));
+        let mut g = StateGraph::new();
+        let spec = if marked {
+            ChannelSpec::messages_delta(2)
+        } else {
+            ChannelSpec::messages()
+        };
+        g.channel(&MESSAGES, spec).unwrap();
+        g.add_node("reply", |_s: State, _c| async {
+            Ok(Update::new().set(&MESSAGES, vec![ai(None, "r")]))
+        });
+        g.add_edge("__start__", "reply")
+            .add_edge("reply", "__end__");
+        let graph = g
+            .compile()
+            .unwrap()
+            .with_checkpointer(Arc::new(SaverCheckpointer::new(saver.clone())));
+        let cfg = RunConfig::new("t");
+        for i in 0..4 {
+            graph.invoke(human(i), &cfg).await.unwrap();
+        }
+        let all = cp::Saver::list_without_values(&*saver, &cp::ListQuery::thread("t"))
+            .await
+            .unwrap();
+        assert!(all.len() >= 12);
+        for t in &all {
+            assert_eq!(
+                cp::mode::metadata_uses_delta(&t.metadata),
+                marked,
+                "{:?}",
+                t.metadata
+            );
+            assert_eq!(
+                t.metadata.channel_mode == Some(cp::ChannelMode::Delta),
+                marked
+            );
+        }
+    }
+}
