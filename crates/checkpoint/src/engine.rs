@@ -2941,7 +2941,10 @@ impl<B: Backend> Engine<B> {
         // branch channel, cleared), which needs no history. Without the marker every such
         // channel counts, as the reference's walk would take it.
         // Marker and counters are read where the mode gate reads them, typed or in `extra`.
-        let delta_marked = crate::mode::marked_delta(&d.metadata);
+        // Counters in `extra` of another shape cannot say which channels are delta: then the
+        // record counts as unmarked, every channel (keeping too much, never too little).
+        let delta_marked =
+            crate::mode::marked_delta(&d.metadata) && crate::mode::all_counters(&d.metadata).1;
         let missing: BTreeSet<ChannelName> = d
             .checkpoint
             .channel_versions

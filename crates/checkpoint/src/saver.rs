@@ -433,7 +433,9 @@ pub trait Saver: Send + Sync {
     /// deleted thread). Rows equal to the source's are no collision: copying again is fine.
     async fn copy_thread(&self, source: &ThreadId, target: &ThreadId) -> Result<()>;
 
-    /// Prunes the given threads with `strategy`.
+    /// Prunes the given threads with `strategy`, one thread at a time: an error on one (a
+    /// `Conflict` with a concurrent writer, say) leaves the threads before it pruned and the
+    /// rest untouched, and pruning again is safe.
     async fn prune(&self, thread_ids: &[ThreadId], strategy: PruneStrategy) -> Result<()>;
 
     /// The delta history walk (runtime-spec §5.5) from `config`'s checkpoint for each channel.

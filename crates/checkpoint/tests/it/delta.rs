@@ -622,3 +622,61 @@ fn counters_in_extra_are_the_cadences() {
         "the tenth update snapshots"
     );
 }
+
+/// §5.8: a delta-marked record whose counters in `extra` are of another shape cannot say
+/// which channels are delta, so `prune` keeps history for every channel it lists without a
+/// value, as for an unmarked record (before 2026-12-02 it took such a record to need no
+/// history, deleted the ancestors its walk replays from, and the kept head no longer read).
+#[test]
+fn prune_keeps_the_history_of_a_marked_record_with_unreadable_counters() {
+    antler_checkpoint::testing::block_on(async {
+        let saver = MemorySaver::new(StoreConfig::delta(f(10)));
+        let mut parent = CheckpointConfig::latest("t");
+        for i in 0..3u64 {
+            let mut cp = Checkpoint::empty();
+            let v = antler_checkpoint::ChannelVersion::new(i + 1);
+            cp.channel_versions.insert("m".into(), v);
+            let mut nv = ChannelVersions::new();
+            if i == 0 {
+                cp.channel_values.insert(
+                    "m".into(),
+                    antler_checkpoint::Blob::json(&serde_json::json!([0])).unwrap(),
+                );
+                nv.insert("m".into(), v);
+            }
+            let mut meta = CheckpointMetadata {
+                channel_mode: Some(antler_checkpoint::ChannelMode::Delta),
+                ..Default::default()
+            };
+            meta.extra.insert(
+                antler_checkpoint::model::COUNTERS_METADATA_KEY.into(),
+                serde_json::json!("unreadable"),
+            );
+            parent = saver.put(&parent, cp, meta, &nv).await.unwrap();
+            saver
+                .put_writes(
+                    &parent,
+                    vec![(
+                        "m".into(),
+                        antler_checkpoint::Blob::json(&serde_json::json!(i)).unwrap(),
+                    )],
+                    &TaskId::new("task"),
+                    &TaskPath::default(),
+                )
+                .await
+                .unwrap();
+        }
+        let names = [antler_checkpoint::ChannelName::new("m")];
+        let before = saver.delta_channel_history(&parent, &names).await.unwrap();
+        assert_eq!(before["m"].writes.len(), 2);
+        saver
+            .prune(
+                &[antler_checkpoint::ThreadId::new("t")],
+                antler_checkpoint::PruneStrategy::KeepLatest,
+            )
+            .await
+            .unwrap();
+        let after = saver.delta_channel_history(&parent, &names).await.unwrap();
+        assert_eq!(after, before);
+    });
+}
