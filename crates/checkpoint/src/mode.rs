@@ -232,8 +232,8 @@ fn counters_in_extra(metadata: &CheckpointMetadata, channel: &str) -> Option<Del
     })
 }
 
-/// The snapshot counters of `channel`: the typed field's, else those `extra` carries (see
-/// [`has_counters`], which the gate reads), else zero. The cadence reads them here, so a
+/// The snapshot counters of `channel`: the typed field's, else those `extra` carries (where
+/// the mode gate also looks for them), else zero. The cadence reads them here, so a
 /// checkpoint the gate takes as delta by its counters in `extra` also counts them.
 pub fn counters_of(metadata: &CheckpointMetadata, channel: &str) -> DeltaCounters {
     metadata
