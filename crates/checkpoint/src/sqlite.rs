@@ -1,7 +1,9 @@
 //! The SQLite saver (feature `sqlite`, the embedded default): a file (WAL) or `:memory:`.
 //!
-//! One connection behind a mutex, driven on tokio's blocking pool so no async
-//! thread ever blocks on IO. Schema changes are numbered migrations tracked in
+//! One connection behind a mutex; every statement runs on tokio's blocking pool, so no
+//! async thread blocks on a query. (Opening `:memory:`, which has no file, and closing the
+//! connection when the saver is dropped, which checkpoints the WAL of the last connection
+//! to a file, run on the thread that does them.) Schema changes are numbered migrations tracked in
 //! `PRAGMA user_version`; a database with a newer schema than this build knows is refused.
 
 use std::path::{Path, PathBuf};
