@@ -657,11 +657,11 @@ pub struct TaskSnapshot {
     pub interrupts: Vec<Interrupt>,
     /// Its saved error message.
     pub error: Option<String>,
-    /// For a task of a subgraph node, the namespace its subgraph's checkpoints live in (once
-    /// the task has started): set it as [`RunConfig::checkpoint_ns`] to read or update the
-    /// subgraph's state through this graph (the reference's task `state` config); `None` for
-    /// any other node. An update there before the subgraph has stored anything is refused
-    /// ([`Error::SubgraphNotStarted`]).
+    /// For a task of a subgraph node, the namespace its subgraph's checkpoints live in (set
+    /// whether or not the task has started): set it as [`RunConfig::checkpoint_ns`] to read or
+    /// update the subgraph's state through this graph (the reference's task `state` config);
+    /// `None` for any other node. An update there before the subgraph has stored anything is
+    /// refused ([`Error::SubgraphNotStarted`]).
     pub subgraph_ns: Option<String>,
 }
 

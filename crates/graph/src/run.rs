@@ -2979,13 +2979,17 @@ pub(crate) async fn update_state(
     // would; not on an addressed checkpoint, as the reference's update applies pending writes
     // only when no checkpoint is addressed (a run addressed to it applies that input). A clear
     // applies it on an addressed checkpoint too, as the reference's does.
+    // The channels that input moved count for the delta counters with the update's own, as
+    // in a run, which adds the input's channels to its set (before 2026-12-02 they were left
+    // out here, and the snapshot after a stored command's update came one update late).
+    let mut input_moved = BTreeSet::new();
     if let Some(t) = saved
         .as_ref()
         .filter(|_| cfg.checkpoint_id.is_none() || clear)
     {
         let null_ch = null_writes(g, &t.pending_writes)?;
         if !null_ch.is_empty() {
-            apply_writes(
+            input_moved = apply_writes(
                 g,
                 &mut live,
                 &[Applied {
@@ -2997,11 +3001,12 @@ pub(crate) async fn update_state(
             )?;
         }
     }
-    let updated = if clear {
+    let mut updated = if clear {
         clear_pending(g, &mut live, saved.as_ref(), &pending)?
     } else {
         update_as_node(g, &mut live, values, as_node)?
     };
+    updated.extend(input_moved);
     live.updated = Some(updated);
     let id = new_checkpoint_id();
     let mut rec = live.checkpoint_record(

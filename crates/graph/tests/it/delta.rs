@@ -4263,3 +4263,45 @@ async fn r32_every_checkpoint_through_the_adapter_carries_the_mode_marker() {
         }
     }
 }
+
+/// `update_state` on a head that stores a command's input (an update that ran no node)
+/// counts the channels that input moves for the delta counters, as a run on the head does
+/// (before 2026-12-02 only the update's own channels counted, and the snapshot after such an
+/// input came one update late).
+#[tokio::test]
+async fn update_state_counts_the_stored_input_it_applies() {
+    use antler_graph::Command;
+    const OTHER: Key<i64> = Key::from_static("other");
+    let store = Arc::new(Recording::default());
+    let mut g = StateGraph::new();
+    g.channel(&MESSAGES, ChannelSpec::messages_delta(50))
+        .unwrap();
+    g.channel(&OTHER, ChannelSpec::last_value()).unwrap();
+    g.add_node("reply", |_s: State, _c| async { Ok(Update::new()) });
+    g.add_edge("__start__", "reply")
+        .add_edge("reply", "__end__");
+    let graph = g.compile().unwrap().with_checkpointer(store.clone());
+    let cfg = RunConfig::new("t");
+    graph.invoke(human(0), &cfg).await.unwrap();
+    let mut m = Message::new(MessageType::Human, "stored");
+    m.id = Some("stored".into());
+    graph
+        .invoke(
+            antler_graph::Input::Command(
+                Command::new().update(Update::new().set(&MESSAGES, vec![m])),
+            ),
+            &cfg,
+        )
+        .await
+        .unwrap();
+    let updates_of = |r: &antler_graph::CheckpointRecord| r.counters.get("messages").map(|c| c.0);
+    let before = store.puts().last().and_then(updates_of).unwrap_or(0);
+    graph
+        .update_state(&cfg, Update::new().set(&OTHER, 1), Some("reply".into()))
+        .await
+        .unwrap();
+    let after = store.puts().last().and_then(updates_of).unwrap_or(0);
+    assert_eq!(after, before + 1, "the stored input moved `messages`");
+    let state = graph.get_state(&cfg).await.unwrap().expect("a state");
+    assert_eq!(state.values.get(&MESSAGES).map(Vec::len), Some(2));
+}
