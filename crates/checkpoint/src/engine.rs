@@ -4378,6 +4378,23 @@ mod tests {
         );
     }
 
+    /// Puts a child of `parent` that stores channel `a` at version `v` (value `v`).
+    async fn put_a(
+        e: &Engine<MemoryBackend>,
+        parent: CheckpointConfig,
+        v: u64,
+    ) -> CheckpointConfig {
+        let mut cp = Checkpoint::empty();
+        cp.channel_versions
+            .insert("a".into(), ChannelVersion::new(v));
+        cp.channel_values
+            .insert("a".into(), Blob::json(&v).unwrap());
+        let nv = cp.channel_versions.clone();
+        e.put(&parent, cp, CheckpointMetadata::default(), &nv)
+            .await
+            .unwrap()
+    }
+
     /// A stored run length is only checksummed, so any number: resolving a run of `u64::MAX`
     /// bodies must fail as a missing body, not reserve memory for them up front.
     #[test]
@@ -4409,16 +4426,7 @@ mod tests {
             let e = engine();
             let mut parent = CheckpointConfig::latest("t");
             for v in 1..=5u64 {
-                let mut cp = Checkpoint::empty();
-                cp.channel_versions
-                    .insert("a".into(), ChannelVersion::new(v));
-                cp.channel_values
-                    .insert("a".into(), Blob::json(&v).unwrap());
-                let nv = cp.channel_versions.clone();
-                parent = e
-                    .put(&parent, cp, CheckpointMetadata::default(), &nv)
-                    .await
-                    .unwrap();
+                parent = put_a(&e, parent, v).await;
             }
             e
         }
@@ -4457,20 +4465,7 @@ mod tests {
     async fn the_greatest_version_is_a_mark_read_without_listing_records() {
         use std::sync::atomic::Ordering;
         let e = engine();
-        let put = |parent: CheckpointConfig, v: u64| {
-            let e = &e;
-            async move {
-                let mut cp = Checkpoint::empty();
-                cp.channel_versions
-                    .insert("a".into(), ChannelVersion::new(v));
-                cp.channel_values
-                    .insert("a".into(), Blob::json(&v).unwrap());
-                let nv = cp.channel_versions.clone();
-                e.put(&parent, cp, CheckpointMetadata::default(), &nv)
-                    .await
-                    .unwrap()
-            }
-        };
+        let put = |parent: CheckpointConfig, v: u64| put_a(&e, parent, v);
         let first = put(CheckpointConfig::latest("t"), 1).await;
         let third = put(put(first.clone(), 2).await, 3).await;
         // A fork of the first checkpoint at 9, then the main line again at 4 (the latest).

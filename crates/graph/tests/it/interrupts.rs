@@ -709,6 +709,11 @@ async fn a_subgraph_task_created_by_a_send_interrupts_and_resumes() {
     );
 }
 
+/// The values of the interrupts a run stopped on, in order.
+fn asked(out: &antler_graph::RunOutcome) -> Vec<Json> {
+    out.interrupts.iter().map(|i| i.value.clone()).collect()
+}
+
 /// A node that asks for an account, fails once after the answer (a fetch that fails), then
 /// asks for a confirmation; it logs both answers.
 fn fetch_then_confirm(
@@ -754,9 +759,6 @@ async fn a_single_resume_value_answers_only_the_question_it_was_given_for() {
                 compiled.with_checkpointer(Arc::new(MemoryCheckpointer::new()))
             };
             let cfg = RunConfig::new("t");
-            let asked = |out: &antler_graph::RunOutcome| -> Vec<Json> {
-                out.interrupts.iter().map(|i| i.value.clone()).collect()
-            };
             let out = graph
                 .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
                 .await
@@ -810,9 +812,6 @@ async fn a_stored_null_resume_value_is_replaced_by_the_next_one() {
     g.interrupt_before(["ask"]);
     let graph = memory(g);
     let cfg = RunConfig::new("t");
-    let asked = |out: &antler_graph::RunOutcome| -> Vec<Json> {
-        out.interrupts.iter().map(|i| i.value.clone()).collect()
-    };
     let out = graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
         .await
