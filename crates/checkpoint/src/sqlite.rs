@@ -1,9 +1,9 @@
 //! The SQLite saver (feature `sqlite`, the embedded default): a file (WAL) or `:memory:`.
 //!
-//! One connection behind a mutex; every statement runs on tokio's blocking pool, so no
-//! async thread blocks on a query. (Opening `:memory:`, which has no file, and closing the
-//! connection when the saver is dropped, which checkpoints the WAL of the last connection
-//! to a file, run on the thread that does them.) Schema changes are numbered migrations tracked in
+//! One connection behind a mutex; opening it and every statement run on tokio's blocking
+//! pool, so no async thread blocks on a query. (Closing the connection when the saver is
+//! dropped, which checkpoints the WAL of the last connection to a file, runs on the thread
+//! that drops it.) Schema changes are numbered migrations tracked in
 //! `PRAGMA user_version`; a database with a newer schema than this build knows is refused.
 
 use std::path::{Path, PathBuf};
@@ -1693,8 +1693,15 @@ impl SqliteSaver {
     /// # Errors
     /// [`Error::Backend`] if SQLite cannot allocate the database.
     pub async fn open_in_memory(config: StoreConfig) -> Result<Self> {
-        let mut conn = Connection::open_in_memory().map_err(sql_err("sqlite: opening :memory:"))?;
-        migrate(&mut conn)?;
+        // On the blocking pool as a file's open is: the migrations run statements.
+        let conn = tokio::task::spawn_blocking(|| -> Result<Connection> {
+            let mut conn =
+                Connection::open_in_memory().map_err(sql_err("sqlite: opening :memory:"))?;
+            migrate(&mut conn)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| Error::backend("sqlite: blocking task", e))??;
         Self::from_connection(conn, None, config).await
     }
 
