@@ -214,6 +214,16 @@ impl PartialEq for DeltaMessages {
     }
 }
 
+/// Whether the reducer, merging `batch` into `base`, stamps an id on some message: one of
+/// either lacks an id (kernel-spec R19).
+fn stamps_ids(base: &[Message], batch: &[MessageWrite]) -> bool {
+    base.iter().any(|m| m.id.is_none())
+        || batch.iter().any(|w| match w {
+            MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
+            MessageWrite::Null => false,
+        })
+}
+
 fn id_set(list: &[Message]) -> Option<HashSet<String>> {
     let mut set = HashSet::with_capacity(list.len());
     for m in list {
@@ -328,12 +338,7 @@ impl DeltaMessages {
         // it) then no longer stand for the value, which the next snapshot must store as it is
         // now (kernel-spec R41: stamped ids persist).
         // (An empty batch leaves the state as it is, ids included: kernel-spec R19.)
-        let stamps_ids = !batch.is_empty()
-            && (base.iter().any(|m| m.id.is_none())
-                || batch.iter().any(|w| match w {
-                    MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
-                    MessageWrite::Null => false,
-                }));
+        let stamps_ids = !batch.is_empty() && stamps_ids(&base, &batch);
         let before = base.len();
         let added: usize = batch
             .iter()
@@ -434,11 +439,7 @@ impl DeltaMessages {
         // The reducer stamps ids on id-less messages, in the value (a migrated plain list, a
         // stored Overwrite) and in the writes: those ids are this process's own, and a cold
         // replay would stamp others, so the next checkpoint snapshots them (kernel-spec R41).
-        let stamps_ids = current.iter().any(|m| m.id.is_none())
-            || batch.iter().any(|w| match w {
-                MessageWrite::Messages(ms) => ms.iter().any(|m| m.id.is_none()),
-                MessageWrite::Null => false,
-            });
+        let stamps_ids = stamps_ids(&current, &batch);
         let next = merge_message_writes_owned(current, batch)?;
         self.set_value(next, None);
         if stamps_ids {

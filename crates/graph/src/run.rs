@@ -1078,28 +1078,34 @@ fn task_ns(graph_ns: &str, node: &str, task: &TaskId) -> String {
     }
 }
 
-/// The task waiting on the checkpoint's one pending interrupt, with its path, when that
-/// interrupt is the task's own for the slot after its stored answers (not one its subgraph
-/// stopped on, which carries the subgraph task's id).
-fn own_waiting_interrupt(pending: &[PendingWrite], graph_ns: &str) -> Option<(TaskId, String)> {
-    let tasks: BTreeSet<&TaskId> = pending
+/// Every interrupt still pending on the checkpoint, with its task, in task-id order
+/// (runtime-spec §2.2 counts these): each task waits on at most one interrupt of its own, a
+/// subgraph's task on every interrupt its subgraph stopped on.
+fn waiting_interrupts(pending: &[PendingWrite], graph_ns: &str) -> Vec<(TaskId, Interrupt)> {
+    pending
         .iter()
         .filter(|w| w.channel == INTERRUPT)
         .map(|w| &w.task_id)
-        .collect();
-    let mut waiting = tasks.into_iter().filter_map(|t| {
-        let interrupts = pending_interrupts(pending, t, graph_ns);
-        (!interrupts.is_empty()).then_some((t, interrupts))
-    });
-    let (task, interrupts) = waiting.next()?;
-    if waiting.next().is_some() {
-        return None;
-    }
-    let [only] = interrupts.as_slice() else {
-        return None;
-    };
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .flat_map(|t| {
+            pending_interrupts(pending, t, graph_ns)
+                .into_iter()
+                .map(move |i| (t.clone(), i))
+        })
+        .collect()
+}
+
+/// `task` with its path, when `interrupt` is the task's own for the slot after its stored
+/// answers (not one its subgraph stopped on, which carries the subgraph task's id).
+fn own_interrupt(
+    pending: &[PendingWrite],
+    graph_ns: &str,
+    task: &TaskId,
+    interrupt: &Interrupt,
+) -> Option<(TaskId, String)> {
     let slot = saved_answers(pending, task).len();
-    if only.id != interrupt_id(&task_ns(graph_ns, only.node.as_str(), task), slot) {
+    if interrupt.id != interrupt_id(&task_ns(graph_ns, interrupt.node.as_str(), task), slot) {
         return None;
     }
     let path = pending
@@ -1621,18 +1627,11 @@ async fn run_inner(
         null_writes.extend(ser_writes_in_run(g, &resolved)?);
         match &cmd.resume {
             Some(Resume::Value(v)) => {
-                // Each task waits on at most one interrupt of its own; a subgraph's task on
-                // every interrupt its subgraph stopped on.
-                let waiting: usize = pending
-                    .iter()
-                    .filter(|w| w.channel == INTERRUPT)
-                    .map(|w| &w.task_id)
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .map(|t| pending_interrupts(&pending, t, &cfg.checkpoint_ns).len())
-                    .sum();
-                if waiting > 1 {
-                    return Err(Error::AmbiguousResume { count: waiting });
+                let waiting = waiting_interrupts(&pending, &cfg.checkpoint_ns);
+                if waiting.len() > 1 {
+                    return Err(Error::AmbiguousResume {
+                        count: waiting.len(),
+                    });
                 }
                 // The one interrupt waiting is a task's own (not its subgraph's), on a
                 // checkpoint whose tasks keep their ids and that stores the answer: the value
@@ -1650,14 +1649,18 @@ async fn run_inner(
                 let null_stored = pending
                     .iter()
                     .any(|w| w.task_id.as_str() == NULL_TASK_ID && w.channel == RESUME);
-                let own = (waiting == 1
-                    && stored.is_empty()
-                    && !null_stored
-                    && !fork_saved
-                    && loaded_is_newest
-                    && ckpt_id.is_some())
-                .then(|| own_waiting_interrupt(&pending, &cfg.checkpoint_ns))
-                .flatten();
+                let own = waiting
+                    .first()
+                    .filter(|_| {
+                        stored.is_empty()
+                            && !null_stored
+                            && !fork_saved
+                            && loaded_is_newest
+                            && ckpt_id.is_some()
+                    })
+                    .and_then(|(task, only)| {
+                        own_interrupt(&pending, &cfg.checkpoint_ns, task, only)
+                    });
                 match own {
                     Some((task, path)) => {
                         let mut answers = saved_answers(&pending, &task);

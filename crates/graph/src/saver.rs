@@ -162,7 +162,7 @@ fn decode_write(channel: &str, b: &cp::Blob) -> Result<Json> {
     let j = decode(channel, b)?;
     Ok(match b {
         cp::Blob::Messages(m) if m.kind == cp::MessagesKind::Overwrite => {
-            serde_json::json!({ "__overwrite__": j })
+            serde_json::json!({ crate::schema::OVERWRITE_TAG: j })
         }
         _ => j,
     })

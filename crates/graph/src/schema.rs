@@ -771,7 +771,7 @@ impl Schema {
 }
 
 /// The tag of a stored reducer write that is an `Overwrite`.
-const OVERWRITE_TAG: &str = "__overwrite__";
+pub(crate) const OVERWRITE_TAG: &str = "__overwrite__";
 /// The tag of a stored plain reducer write whose own JSON looks tagged.
 const VALUE_TAG: &str = "__value__";
 

@@ -143,6 +143,15 @@ impl SequenceConstraint {
     }
 }
 
+/// Who a constraint violation is blamed on (R124): the extensions that placed the violating
+/// entries, else the constraint's contributor, else the core order.
+fn blame(placed_by: Option<&str>, contributor: Option<&str>) -> String {
+    placed_by
+        .or(contributor)
+        .unwrap_or("core middleware order")
+        .to_owned()
+}
+
 /// Builds a [`Chain`].
 ///
 /// Adding a middleware whose [`MiddlewareId`] is already present is refused
@@ -521,38 +530,30 @@ impl ChainBuilder {
                     }
                 }
                 let placed_by = (!sources.is_empty()).then(|| sources.join(", "));
+                let placed_by = placed_by.as_deref();
                 return Err(Error::OrderingViolation {
                     outer: c.outer.to_string(),
                     outer_index: o,
                     inner: c.inner.to_string(),
                     inner_index: i,
                     reason: c.reason.clone(),
-                    contributor: placed_by.unwrap_or_else(|| {
-                        c.contributor
-                            .clone()
-                            .unwrap_or_else(|| "core middleware order".to_owned())
-                    }),
+                    contributor: blame(placed_by, c.contributor.as_deref()),
                 });
             }
         }
         for c in &self.sequences {
             if let Some(at) = c.violation(&self.entries) {
-                let placed_by = self
-                    .entries
-                    .get(at)
-                    .and_then(|e| self.source_of(&e.id()))
-                    .map(str::to_owned);
+                let breaking = self.entries.get(at);
                 return Err(Error::SequenceViolation {
                     expected: c.kinds.iter().map(ToString::to_string).collect(),
                     at_end: c.at_end,
                     index: at,
-                    found: self.entries.get(at).map(|e| e.id().to_string()),
+                    found: breaking.map(|e| e.id().to_string()).unwrap_or_default(),
                     reason: c.reason.clone(),
-                    contributor: placed_by.unwrap_or_else(|| {
-                        c.contributor
-                            .clone()
-                            .unwrap_or_else(|| "core middleware order".to_owned())
-                    }),
+                    contributor: blame(
+                        breaking.and_then(|e| self.source_of(&e.id())),
+                        c.contributor.as_deref(),
+                    ),
                 });
             }
         }

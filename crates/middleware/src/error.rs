@@ -138,12 +138,11 @@ pub enum Error {
         contributor: String,
     },
     /// A declared [`SequenceConstraint`](crate::SequenceConstraint) does not hold (R120,
-    /// R121): `found` (at `index`; `None` past the end) breaks the sequence of `expected`.
+    /// R121): `found` (the entry at `index`) breaks the sequence of `expected`.
     #[error(
-        "{} must be adjacent in this order{}: {} at index {index} breaks it: {reason} (contributed by {contributor})",
+        "{} must be adjacent in this order{}: {found} at index {index} breaks it: {reason} (contributed by {contributor})",
         .expected.join(", "),
-        if *.at_end { " and end the chain" } else { "" },
-        .found.as_deref().unwrap_or("the end of the chain")
+        if *.at_end { " and end the chain" } else { "" }
     )]
     SequenceViolation {
         /// The kinds of the sequence, in order.
@@ -152,8 +151,8 @@ pub enum Error {
         at_end: bool,
         /// Where the sequence breaks.
         index: usize,
-        /// The entry there (`None` when the chain ends before the sequence does).
-        found: Option<String>,
+        /// The entry there.
+        found: String,
         /// Why the order matters.
         reason: String,
         /// The extension that placed the breaking entry, else the constraint's contributor,

@@ -939,7 +939,7 @@ fn r121_a_sequence_constraint_keeps_its_kinds_adjacent_and_in_order() {
     assert_eq!(err.kind(), antler_middleware::ErrorKind::Order);
     let err = build(&["SkillToolPolicy", "SkillActivation", "DurableContext"]).unwrap_err();
     assert!(
-        matches!(&err, Error::SequenceViolation { index: 1, found: Some(f), .. } if f == "SkillActivation"),
+        matches!(&err, Error::SequenceViolation { index: 1, found, .. } if found == "SkillActivation"),
         "{err}"
     );
 }
