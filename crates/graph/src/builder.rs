@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use petgraph::visit::EdgeRef;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -174,8 +175,10 @@ pub struct NodeOptions {
     pub defer: bool,
     /// Retry policy (default none).
     pub retry: Option<RetryPolicy>,
-    /// Nodes this node may `goto` or `Send` to; used only for validation (default none).
-    /// Declaring destinations also tells `compile()` that the node may end its branch.
+    /// Nodes this node may `goto` or `Send` to; used only for validation (default none): they
+    /// make those nodes reachable. A goto is optional and adds to the node's edges, which fire
+    /// whatever it returns, so destinations neither give the node a way to `__end__` nor take
+    /// one away.
     pub destinations: Vec<NodeId>,
 }
 
@@ -230,6 +233,11 @@ impl StateGraph {
     }
 
     /// Declares `key`'s channel; re-declaring it identically is allowed, differently is an error.
+    ///
+    /// # Errors
+    /// A [`BuildError`] for a declaration that conflicts with an earlier one, a reserved or
+    /// malformed name, or an invalid spec; `compile` reports it again, so a graph whose
+    /// declaration failed never compiles, whether or not the caller looked at this result.
     pub fn channel<V, W>(
         &mut self,
         key: &Key<V, W>,
@@ -239,7 +247,10 @@ impl StateGraph {
         V: Serialize + DeserializeOwned + Send + Sync + 'static,
         W: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
-        self.schema.declare(ErasedSpec::new(key, spec))?;
+        if let Err(e) = self.schema.declare(ErasedSpec::new(key, spec)) {
+            self.errors.push(e.clone());
+            return Err(e);
+        }
         Ok(self)
     }
 
@@ -437,7 +448,9 @@ impl StateGraph {
             for s in srcs {
                 check(s, &format!("join into {to}"), Some(START))?;
             }
-            check(to, "a join", None)?;
+            // A join into END, as the reference takes it, waits for nothing: each source simply
+            // ends its branch (the compiled graph makes no barrier for it).
+            check(to, "a join", Some(END))?;
             let name = join_channel_name(srcs, to);
             if let Some(other) = join_names.insert(name.clone(), srcs)
                 && other != srcs
@@ -463,8 +476,10 @@ impl StateGraph {
         for n in self.interrupt_before.iter().chain(&self.interrupt_after) {
             check(n, "an interrupt list", Some("*"))?;
         }
-        // Topology: node 0 = START, 1 = END, user nodes from 2 in declaration order.
-        let mut g: petgraph::graph::DiGraph<(), ()> = petgraph::graph::DiGraph::new();
+        // Topology: node 0 = START, 1 = END, user nodes from 2 in declaration order. Each edge
+        // says how it leads on, since the kinds differ in what a run must take: a node's edges
+        // and joins always fire, a router picks among its targets, a goto is optional.
+        let mut g: petgraph::graph::DiGraph<(), Link> = petgraph::graph::DiGraph::new();
         let start = g.add_node(());
         let end = g.add_node(());
         let mut idx: HashMap<&str, petgraph::graph::NodeIndex> =
@@ -477,70 +492,136 @@ impl StateGraph {
         }
         let id = |n: &NodeId| idx.get(n.as_str()).copied().unwrap_or(end);
         for (a, b) in &self.edges {
-            g.update_edge(id(a), id(b), ());
+            g.update_edge(id(a), id(b), Link::Edge);
         }
-        for (srcs, to) in &self.joins {
+        for (j, (srcs, to)) in self.joins.iter().enumerate() {
             for s in srcs {
-                g.update_edge(id(s), id(to), ());
+                g.add_edge(id(s), id(to), Link::Join(j));
             }
         }
         for (from, r) in &self.routers {
-            match &r.targets {
-                Some(ts) => {
-                    for t in ts {
-                        g.update_edge(id(from), id(t), ());
-                    }
-                }
-                None => {
-                    for &t in all.iter().chain(std::iter::once(&end)) {
-                        g.update_edge(id(from), t, ());
-                    }
-                }
+            let targets: Vec<_> = match &r.targets {
+                Some(ts) => ts.iter().map(&id).collect(),
+                None => all.iter().copied().chain(std::iter::once(end)).collect(),
+            };
+            for t in targets {
+                g.add_edge(id(from), t, Link::Router);
             }
         }
         for (n, d) in &self.nodes {
             for t in &d.options.destinations {
-                g.update_edge(id(n), id(t), ());
-            }
-            // A goto or Send is a choice made at run time: a node that declares destinations may also
-            // return none of them, which ends its branch. Only static edges and routers can trap a run.
-            if !d.options.destinations.is_empty() {
-                g.update_edge(id(n), end, ());
+                g.add_edge(id(n), id(t), Link::Goto);
             }
         }
         if g.neighbors(start).next().is_none() {
             return Err(BuildError::NoEntry);
         }
-        // A node with no way out at all simply ends the run, like an edge to END.
-        for &n in &all {
-            if g.neighbors(n).next().is_none() {
-                g.update_edge(n, end, ());
-            }
-        }
-        let mut reach = BTreeSet::new();
-        let mut dfs = petgraph::visit::Dfs::new(&g, start);
-        while let Some(n) = dfs.next(&g) {
-            reach.insert(n);
-        }
-        let rev = petgraph::visit::Reversed(&g);
-        let mut to_end = BTreeSet::new();
-        let mut dfs = petgraph::visit::Dfs::new(rev, end);
-        while let Some(n) = dfs.next(rev) {
-            to_end.insert(n);
-        }
+        let reach = reached(&g, start, &self.joins, &id);
+        let ends = ending(&g, end, &self.routers, &id);
+        // Unreachable nodes first: a node that never runs can look like a trap to the nodes
+        // that lead to it (a join waiting on it never opens).
         for ((n, _), k) in self.nodes.iter().zip(&all) {
             if !reach.contains(k) {
                 return Err(BuildError::Unreachable {
                     node: n.to_string(),
                 });
             }
-            if !to_end.contains(k) {
+        }
+        for ((n, _), k) in self.nodes.iter().zip(&all) {
+            if !ends.contains(k) {
                 return Err(BuildError::NoPathToEnd {
                     node: n.to_string(),
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// How an edge of the validation graph leads from one node to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// A plain edge: it fires after every task of its source.
+    Edge,
+    /// A source of the join with this index into the builder's joins: its target runs once
+    /// every source has run.
+    Join(usize),
+    /// A router's (declared or, undeclared, any) target: the router picks one or more.
+    Router,
+    /// A declared destination of a goto or `Send`: the node may return it, or nothing.
+    Goto,
+}
+
+type Topology = petgraph::graph::DiGraph<(), Link>;
+type Ix = petgraph::graph::NodeIndex;
+
+/// The nodes a run can get to from START (a least fixed point): any edge, router target or
+/// declared destination of a reached node, and a join's target once all its sources are
+/// reached (before that its barrier never opens).
+fn reached(
+    g: &Topology,
+    start: Ix,
+    joins: &[(Vec<NodeId>, NodeId)],
+    id: &impl Fn(&NodeId) -> Ix,
+) -> BTreeSet<Ix> {
+    let mut reach = BTreeSet::from([start]);
+    let mut todo = vec![start];
+    loop {
+        while let Some(n) = todo.pop() {
+            for e in g.edges(n) {
+                if !matches!(e.weight(), Link::Join(_)) && reach.insert(e.target()) {
+                    todo.push(e.target());
+                }
+            }
+        }
+        for (srcs, to) in joins {
+            let to = id(to);
+            if !reach.contains(&to) && srcs.iter().all(|s| reach.contains(&id(s))) {
+                reach.insert(to);
+                todo.push(to);
+            }
+        }
+        if todo.is_empty() {
+            return reach;
+        }
+    }
+}
+
+/// The nodes after whose task a run can still come to an end (a least fixed point): END; a
+/// node whose edges and joins all lead to such nodes (they fire whatever the node returns, so
+/// a router or goto to END does not stop an edge back into a cycle), and whose router, if it
+/// has one, can pick such a node. A goto is optional, so declared destinations neither help
+/// nor hinder, and a node with no way out ends the run.
+fn ending(
+    g: &Topology,
+    end: Ix,
+    routers: &BTreeMap<NodeId, RouterDef>,
+    id: &impl Fn(&NodeId) -> Ix,
+) -> BTreeSet<Ix> {
+    let routed: BTreeSet<Ix> = routers.keys().map(id).collect();
+    let settles = |n: Ix, ends: &BTreeSet<Ix>| {
+        let mut can_pick = false;
+        for e in g.edges(n) {
+            match e.weight() {
+                Link::Edge | Link::Join(_) if !ends.contains(&e.target()) => return false,
+                Link::Router => can_pick |= ends.contains(&e.target()),
+                _ => {}
+            }
+        }
+        // A router declared with no targets can only return nothing.
+        let picks_none = !g.edges(n).any(|e| *e.weight() == Link::Router);
+        !routed.contains(&n) || can_pick || picks_none
+    };
+    let mut ends = BTreeSet::from([end]);
+    loop {
+        let more: Vec<Ix> = g
+            .node_indices()
+            .filter(|&n| !ends.contains(&n) && settles(n, &ends))
+            .collect();
+        if more.is_empty() {
+            return ends;
+        }
+        ends.extend(more);
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`CompiledGraph`]: the validated graph with its channel layout, and the public run API.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
@@ -138,8 +138,14 @@ impl Graph {
                 }
             }
         }
+        // One barrier per join: declaring the same join twice must not make two channels under
+        // one name (validation refused two different joins whose names coincide).
+        let mut made = HashSet::new();
         for (srcs, to) in &b.joins {
             let Some(&t) = node_idx.get(to) else { continue };
+            if !made.insert(crate::builder::join_channel_name(srcs, to)) {
+                continue;
+            }
             let names: BTreeSet<String> = srcs.iter().map(|s| s.to_string()).collect();
             let ch = chans.len();
             let defer = matches!(chans[branch_of[t]].kind, ChanKind::Branch { defer: true });
@@ -1187,4 +1193,32 @@ pub enum StreamItem {
     },
     /// The run finished with this outcome (always the last item).
     Done(RunOutcome),
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ChannelSpec, Key, StateGraph, Update};
+
+    /// The same join declared twice makes one barrier channel, not two under one name.
+    #[test]
+    fn a_join_declared_twice_makes_one_barrier() {
+        const LOG: Key<Vec<String>> = Key::from_static("log");
+        let mut g = StateGraph::new();
+        g.channel(&LOG, ChannelSpec::last_value())
+            .expect("declared once");
+        for n in ["a", "b", "c"] {
+            g.add_node(n, |_s, _c| async { Ok(Update::new()) });
+        }
+        g.add_edge("__start__", "a").add_edge("__start__", "b");
+        g.add_join(["a", "b"], "c").add_join(["a", "b"], "c");
+        g.add_edge("c", "__end__");
+        let compiled = g.compile().expect("a repeated join is the same join");
+        let barriers = compiled
+            .g
+            .chans
+            .iter()
+            .filter(|c| &*c.name == "join:a+b:c")
+            .count();
+        assert_eq!(barriers, 1);
+    }
 }

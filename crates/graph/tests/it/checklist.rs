@@ -2661,6 +2661,119 @@ fn joins_into_no_node_or_with_colliding_names_do_not_compile() {
     );
 }
 
+/// `compile` refuses a cycle a run cannot leave: a node's edges fire whatever it returns, so a
+/// declared goto (optional) or a router's END target on a node whose edge leads back into the
+/// cycle is no way out. Before 2026-12-02 either made the cycle pass, and the run went round
+/// until the recursion limit.
+#[test]
+fn a_cycle_left_only_by_a_goto_or_a_route_beside_an_edge_back_does_not_compile() {
+    use antler_graph::BuildError;
+    let cycle = || {
+        let mut g = graph();
+        g.add_node_with(
+            "a",
+            antler_graph::node_fn(add("a")),
+            antler_graph::NodeOptions {
+                destinations: vec!["b".into()],
+                ..Default::default()
+            },
+        );
+        g.add_node("b", add("b"));
+        g.add_edge("__start__", "a")
+            .add_edge("a", "b")
+            .add_edge("b", "a");
+        g
+    };
+    assert!(
+        matches!(cycle().compile().err(), Some(BuildError::NoPathToEnd { ref node }) if node == "a")
+    );
+    let mut g = cycle();
+    g.add_router("a", Some(vec!["__end__".into()]), |_: &State| {
+        vec!["__end__".into()]
+    });
+    assert!(matches!(g.compile().err(), Some(BuildError::NoPathToEnd { ref node }) if node == "a"));
+    // A router that can pick END on the node whose edge closes the loop is a way out; so is a
+    // goto on a node with no edge of its own.
+    let mut g = graph();
+    g.add_node("agent", add("agent"))
+        .add_node("tools", add("tools"));
+    g.add_edge("__start__", "agent").add_edge("tools", "agent");
+    g.add_router(
+        "agent",
+        Some(vec!["tools".into(), "__end__".into()]),
+        |_: &State| vec!["__end__".into()],
+    );
+    g.compile().expect("the agent loop ends through its router");
+    let mut g = graph();
+    g.add_node_with(
+        "a",
+        antler_graph::node_fn(add("a")),
+        antler_graph::NodeOptions {
+            destinations: vec!["a".into()],
+            ..Default::default()
+        },
+    );
+    g.add_edge("__start__", "a");
+    g.compile()
+        .expect("a goto is optional: `a` may end its branch");
+}
+
+/// A join's target is reached only when every source is: one whose other source runs only
+/// after the target never opens its barrier, so both are unreachable. Before 2026-12-02 each
+/// source counted as an edge of its own and the graph compiled, with nodes that never ran.
+#[test]
+fn a_join_waiting_on_its_own_target_leaves_its_nodes_unreachable() {
+    use antler_graph::BuildError;
+    let mut g = graph();
+    g.add_node("a", add("a"))
+        .add_node("b", add("b"))
+        .add_node("c", add("c"));
+    g.add_edge("__start__", "a")
+        .add_edge("c", "b")
+        .add_edge("c", "__end__");
+    g.add_join(["a", "b"], "c");
+    assert!(matches!(g.compile().err(), Some(BuildError::Unreachable { ref node }) if node == "b"));
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("b", "a").add_edge("a", "__end__");
+    g.add_join(["__start__", "a"], "b");
+    assert!(matches!(g.compile().err(), Some(BuildError::Unreachable { ref node }) if node == "a"));
+}
+
+/// A join into END, as the reference takes it, compiles and waits for nothing: each source ends
+/// its branch. Before 2026-12-02 it was `UnknownNode`.
+#[tokio::test]
+async fn a_join_into_end_compiles_and_each_source_ends_its_branch() {
+    let mut g = graph();
+    g.add_node("a", add("a")).add_node("b", add("b"));
+    g.add_edge("__start__", "a").add_edge("__start__", "b");
+    g.add_join(["a", "b"], "__end__");
+    let graph = memory(g);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &RunConfig::new("t"))
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "b"]));
+    assert!(!out.paused);
+}
+
+/// A channel declaration that failed fails `compile` too, whether or not the caller looked at
+/// the declaration's result. Before 2026-12-02 the first declaration silently won.
+#[test]
+fn a_failed_channel_declaration_fails_compile() {
+    use antler_graph::BuildError;
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let again: Key<Vec<String>> = Key::new("log");
+    let ignored = g.channel(&again, ChannelSpec::last_value()).is_err();
+    assert!(ignored, "a different kind under the same name is refused");
+    assert!(matches!(
+        g.compile().err(),
+        Some(BuildError::ChannelConflict { ref channel, .. }) if channel == "log"
+    ));
+}
+
 /// A plain write to a reducer channel whose own JSON looks like the stored form of an
 /// `Overwrite` (`{"__overwrite__": …}`) is stored escaped and reads back plain: the state a run
 /// shows, the head's state and a resume agree. Before 2026-12-01 it was read back as an
