@@ -2766,9 +2766,24 @@ impl PgBackend {
             .map_err(pg_err("postgres: looking for the schema version table"))?
             .col(0)?;
         if !exists {
-            tx.batch_execute(&self.sql("CREATE SCHEMA IF NOT EXISTS {s}; CREATE TABLE IF NOT EXISTS {s}.antler_migrations (v BIGINT PRIMARY KEY)"))
+            // The schema too only when missing: a role given CREATE on a schema made for it,
+            // but not on the database, may make the store's tables there.
+            let schema: bool = tx
+                .query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&self.s])
                 .await
-                .map_err(pg_err("postgres: migrating"))?;
+                .map_err(pg_err("postgres: looking for the schema"))?
+                .col(0)?;
+            if !schema {
+                tx.batch_execute(&self.sql("CREATE SCHEMA IF NOT EXISTS {s}"))
+                    .await
+                    .map_err(pg_err("postgres: creating the schema"))?;
+            }
+            tx.batch_execute(
+                &self
+                    .sql("CREATE TABLE IF NOT EXISTS {s}.antler_migrations (v BIGINT PRIMARY KEY)"),
+            )
+            .await
+            .map_err(pg_err("postgres: migrating"))?;
         }
         let current: i64 = tx
             .query_one(

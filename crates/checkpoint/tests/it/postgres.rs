@@ -725,6 +725,66 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
     });
 }
 
+/// A role that may create in a schema made for it, but not in the database (PostgreSQL 15
+/// gives a new role no CREATE on the database), makes a new store there: opening checks that
+/// the schema exists before it would create it (before, it ran `CREATE SCHEMA IF NOT EXISTS`
+/// whenever the store's tables were missing, which PostgreSQL refuses such a role even for a
+/// schema that exists).
+#[test]
+fn a_role_with_create_on_its_schema_only_makes_a_new_store_there() {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{CheckpointConfig, CheckpointSource, Saver};
+    antler_checkpoint::testing::block_on(async {
+        let Some(url) = database_url() else {
+            return;
+        };
+        let (admin, task) = connect(&url).await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let (role, schema) = (format!("antler_user_{id}"), format!("antler_test_{id}"));
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN;
+                 CREATE SCHEMA \"{schema}\";
+                 GRANT USAGE, CREATE ON SCHEMA \"{schema}\" TO {role};"
+            ))
+            .await
+            .unwrap();
+        let options = PostgresOptions::new(url).with_schema(schema.clone());
+        let opened = PostgresSaver::connect(
+            PostgresOptions::new(url_as(&options, &role)).with_schema(schema.clone()),
+            StoreConfig::full(),
+        )
+        .await;
+        let used = match opened {
+            Ok(saver) => {
+                let stored = saver
+                    .put(
+                        &CheckpointConfig::latest("t"),
+                        checkpoint(&[("a", 1, serde_json::json!(1))]),
+                        metadata(CheckpointSource::Loop, 0, None),
+                        &[("a".into(), 1.into())].into(),
+                    )
+                    .await;
+                Ok(match stored {
+                    Ok(c) => saver.get_tuple(&c).await.map(|t| t.is_some()),
+                    Err(e) => Err(e),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        admin
+            .batch_execute(&format!(
+                "DROP OWNED BY {role}; DROP ROLE {role}; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE;"
+            ))
+            .await
+            .unwrap();
+        drop(admin);
+        let _ = task.await;
+        let used = used.expect("the role makes the store in its schema");
+        assert!(used.expect("and reads and writes it"));
+    });
+}
+
 /// A fresh store and a new role with the given attributes that may read and write the
 /// store's tables but create nothing (PostgreSQL 15 gives a new role no CREATE), with the
 /// administrator's session that made them.
