@@ -564,7 +564,17 @@ pub fn read_counters(metadata: &CheckpointMetadata, channel: &str) -> DeltaCount
 }
 
 /// Stores `counters` for `channel` in metadata; zero pairs are removed (runtime-spec §5.3).
+/// The channel's pair carried in `extra` (metadata copied key by key, see
+/// [`crate::mode::counters_of`]) goes either way: the typed entry is the channel's count now, and
+/// a stale one left there would read back once the typed entry is removed.
 pub fn write_counters(metadata: &mut CheckpointMetadata, channel: &str, counters: DeltaCounters) {
+    let key = crate::model::COUNTERS_METADATA_KEY;
+    if let Some(serde_json::Value::Object(map)) = metadata.extra.get_mut(key) {
+        map.remove(channel);
+        if map.is_empty() {
+            metadata.extra.remove(key);
+        }
+    }
     if counters.is_zero() {
         metadata.counters_since_delta_snapshot.remove(channel);
     } else {

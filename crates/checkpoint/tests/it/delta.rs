@@ -608,6 +608,16 @@ fn counters_in_extra_are_the_cadences() {
         },
     );
     assert_eq!(read_counters(&meta, "messages").updates, 1);
+    // A reset after a snapshot removes the pair wherever it was: the old one in `extra` does
+    // not come back (before 2026-12-02 it did, and the next snapshot came one update later
+    // than F after it).
+    write_counters(&mut meta, "messages", DeltaCounters::default());
+    assert_eq!(read_counters(&meta, "messages"), DeltaCounters::default());
+    assert_eq!(
+        meta.extra[antler_checkpoint::model::COUNTERS_METADATA_KEY],
+        serde_json::json!({"odd": "x"}),
+        "only the written channel's entry goes"
+    );
     let ch = DeltaMessages::from_value(f(10), vec![msg("a")]).with_counters(DeltaCounters {
         updates: 9,
         supersteps: 9,
