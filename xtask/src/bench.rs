@@ -71,22 +71,52 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Builds the `antler` CLI in release mode and returns its path and the report directory.
+///
+/// Both come from cargo itself (the build's artifact message, `cargo metadata`), so a target
+/// directory set anywhere cargo reads one (`CARGO_TARGET_DIR`, a config file's
+/// `build.target-dir`) is the one used: guessing `target/` would run a stale binary.
 fn build_cli(root: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
     println!("==> building the antler CLI (release)");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
-        .args(["build", "--release", "--quiet", "-p", "antler-cli"])
+    let output = Command::new(&cargo)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "antler-cli",
+            "--message-format=json-render-diagnostics",
+        ])
         .current_dir(root)
-        .status()
+        .stderr(std::process::Stdio::inherit())
+        .output()
         .context("running cargo build")?;
-    if !status.success() {
-        bail!("building antler-cli failed ({status})");
+    if !output.status.success() {
+        bail!("building antler-cli failed ({})", output.status);
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let exe = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "antler")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo build reported no `antler` executable")?;
+    let metadata = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .context("running cargo metadata")?;
+    if !metadata.status.success() {
+        bail!("cargo metadata failed ({})", metadata.status);
+    }
+    let metadata: Value =
+        serde_json::from_slice(&metadata.stdout).context("reading cargo metadata's output")?;
+    let target = metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata gave no target directory")?;
     let out_dir = target.join("bench");
     fs::create_dir_all(&out_dir)?;
-    Ok((target.join("release").join("antler"), out_dir))
+    Ok((exe, out_dir))
 }
 
 /// Runs `antler <args>` (ending in `--json`) and parses the JSON object on its last line.

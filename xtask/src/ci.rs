@@ -31,6 +31,30 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         ],
         &[],
     )?;
+    // Every other step builds with all features; a crate's default features, and the checkpoint
+    // crate without its backends, are what dependents and `cargo test -p` build, and a
+    // `cfg(feature)` slip there would go unseen. Clippy (check mode) on the libraries only.
+    step(
+        root,
+        "clippy-default-features",
+        &["clippy", "--workspace", "--lib", "--", "-D", "warnings"],
+        &[],
+    )?;
+    step(
+        root,
+        "clippy-no-backends",
+        &[
+            "clippy",
+            "-p",
+            "antler-checkpoint",
+            "--lib",
+            "--no-default-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
     if has_nextest() {
         step(
             root,

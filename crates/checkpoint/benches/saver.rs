@@ -4,6 +4,9 @@
 //! (a schema of its own, dropped afterwards) savers; and
 //! the cold read of a 2,000-turn head (a freshly opened SQLite file or PostgreSQL saver),
 //! split into the saver's part and the whole materialisation.
+//! The thread's head stores a snapshot (the turns are a multiple of F); the `_replay` cases
+//! read the last turn's input checkpoint instead, which replays F − 1 writes on its seed, the
+//! most a checkpoint of the thread replays.
 //! Run with `cargo bench -p antler-checkpoint --all-features --bench saver`; the PostgreSQL
 //! cases need `DATABASE_URL` (they are skipped without it).
 #![expect(clippy::unwrap_used, reason = "benchmark setup")]
@@ -211,6 +214,43 @@ fn bench(c: &mut Criterion) {
                     }
                 });
             });
+            // Before `put_writes` below adds writes to the input checkpoint read here.
+            let replayed = rt.block_on(async {
+                let tuple = saver.get_tuple(&thread.input).await.unwrap().unwrap();
+                materialize(
+                    &*saver,
+                    &tuple,
+                    MESSAGES,
+                    SnapshotFrequency::new(F).unwrap(),
+                )
+                .await
+                .unwrap()
+                .replayed_writes
+            });
+            assert_eq!(
+                replayed,
+                F as usize - 1,
+                "the input checkpoint replays F - 1 writes"
+            );
+            group.bench_with_input(
+                BenchmarkId::new("materialize_replay", &id),
+                &thread,
+                |b, th| {
+                    b.to_async(&rt).iter(|| async {
+                        let tuple = saver.get_tuple(&th.input).await.unwrap().unwrap();
+                        black_box(
+                            materialize(
+                                &*saver,
+                                &tuple,
+                                MESSAGES,
+                                SnapshotFrequency::new(F).unwrap(),
+                            )
+                            .await
+                            .unwrap(),
+                        )
+                    });
+                },
+            );
             let mut n = 0u64;
             group.bench_with_input(BenchmarkId::new("put_writes", &id), &thread, |b, th| {
                 b.to_async(&rt).iter(|| {
@@ -303,12 +343,14 @@ async fn materialize_head(saver: &dyn Saver, head: &CheckpointConfig) -> usize {
         .len()
 }
 
-/// Times `read` on a saver freshly opened by `open` for every iteration (the open is not timed).
+/// Times the cold reads of `head` (holding `messages` messages) on a saver freshly opened by
+/// `open` for every iteration (the open is not timed).
 fn bench_cold<S, O, OF>(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     rt: &tokio::runtime::Runtime,
     name: &str,
     head: &CheckpointConfig,
+    messages: usize,
     open: O,
 ) where
     S: Saver + 'static,
@@ -333,7 +375,7 @@ fn bench_cold<S, O, OF>(
             for _ in 0..iters {
                 let saver = open().await;
                 let start = Instant::now();
-                assert_eq!(black_box(materialize_head(&saver, head).await), 4000);
+                assert_eq!(black_box(materialize_head(&saver, head).await), messages);
                 total += start.elapsed();
             }
             total
@@ -355,14 +397,27 @@ fn cold(c: &mut Criterion) {
         .join(format!("bench-cold-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("store.db");
-    let head = rt.block_on(async {
+    let thread = rt.block_on(async {
         let saver = SqliteSaver::open(&path, config).await.unwrap();
-        build(&saver, 2000).await.head
+        build(&saver, 2000).await
     });
     let p = &path;
-    bench_cold(&mut group, &rt, "sqlite-file/2000", &head, || async move {
-        SqliteSaver::open(p, config).await.unwrap()
-    });
+    bench_cold(
+        &mut group,
+        &rt,
+        "sqlite-file/2000",
+        &thread.head,
+        4000,
+        || async move { SqliteSaver::open(p, config).await.unwrap() },
+    );
+    bench_cold(
+        &mut group,
+        &rt,
+        "sqlite-file/2000_replay",
+        &thread.input,
+        3998,
+        || async move { SqliteSaver::open(p, config).await.unwrap() },
+    );
     let _ = std::fs::remove_dir_all(&dir);
 
     #[cfg(feature = "postgres")]
@@ -370,19 +425,28 @@ fn cold(c: &mut Criterion) {
         Ok(url) if !url.is_empty() => {
             let options = antler_checkpoint::PostgresOptions::new(url)
                 .with_schema(format!("antler_bench_{}", std::process::id()));
-            let (saver, head) = rt.block_on(async {
+            let (saver, thread) = rt.block_on(async {
                 let saver = antler_checkpoint::PostgresSaver::connect(options.clone(), config)
                     .await
                     .unwrap();
-                let head = build(&saver, 2000).await.head;
-                (saver, head)
+                let thread = build(&saver, 2000).await;
+                (saver, thread)
             });
             let o = &options;
-            bench_cold(&mut group, &rt, "postgres/2000", &head, || async move {
+            let open = || async move {
                 antler_checkpoint::PostgresSaver::connect(o.clone(), config)
                     .await
                     .unwrap()
-            });
+            };
+            bench_cold(&mut group, &rt, "postgres/2000", &thread.head, 4000, open);
+            bench_cold(
+                &mut group,
+                &rt,
+                "postgres/2000_replay",
+                &thread.input,
+                3998,
+                open,
+            );
             rt.block_on(saver.drop_schema()).unwrap();
         }
         _ => eprintln!("SKIPPED: cold PostgreSQL benchmarks (DATABASE_URL is unset)"),

@@ -1,5 +1,6 @@
 //! The `antler` binary end to end: a short write-amp run on SQLite, whose cold-read peak memory
-//! comes from a fresh process of the binary (`antler bench cold-peak`).
+//! comes from a fresh process of the binary (`antler bench cold-peak`), a reused store refused,
+//! and short runs on PostgreSQL.
 
 use std::process::Command;
 
@@ -77,4 +78,53 @@ fn a_reused_store_is_refused_not_counted_twice() {
     assert!(!second.status.success());
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("already holds thread write-amp"), "{err}");
+}
+
+/// The README's main job on PostgreSQL, short: both drivers run the workload against the test
+/// server (`DATABASE_URL`; skipped without it, failed under `CI=true`) and report the same
+/// bytes and replay depth as on SQLite.
+#[test]
+fn a_postgres_run_reports_what_a_sqlite_run_does() {
+    let url = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false")),
+                "DATABASE_URL is unset under CI: the PostgreSQL tests must run, not skip"
+            );
+            eprintln!("SKIPPED: PostgreSQL test (DATABASE_URL is unset)");
+            return;
+        }
+    };
+    let run = |saver: &str, driver: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_antler"))
+            .args(["bench", "write-amp", "--saver", saver, "--driver", driver])
+            .args(["--turns", "30", "--json"])
+            .env("DATABASE_URL", &url)
+            .output()
+            .expect("the binary runs");
+        assert!(
+            out.status.success(),
+            "{saver}/{driver}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().expect("a JSON line")).expect("JSON");
+        v
+    };
+    for driver in ["graph", "saver"] {
+        let (pg, lite) = (run("postgres", driver), run("sqlite", driver));
+        for key in ["persisted_bytes", "new_data_bytes", "max_replayed_writes"] {
+            assert_eq!(pg[key], lite[key], "{driver}: {key}");
+        }
+        assert!(
+            pg["get_state_ms_cold"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{pg}"
+        );
+        assert!(
+            pg["pg_column_size_bytes"].as_u64().is_some_and(|b| b > 0),
+            "{pg}"
+        );
+    }
 }

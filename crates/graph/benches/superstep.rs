@@ -76,6 +76,8 @@ fn benches(c: &mut Criterion) {
         .expect("runtime");
     let cfg = RunConfig::new("bench");
     let graph = chain();
+    // What is timed must still do the work: a run that dropped a step would read as faster.
+    assert_eq!(result(&rt, &graph, &cfg), 3, "each of a, b and c adds 1");
     // 4 super-steps per invoke: __start__, a, b, c.
     let mut steps = c.benchmark_group("chain3_no_saver");
     steps.throughput(Throughput::Elements(4));
@@ -93,6 +95,11 @@ fn benches(c: &mut Criterion) {
     });
     steps.finish();
     let graph = fan_out(100);
+    assert_eq!(
+        result(&rt, &graph, &cfg),
+        (0..100).sum::<i64>(),
+        "every packet's task adds its item"
+    );
     // 4 super-steps, 103 tasks per invoke: __start__, split, 100 × work, join.
     let mut tasks = c.benchmark_group("send_fanout100_join");
     tasks.throughput(Throughput::Elements(103));
@@ -109,6 +116,18 @@ fn benches(c: &mut Criterion) {
         })
     });
     tasks.finish();
+}
+
+/// `n` after one invoke of `graph`.
+fn result(
+    rt: &tokio::runtime::Runtime,
+    graph: &antler_graph::CompiledGraph,
+    cfg: &RunConfig,
+) -> i64 {
+    let out = rt
+        .block_on(graph.invoke(Update::new().set(&N, 0), cfg))
+        .expect("runs");
+    *out.values.get(&N).expect("n is set")
 }
 
 criterion_group!(group, benches);
