@@ -362,14 +362,14 @@ fn markdown(
          Bytes are uncompressed payload bytes (keys and row overhead excluded); amplification = persisted / new message bytes; \"stored B\" is the physical size beside them (SQLite: the file after `VACUUM`; PostgreSQL: `pg_column_size` of the thread's rows).\n\
          Full mode runs up to T = {full_max_turns}; F does not apply to it. Runs took {elapsed:.1} s.\n"
     );
-    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | stored B | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms median (min–p90) | body scan cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
+    s.push_str("| saver | mode | F | T | persisted B | new data B | amp | stored B | B/turn (last 10) | invoke ms mean | p50 | p99 | last10 | get_state warm ms | cold ms median (min–p90) | cold ms, max replay | body scan cold ms | cold peak B | max replayed | cold invoke ms | history page ms | fork ms |\n");
     s.push_str(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r["saver"].as_str().unwrap_or("?"),
             r["mode"].as_str().unwrap_or("?"),
             if r["mode"] == "full" {
@@ -389,6 +389,7 @@ fn markdown(
             num(r, "invoke_ms_last10_mean"),
             num(r, "get_state_ms_warm"),
             cold_spread(r),
+            opt_ms(r, "get_state_ms_cold_max_replay"),
             opt_ms(r, "bodies_scan_ms_cold"),
             r["get_state_peak_bytes"],
             r["max_replayed_writes"],

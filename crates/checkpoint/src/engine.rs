@@ -2731,7 +2731,11 @@ impl<B: Backend> Engine<B> {
                 .map_err(|e| codec_error(thread, target.id, "checkpoint record", e))?;
             carried(&record, &remaining)
         };
-        let page = (2 * self.config.snapshot_frequency.get() as usize + 4).min(512);
+        // One page should reach the seed: a graph run stores more than one checkpoint per
+        // update (the input step's, and steps that update other channels), and at 2F + 4 the
+        // write-amp workload's deepest replay (9 writes, 29 checkpoints back to the seed) took
+        // two pages, three more round trips on PostgreSQL.
+        let page = (4 * self.config.snapshot_frequency.get() as usize + 4).min(512);
         while !remaining.is_empty() {
             let Some(start) = next else { break };
             let rows = self.backend.ancestors(thread, ns, start, page).await?;
@@ -4413,6 +4417,44 @@ mod tests {
                 other => panic!("expected a missing body, got {:?}", other.map(|_| ())),
             }
         }
+    }
+
+    /// A history walk whose seed is 29 checkpoints back (the write-amp workload's deepest
+    /// replay at F = 10: more than two checkpoints per update) reads its ancestors in one page:
+    /// each page is a round trip on the database savers (at 2F + 4 rows a page it took two).
+    #[tokio::test]
+    async fn a_walk_over_a_snapshot_cycle_reads_one_page_of_ancestors() {
+        use std::sync::atomic::Ordering;
+        let e = engine();
+        let messages = ChannelName::new("messages");
+        let mut parent = CheckpointConfig::latest("t");
+        for i in 0..30u64 {
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions
+                .insert(messages.clone(), ChannelVersion::new(i + 1));
+            let mut nv = ChannelVersions::new();
+            if i == 0 {
+                cp.channel_values.insert(
+                    messages.clone(),
+                    Blob::messages(MessagesKind::Snapshot, &[serde_json::json!("hi")]).unwrap(),
+                );
+                nv = cp.channel_versions.clone();
+            }
+            parent = e
+                .put(&parent, cp, CheckpointMetadata::default(), &nv)
+                .await
+                .unwrap();
+        }
+        e.backend.ancestor_pages.store(0, Ordering::Relaxed);
+        let history = e
+            .delta_channel_history(&parent, std::slice::from_ref(&messages))
+            .await
+            .unwrap();
+        assert!(
+            history[&messages].seed.is_some(),
+            "the walk reached the seed"
+        );
+        assert_eq!(e.backend.ancestor_pages.load(Ordering::Relaxed), 1);
     }
 
     /// A read of the latest checkpoint (`get_channel_values`, `get_tuple_with_ancestry`) looks

@@ -58,6 +58,9 @@ pub(crate) struct MemoryBackend {
     /// between the lookup and the read would.
     #[cfg(test)]
     pub(crate) vanish_latest: std::sync::atomic::AtomicUsize,
+    /// Calls of `ancestors` (the pages a history walk reads).
+    #[cfg(test)]
+    pub(crate) ancestor_pages: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryBackend {
@@ -280,6 +283,9 @@ impl Backend for MemoryBackend {
         start: CheckpointId,
         max: usize,
     ) -> Result<Vec<CheckpointRow>> {
+        #[cfg(test)]
+        self.ancestor_pages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let t = self.lock();
         let mut out = Vec::new();
         let mut next = Some(start);

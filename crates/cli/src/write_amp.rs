@@ -611,6 +611,9 @@ struct Measured {
     window: usize,
     /// Saver driver only: how many snapshots were stored.
     snapshots: Option<usize>,
+    /// Graph driver, delta mode: cold reads of the newest checkpoint that replays the most
+    /// writes (empty when none replays any).
+    cold_replay: Vec<f64>,
 }
 
 impl Measured {
@@ -631,6 +634,7 @@ impl Measured {
             head_replayed: 0,
             window: 0,
             snapshots: None,
+            cold_replay: Vec::new(),
         }
     }
 }
@@ -902,6 +906,14 @@ async fn measure(
     out.insert("get_state_peak_bytes".into(), json!(m.peak_bytes));
     out.insert("get_state_peak_source".into(), json!(m.peak_source));
     out.insert("max_replayed_writes".into(), json!(m.max_replayed));
+    if !m.cold_replay.is_empty() {
+        // The head may store a snapshot (T a multiple of F): the read that replays the most,
+        // from a freshly opened saver, median of 20.
+        out.insert(
+            "get_state_ms_cold_max_replay".into(),
+            json!(median(&m.cold_replay)),
+        );
+    }
     out.insert("head_replayed_writes".into(), json!(m.head_replayed));
     out.insert("max_replayed_window_checkpoints".into(), json!(m.window));
     if let Some(n) = m.snapshots {
@@ -1065,6 +1077,8 @@ async fn drive_graph(
     // runtime restores delta channels with).
     let window = replay_window(o);
     let (mut max_replayed, mut head_replayed) = (0, 0);
+    // The newest checkpoint among those that replay the most.
+    let mut deepest = None;
     if o.mode == ChannelMode::Delta {
         let recent = replay_candidates(saver.as_ref(), thread, o).await?;
         let channel = ChannelName::new(MESSAGES);
@@ -1078,9 +1092,34 @@ async fn drive_graph(
                     .remove(&channel)
                     .map_or(0, |h| h.writes.len())
             };
+            if replayed > max_replayed || deepest.is_none() {
+                deepest = tuple.config.checkpoint_id;
+            }
             max_replayed = max_replayed.max(replayed);
             if i == 0 {
                 head_replayed = replayed;
+            }
+        }
+    }
+    // The head at a multiple of F stores a snapshot (T = 2000 with F = 10) and replays
+    // nothing; every other head replays up to F - 1 writes, so the cold read of the checkpoint
+    // that replays the most is measured too, the same way.
+    let mut cold_replay = Vec::new();
+    if let Some(id) = deepest.filter(|_| max_replayed > 0) {
+        let at = RunConfig::new(thread.as_str())
+            .with_checkpoint(antler::graph::CheckpointId::new(id.to_string()));
+        for _ in 0..20 {
+            let saver = store.reopen(o.store_config()).await?;
+            let fresh = workload_graph(o, saver)?;
+            let began = Instant::now();
+            let snapshot = fresh.get_state(&at).await?.ok_or("no state")?;
+            cold_replay.push(began.elapsed().as_secs_f64() * 1e3);
+            let got = snapshot
+                .values
+                .get(&MESSAGES_KEY)
+                .map_or(&[][..], Vec::as_slice);
+            if got.is_empty() || expected.get(..got.len()) != Some(got) {
+                return Err("cold get_state of the replaying checkpoint differs from the workload's messages".into());
             }
         }
     }
@@ -1100,6 +1139,7 @@ async fn drive_graph(
         head_replayed,
         window,
         snapshots: None,
+        cold_replay,
     })
 }
 
@@ -1314,6 +1354,7 @@ async fn drive_saver(
         head_replayed,
         window,
         snapshots: Some(snapshots),
+        cold_replay: Vec::new(),
     })
 }
 

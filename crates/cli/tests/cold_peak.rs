@@ -44,6 +44,10 @@ fn a_sqlite_run_reports_the_cold_peak_from_a_fresh_process() {
         cold("get_state_ms_cold_p90"),
     );
     assert!(0.0 < min && min <= median && median <= p90, "{v}");
+    // T = 200 is a multiple of F = 4, so the head is a snapshot; the checkpoint that replays
+    // the most (F - 1 writes) is read cold too.
+    assert_eq!(v["max_replayed_writes"], 3, "{v}");
+    assert!(cold("get_state_ms_cold_max_replay") > 0.0, "{v}");
 }
 
 /// A second run on the same `--db` file is refused before it measures: the earlier run's
