@@ -253,7 +253,9 @@ fn quote_ident(s: &str) -> String {
 /// connect) instead of formatted on every call; each is prepared once per connection.
 ///
 /// The read path's statements are prepared, and run once, when a connection is made
-/// ([`warm_reads`]); the others are prepared on first use (preparing them too showed no
+/// ([`warm_reads`]), the delta history walk's among them (a cold read of a checkpoint that
+/// replays writes runs them: unprepared, each cost the new backend a parse and plan with cold
+/// catalog caches); the others are prepared on first use (preparing them too showed no
 /// difference beyond this machine's noise: three interleaved runs of a cold `get_state`,
 /// first turn and fork of the write-amp workload at T = 2000).
 struct HotSql {
@@ -273,14 +275,16 @@ struct HotSql {
     next_seq: String,
     checkpoint_blobs: String,
     mark: String,
+    existing: String,
 }
 
 impl HotSql {
     /// The statements a checkpoint read runs, which [`warm_reads`] runs on a new connection:
     /// the head by id and the latest head (each with its writes, and each again with its
-    /// ancestors), a checkpoint's values, the bodies of message runs, the ancestor walk and
-    /// the value lookup.
-    fn read_path(&self) -> [&str; 8] {
+    /// ancestors), a checkpoint's values, the bodies of message runs, and the delta history
+    /// walk's (its target's row, the ancestor pages, their values and writes, the thread's
+    /// epoch, and the check that what it read still exists).
+    fn read_path(&self) -> [&str; 12] {
         [
             &self.head_by_id,
             &self.head_latest,
@@ -290,6 +294,10 @@ impl HotSql {
             &self.messages,
             &self.ancestors,
             &self.blobs,
+            &self.checkpoint_by_id,
+            &self.writes,
+            &self.epoch,
+            &self.existing,
         ]
     }
 
@@ -416,6 +424,7 @@ impl HotSql {
             epoch: sql("SELECT epoch FROM {s}.thread_epochs WHERE thread_id = $1"),
             next_seq: sql("SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = $1"),
             checkpoint_blobs: sql(CHECKPOINT_BLOBS_SQL),
+            existing: sql(EXISTING_SQL),
             mark: sql(
                 "SELECT version FROM {s}.version_marks WHERE thread_id = $1 AND checkpoint_ns = $2",
             ),
@@ -501,14 +510,19 @@ async fn run_warm_reads(
         messages,
         ancestors,
         blobs,
+        cp_by_id,
+        writes,
+        epoch,
+        existing,
     ] = hot.read_path();
     // A checkpoint id is always 16 bytes, so the empty id matches nothing whatever the thread.
     let none: &[u8] = &[];
     let (key_c, key_v) = (vec!["messages"], vec![0i64]);
     let (lo, hi) = (vec![0i64], vec![0i64]);
     let neg = vec![-1i64];
+    let no_ids: Vec<Vec<u8>> = Vec::new();
     type Args<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
-    let runs: [(&str, Args); 8] = [
+    let runs: [(&str, Args); 12] = [
         (by_id, vec![&"", &"", &none]),
         // The latest checkpoint of thread "": at most one row and its writes, read and dropped.
         (latest, vec![&"", &""]),
@@ -520,8 +534,12 @@ async fn run_warm_reads(
         (ancestors, vec![&"", &"", &none, &1i32]),
         // No blob has a negative version.
         (blobs, vec![&"", &"", &key_c, &neg]),
+        (cp_by_id, vec![&"", &"", &none]),
+        (writes, vec![&"", &"", &no_ids]),
+        (epoch, vec![&""]),
+        (existing, vec![&"", &"", &no_ids]),
     ];
-    // Polled together, the eight are prepared in one round trip and run in the next.
+    // Polled together, they are prepared in one round trip and run in the next.
     futures::future::try_join_all(runs.iter().map(|(sql, args)| async move {
         let st = c.prepare_cached(sql).await?;
         c.query(&st, args).await
@@ -778,7 +796,7 @@ impl PgBackend {
     ) -> Result<std::collections::HashSet<CheckpointId>> {
         let id_bytes: Vec<Vec<u8>> = ids.iter().map(|i| i.to_bytes().to_vec()).collect();
         let st = c
-            .prepare_cached(&self.sql(EXISTING_SQL))
+            .prepare_cached(&self.hot.existing)
             .await
             .map_err(pg_err(ctx.clone()))?;
         let rows = c
@@ -3764,9 +3782,11 @@ mod tests {
         let second = b.client("test").await.expect("client");
         // The two `connect` opened are checked out, so this one is new.
         let third = b.client("test").await.expect("client");
+        let n = b.hot.read_path().len();
+        assert_eq!(n, 12, "the head read's eight and the history walk's four");
         for c in [&first, &second, &third] {
-            assert_eq!(warm_statements(c, &b.hot).await, 8);
-            assert_eq!(ran_statements(c, &b.hot).await, 8, "run, not only prepared");
+            assert_eq!(warm_statements(c, &b.hot).await, n);
+            assert_eq!(ran_statements(c, &b.hot).await, n, "run, not only prepared");
         }
         drop(third);
         // Its errors are ignored when a connection is made, so check here that it has none.
@@ -3842,12 +3862,12 @@ mod tests {
                     assert_eq!(custom, 0, "no read statement planned at bind time");
                     assert_eq!(
                         read_statements(c, &b.hot, "generic_plans > 0").await,
-                        8,
+                        b.hot.read_path().len(),
                         "each made its generic plan in the warm-up"
                     );
                 } else {
                     assert_eq!(mode, "auto");
-                    assert_eq!(custom, 8);
+                    assert_eq!(custom, b.hot.read_path().len());
                 }
             }
             drop((first, second));
