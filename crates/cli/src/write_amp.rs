@@ -1083,17 +1083,25 @@ async fn drive_graph(
         let recent = replay_candidates(saver.as_ref(), thread, o).await?;
         let channel = ChannelName::new(MESSAGES);
         for (i, tuple) in recent.iter().enumerate() {
-            let replayed = if tuple.checkpoint.channel_values.contains_key(&channel) {
-                0
+            // The writes replayed, and how many messages the checkpoint holds: each of the
+            // workload's writes appends two to its seed's.
+            let (replayed, messages) = if tuple.checkpoint.channel_values.contains_key(&channel) {
+                (0, None)
             } else {
-                saver
+                let h = saver
                     .delta_channel_history(&tuple.config, std::slice::from_ref(&channel))
                     .await?
                     .remove(&channel)
-                    .map_or(0, |h| h.writes.len())
+                    .unwrap_or_default();
+                let seed = match &h.seed {
+                    Some(antler::checkpoint::Blob::Messages(m)) => Some(m.items.len()),
+                    Some(_) => None,
+                    None => Some(0),
+                };
+                (h.writes.len(), seed.map(|n| n + 2 * h.writes.len()))
             };
             if replayed > max_replayed || deepest.is_none() {
-                deepest = tuple.config.checkpoint_id;
+                deepest = tuple.config.checkpoint_id.zip(messages);
             }
             max_replayed = max_replayed.max(replayed);
             if i == 0 {
@@ -1105,7 +1113,7 @@ async fn drive_graph(
     // nothing; every other head replays up to F - 1 writes, so the cold read of the checkpoint
     // that replays the most is measured too, the same way.
     let mut cold_replay = Vec::new();
-    if let Some(id) = deepest.filter(|_| max_replayed > 0) {
+    if let Some((id, messages)) = deepest.filter(|_| max_replayed > 0) {
         let at = RunConfig::new(thread.as_str())
             .with_checkpoint(antler::graph::CheckpointId::new(id.to_string()));
         for _ in 0..20 {
@@ -1114,11 +1122,13 @@ async fn drive_graph(
             let began = Instant::now();
             let snapshot = fresh.get_state(&at).await?.ok_or("no state")?;
             cold_replay.push(began.elapsed().as_secs_f64() * 1e3);
+            // Exactly the workload's first messages up to the seed's and the replayed writes':
+            // a replay that dropped a write, or applied one the checkpoint has not, differs.
             let got = snapshot
                 .values
                 .get(&MESSAGES_KEY)
                 .map_or(&[][..], Vec::as_slice);
-            if got.is_empty() || expected.get(..got.len()) != Some(got) {
+            if expected.get(..messages) != Some(got) {
                 return Err("cold get_state of the replaying checkpoint differs from the workload's messages".into());
             }
         }

@@ -41,7 +41,8 @@ pub enum BuildError {
         /// The node.
         node: String,
     },
-    /// From a node no path leads to `__end__` (or to a node without outgoing edges).
+    /// A run cannot come to an end after this node: an edge or join out of it leads to a node
+    /// that cannot, or its router can pick no target that can (`__end__`, or a node that can).
     #[error("node '{node}' has no path to __end__")]
     NoPathToEnd {
         /// The node.
