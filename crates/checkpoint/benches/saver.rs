@@ -232,24 +232,13 @@ fn bench(c: &mut Criterion) {
                 F as usize - 1,
                 "the input checkpoint replays F - 1 writes"
             );
-            group.bench_with_input(
-                BenchmarkId::new("materialize_replay", &id),
-                &thread,
-                |b, th| {
-                    b.to_async(&rt).iter(|| async {
-                        let tuple = saver.get_tuple(&th.input).await.unwrap().unwrap();
-                        black_box(
-                            materialize(
-                                &*saver,
-                                &tuple,
-                                MESSAGES,
-                                SnapshotFrequency::new(F).unwrap(),
-                            )
-                            .await
-                            .unwrap(),
-                        )
-                    });
-                },
+            bench_materialize(
+                &mut group,
+                &rt,
+                &*saver,
+                "materialize_replay",
+                &id,
+                &thread.input,
             );
             let mut n = 0u64;
             group.bench_with_input(BenchmarkId::new("put_writes", &id), &thread, |b, th| {
@@ -286,24 +275,13 @@ fn bench(c: &mut Criterion) {
                     });
                 },
             );
-            group.bench_with_input(
-                BenchmarkId::new("materialize_head", &id),
-                &thread,
-                |b, th| {
-                    b.to_async(&rt).iter(|| async {
-                        let tuple = saver.get_tuple(&th.head).await.unwrap().unwrap();
-                        black_box(
-                            materialize(
-                                &*saver,
-                                &tuple,
-                                "messages",
-                                SnapshotFrequency::new(F).unwrap(),
-                            )
-                            .await
-                            .unwrap(),
-                        )
-                    });
-                },
+            bench_materialize(
+                &mut group,
+                &rt,
+                &*saver,
+                "materialize_head",
+                &id,
+                &thread.head,
             );
             drop(saver);
             #[cfg(feature = "postgres")]
@@ -315,6 +293,27 @@ fn bench(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// Times reading `at` from the warm `saver` and materialising its message channel.
+fn bench_materialize(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    rt: &tokio::runtime::Runtime,
+    saver: &dyn Saver,
+    name: &str,
+    id: &str,
+    at: &CheckpointConfig,
+) {
+    group.bench_with_input(BenchmarkId::new(name, id), at, |b, at| {
+        b.to_async(rt).iter(|| async {
+            let tuple = saver.get_tuple(at).await.unwrap().unwrap();
+            black_box(
+                materialize(saver, &tuple, MESSAGES, SnapshotFrequency::new(F).unwrap())
+                    .await
+                    .unwrap(),
+            )
+        });
+    });
 }
 
 /// The saver's part of a cold head read: the tuple and, when the head stores no value of the

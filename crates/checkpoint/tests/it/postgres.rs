@@ -688,8 +688,6 @@ async fn read_stopped_at_a_lock_while_the_thread_goes(
 /// every open ran `CREATE … IF NOT EXISTS`, which PostgreSQL refuses such a role).
 #[test]
 fn a_role_without_create_privileges_opens_an_existing_store() {
-    use antler_checkpoint::testing::{checkpoint, metadata};
-    use antler_checkpoint::{CheckpointConfig, CheckpointSource, Saver};
     antler_checkpoint::testing::block_on(async {
         let Some(limited) = LimitedRole::new("LOGIN").await else {
             return;
@@ -703,20 +701,7 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
         .await;
         // Used, then dropped (its connections closed) before the role goes.
         let used = match opened {
-            Ok(limited) => {
-                let stored = limited
-                    .put(
-                        &CheckpointConfig::latest("t"),
-                        checkpoint(&[("a", 1, serde_json::json!(1))]),
-                        metadata(CheckpointSource::Loop, 0, None),
-                        &[("a".into(), 1.into())].into(),
-                    )
-                    .await;
-                Ok(match stored {
-                    Ok(c) => limited.get_tuple(&c).await.map(|t| t.is_some()),
-                    Err(e) => Err(e),
-                })
-            }
+            Ok(limited) => Ok(put_then_read(&limited).await),
             Err(e) => Err(e),
         };
         limited.drop().await;
@@ -732,8 +717,6 @@ fn a_role_without_create_privileges_opens_an_existing_store() {
 /// schema that exists).
 #[test]
 fn a_role_with_create_on_its_schema_only_makes_a_new_store_there() {
-    use antler_checkpoint::testing::{checkpoint, metadata};
-    use antler_checkpoint::{CheckpointConfig, CheckpointSource, Saver};
     antler_checkpoint::testing::block_on(async {
         let Some(url) = database_url() else {
             return;
@@ -756,20 +739,7 @@ fn a_role_with_create_on_its_schema_only_makes_a_new_store_there() {
         )
         .await;
         let used = match opened {
-            Ok(saver) => {
-                let stored = saver
-                    .put(
-                        &CheckpointConfig::latest("t"),
-                        checkpoint(&[("a", 1, serde_json::json!(1))]),
-                        metadata(CheckpointSource::Loop, 0, None),
-                        &[("a".into(), 1.into())].into(),
-                    )
-                    .await;
-                Ok(match stored {
-                    Ok(c) => saver.get_tuple(&c).await.map(|t| t.is_some()),
-                    Err(e) => Err(e),
-                })
-            }
+            Ok(saver) => Ok(put_then_read(&saver).await),
             Err(e) => Err(e),
         };
         admin
@@ -783,6 +753,21 @@ fn a_role_with_create_on_its_schema_only_makes_a_new_store_there() {
         let used = used.expect("the role makes the store in its schema");
         assert!(used.expect("and reads and writes it"));
     });
+}
+
+/// Puts a checkpoint on thread `t` and reads it back: whether it was found.
+async fn put_then_read(saver: &PostgresSaver) -> antler_checkpoint::Result<bool> {
+    use antler_checkpoint::testing::{checkpoint, metadata};
+    use antler_checkpoint::{CheckpointConfig, CheckpointSource, Saver};
+    let stored = saver
+        .put(
+            &CheckpointConfig::latest("t"),
+            checkpoint(&[("a", 1, serde_json::json!(1))]),
+            metadata(CheckpointSource::Loop, 0, None),
+            &[("a".into(), 1.into())].into(),
+        )
+        .await?;
+    Ok(saver.get_tuple(&stored).await?.is_some())
 }
 
 /// A fresh store and a new role with the given attributes that may read and write the
