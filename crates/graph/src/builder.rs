@@ -517,7 +517,7 @@ impl StateGraph {
             return Err(BuildError::NoEntry);
         }
         let reach = reached(&g, start, &self.joins, &id);
-        let ends = ending(&g, end, &self.routers, &id);
+        let ends = ending(&g, end);
         // Unreachable nodes first: a node that never runs can look like a trap to the nodes
         // that lead to it (a join waiting on it never opens).
         for ((n, _), k) in self.nodes.iter().zip(&all) {
@@ -592,25 +592,22 @@ fn reached(
 /// a router or goto to END does not stop an edge back into a cycle), and whose router, if it
 /// has one, can pick such a node. A goto is optional, so declared destinations neither help
 /// nor hinder, and a node with no way out ends the run.
-fn ending(
-    g: &Topology,
-    end: Ix,
-    routers: &BTreeMap<NodeId, RouterDef>,
-    id: &impl Fn(&NodeId) -> Ix,
-) -> BTreeSet<Ix> {
-    let routed: BTreeSet<Ix> = routers.keys().map(id).collect();
+fn ending(g: &Topology, end: Ix) -> BTreeSet<Ix> {
     let settles = |n: Ix, ends: &BTreeSet<Ix>| {
-        let mut can_pick = false;
+        // No router edge at all (no router, or one declared with no targets, which can only
+        // return nothing) is no constraint; otherwise one of its targets must end.
+        let (mut routes, mut can_pick) = (false, false);
         for e in g.edges(n) {
             match e.weight() {
                 Link::Edge | Link::Join(_) if !ends.contains(&e.target()) => return false,
-                Link::Router => can_pick |= ends.contains(&e.target()),
+                Link::Router => {
+                    routes = true;
+                    can_pick |= ends.contains(&e.target());
+                }
                 _ => {}
             }
         }
-        // A router declared with no targets can only return nothing.
-        let picks_none = !g.edges(n).any(|e| *e.weight() == Link::Router);
-        !routed.contains(&n) || can_pick || picks_none
+        !routes || can_pick
     };
     let mut ends = BTreeSet::from([end]);
     loop {

@@ -2668,16 +2668,20 @@ fn joins_into_no_node_or_with_colliding_names_do_not_compile() {
 #[test]
 fn a_cycle_left_only_by_a_goto_or_a_route_beside_an_edge_back_does_not_compile() {
     use antler_graph::BuildError;
-    let cycle = || {
-        let mut g = graph();
+    // Node `a` that logs its name and declares `dests` as its goto targets.
+    let a_going_to = |g: &mut antler_graph::StateGraph, dests: &[&str]| {
         g.add_node_with(
             "a",
             antler_graph::node_fn(add("a")),
             antler_graph::NodeOptions {
-                destinations: vec!["b".into()],
+                destinations: dests.iter().map(|&d| d.into()).collect(),
                 ..Default::default()
             },
         );
+    };
+    let cycle = || {
+        let mut g = graph();
+        a_going_to(&mut g, &["b"]);
         g.add_node("b", add("b"));
         g.add_edge("__start__", "a")
             .add_edge("a", "b")
@@ -2704,15 +2708,14 @@ fn a_cycle_left_only_by_a_goto_or_a_route_beside_an_edge_back_does_not_compile()
         |_: &State| vec!["__end__".into()],
     );
     g.compile().expect("the agent loop ends through its router");
+    // A router whose every target loops back is a trap.
     let mut g = graph();
-    g.add_node_with(
-        "a",
-        antler_graph::node_fn(add("a")),
-        antler_graph::NodeOptions {
-            destinations: vec!["a".into()],
-            ..Default::default()
-        },
-    );
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a");
+    g.add_router("a", Some(vec!["a".into()]), |_: &State| vec!["a".into()]);
+    assert!(matches!(g.compile().err(), Some(BuildError::NoPathToEnd { ref node }) if node == "a"));
+    let mut g = graph();
+    a_going_to(&mut g, &["a"]);
     g.add_edge("__start__", "a");
     g.compile()
         .expect("a goto is optional: `a` may end its branch");
