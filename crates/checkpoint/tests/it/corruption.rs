@@ -103,7 +103,17 @@ async fn read(saver: &dyn Saver, at: &CheckpointConfig) -> antler_checkpoint::Re
 struct Fixture {
     path: std::path::PathBuf,
     configs: Vec<CheckpointConfig>,
-    value: Vec<Message>,
+    /// What each checkpoint of `configs` reads as before any damage.
+    values: Vec<Vec<Message>>,
+}
+
+/// What every checkpoint of `configs` reads as (before any damage).
+async fn values_of(saver: &dyn Saver, configs: &[CheckpointConfig]) -> Vec<Vec<Message>> {
+    let mut values = Vec::with_capacity(configs.len());
+    for c in configs {
+        values.push(read(saver, c).await.unwrap());
+    }
+    values
 }
 
 async fn fixture() -> (SqliteSaver, Fixture) {
@@ -115,13 +125,14 @@ async fn fixture() -> (SqliteSaver, Fixture) {
     .await
     .unwrap();
     let (configs, value) = thread(&saver, "t-corrupt", 4).await;
-    assert_eq!(read(&saver, configs.last().unwrap()).await.unwrap(), value);
+    let values = values_of(&saver, &configs).await;
+    assert_eq!(values.last(), Some(&value));
     (
         saver,
         Fixture {
             path,
             configs,
-            value,
+            values,
         },
     )
 }
@@ -139,13 +150,12 @@ async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
     .await
     .unwrap();
     let mut errors = 0;
-    for c in &fx.configs {
+    for (c, undamaged) in fx.configs.iter().zip(&fx.values) {
         match read(&saver, c).await {
             Ok(v) => {
-                // An undamaged checkpoint must still read correctly, never as something else.
-                if c == fx.configs.last().unwrap() {
-                    assert_eq!(v, fx.value);
-                }
+                // A checkpoint the damage does not touch must still read as before, never as
+                // something else (an empty or shorter list).
+                assert_eq!(&v, undamaged, "{c:?} read differently after the damage");
             }
             Err(e) => {
                 errors += 1;
@@ -262,6 +272,54 @@ fn unknown_format_versions_are_typed() {
             ),
             "{text}"
         );
+    });
+}
+
+/// A tag from a newer build in any payload column (checkpoint metadata, a channel value, a
+/// pending write, a message body) is reported as such, not as damage of another kind nor as
+/// an empty value: some read of the thread fails with `unknown format version`, every failing
+/// read names the thread and a checkpoint, and every other read returns what it did before.
+#[test]
+fn unknown_format_versions_in_every_payload_column_are_typed() {
+    antler_checkpoint::testing::block_on(async {
+        for (table, col) in PAYLOAD_COLUMNS {
+            let (saver, fx) = fixture().await;
+            drop(saver);
+            let conn = rusqlite::Connection::open(&fx.path).unwrap();
+            edit_blob_column(&conn, table, col, &|b: &mut Vec<u8>| b[0] = 0x7f);
+            drop(conn);
+            let saver = SqliteSaver::open(
+                &fx.path,
+                StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
+            )
+            .await
+            .unwrap();
+            let mut unknown = 0;
+            for (c, undamaged) in fx.configs.iter().zip(&fx.values) {
+                match read(&saver, c).await {
+                    Ok(v) => assert_eq!(&v, undamaged, "{table}.{col}: {c:?}"),
+                    Err(e) => {
+                        let text = e.to_string();
+                        assert_eq!(e.kind(), ErrorKind::Corrupt, "{table}.{col}: {text}");
+                        assert!(text.contains("t-corrupt"), "{table}.{col}: {text}");
+                        assert!(
+                            fx.configs
+                                .iter()
+                                .filter_map(|c| c.checkpoint_id)
+                                .any(|id| text.contains(&id.to_string())),
+                            "{table}.{col}: no checkpoint of the thread: {text}"
+                        );
+                        if text.contains("unknown format version 127") {
+                            unknown += 1;
+                        }
+                    }
+                }
+            }
+            assert!(
+                unknown > 0,
+                "{table}.{col}: no read reported the unknown format version"
+            );
+        }
     });
 }
 
@@ -404,6 +462,8 @@ async fn assert_damage_detected_on_postgres(edit: &str) {
         return;
     };
     let (configs, value) = thread(&saver, "t-corrupt", 4).await;
+    let values = values_of(&saver, &configs).await;
+    assert_eq!(values.last(), Some(&value));
     let (client, conn) = tokio_postgres::connect(&options.url, tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -421,20 +481,19 @@ async fn assert_damage_detected_on_postgres(edit: &str) {
         .filter_map(|c| c.checkpoint_id.map(|id| id.to_string()))
         .collect();
     let mut errors = 0;
-    for c in &configs {
+    for (c, undamaged) in configs.iter().zip(&values) {
         if matches!(saver.get_tuple_without_values(c).await, Ok(None)) {
             // The edit deleted this checkpoint itself.
             continue;
         }
-        let ancestry = saver
-            .get_tuple_with_ancestry(c, 8)
-            .await
-            .map(|_| Vec::new());
-        for result in [read(&saver, c).await, ancestry] {
+        // The ancestry read returns no materialised list, only success or an error.
+        let ancestry = saver.get_tuple_with_ancestry(c, 8).await.map(|_| None);
+        for result in [read(&saver, c).await.map(Some), ancestry] {
             match result {
                 Ok(v) => {
-                    if c == configs.last().unwrap() && !v.is_empty() {
-                        assert_eq!(v, value);
+                    // A checkpoint the damage does not touch reads as before.
+                    if let Some(v) = v {
+                        assert_eq!(&v, undamaged, "{c:?} read differently after the damage");
                     }
                 }
                 Err(e) => {
@@ -518,6 +577,7 @@ fn truncated_rows_unknown_versions_and_deleted_rows_are_detected_on_postgres() {
 fn a_stale_message_index_never_leaves_dangling_references() {
     antler_checkpoint::testing::block_on(async {
         let (a, fx) = fixture().await;
+        let value = fx.values.last().unwrap().clone();
         let b = SqliteSaver::open(
             &fx.path,
             StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
@@ -530,7 +590,7 @@ fn a_stale_message_index_never_leaves_dangling_references() {
         cp.channel_versions.insert("messages".into(), 1.into());
         cp.channel_values.insert(
             "messages".into(),
-            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, &fx.value)
+            antler_checkpoint::Blob::messages(antler_checkpoint::MessagesKind::Snapshot, &value)
                 .unwrap(),
         );
         let nv = cp.channel_versions.clone();
@@ -543,8 +603,8 @@ fn a_stale_message_index_never_leaves_dangling_references() {
             )
             .await
             .unwrap();
-        assert_eq!(read(&b, &c).await.unwrap(), fx.value);
-        assert_eq!(read(&a, &c).await.unwrap(), fx.value);
+        assert_eq!(read(&b, &c).await.unwrap(), value);
+        assert_eq!(read(&a, &c).await.unwrap(), value);
     });
 }
 

@@ -181,6 +181,8 @@ fn r34_delta_mode_reads_a_legacy_full_thread_with_the_plain_value_as_seed() {
 /// The checks of [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on a full-mode saver
 /// `full` over a store whose thread `t` (head `c`) is delta and whose thread `u` (head
 /// `full_cp`) is full.
+/// (The memory saver runs the same engine but cannot be reopened under another mode, and a
+/// full-mode one refuses to store a delta checkpoint, so it never holds such a thread.)
 async fn assert_gated(full: &dyn Saver, c: &CheckpointConfig, full_cp: &CheckpointConfig) {
     // (a) reads: the returned snapshot is checked; each listed item is checked.
     let err = full.get_tuple(c).await.unwrap_err();

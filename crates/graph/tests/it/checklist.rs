@@ -413,8 +413,13 @@ async fn rule_09_resume_after_error_reruns_only_unfinished_tasks() {
 #[tokio::test]
 async fn fault_panicking_sibling_is_caught_and_resume_reruns_only_it() {
     let runs = Arc::new(AtomicUsize::new(0));
+    let runs_a = Arc::new(AtomicUsize::new(0));
     let mut g = graph();
-    g.add_node("a", add("a"));
+    let ra = runs_a.clone();
+    g.add_node("a", move |_s, _c| {
+        ra.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(Update::new().set(&LOG, log(&["a"]))) }
+    });
     let r = runs.clone();
     g.add_node("z", move |_s, _c| {
         let first = r.fetch_add(1, Ordering::SeqCst) == 0;
@@ -436,6 +441,11 @@ async fn fault_panicking_sibling_is_caught_and_resume_reruns_only_it() {
     let out = graph.invoke(Input::Continue, &cfg).await.unwrap();
     assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a", "z"]));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        runs_a.load(Ordering::SeqCst),
+        1,
+        "the sibling that finished before the panic is not re-run"
+    );
 }
 
 /// Fault: a router that panics (it runs after its node's task, outside it) is caught and

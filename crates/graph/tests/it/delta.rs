@@ -118,6 +118,44 @@ async fn rule_06_counters_in_metadata_and_snapshot_cadence() {
     );
 }
 
+/// Rule 6, exit durability: the final save must not double count. A run under exit
+/// durability stores only its final checkpoint, which snapshots the delta channel and so
+/// carries no counters; the steps it did not store are counted nowhere, and the next run (in
+/// sync durability) counts from that snapshot: its counters are those of a run that follows a
+/// snapshot, not ones that add the exit run's steps a second time.
+#[tokio::test]
+async fn rule_06_exit_durability_final_save_does_not_double_count() {
+    let store = Arc::new(Recording::default());
+    let graph = chat(3, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let exit = RunConfig::new("t").with_durability(antler_graph::Durability::Exit);
+    for i in 0..2 {
+        graph.invoke(human(i), &exit).await.unwrap();
+    }
+    let sync = RunConfig::new("t");
+    graph.invoke(human(2), &sync).await.unwrap();
+    let got: Vec<String> = store
+        .puts()
+        .iter()
+        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "loop - snapshot",
+            "loop - snapshot",
+            "input (0,1)",
+            "loop (1,2)",
+            "loop (2,3)"
+        ]
+    );
+    let snap = graph.get_state(&sync).await.unwrap().unwrap();
+    assert_eq!(snap.values.get(&MESSAGES).map(Vec::len), Some(6));
+}
+
 /// Rule 5 (delta part) and the walk: an Overwrite forces a snapshot, so replay never crosses it;
 /// cold reads (history walk) equal the live state after every turn.
 #[tokio::test]
@@ -395,6 +433,46 @@ async fn full_and_delta_modes_agree_and_delta_stores_less() {
         "delta mode stores a snapshot every 5 updates ({})",
         stored(&delta_store)
     );
+}
+
+/// Rule 12, the fresh-thread half: a write to a delta channel that no step of a stored
+/// checkpoint made has no checkpoint to hang its write on. `update_state` on a fresh thread
+/// stores a checkpoint that snapshots the channel it wrote (runtime-spec §5.4), so a cold read
+/// finds the value without a walk; a graph's input goes to `__start__` and reaches the channel
+/// as an ordinary task write, stored on the input checkpoint, which therefore snapshots nothing.
+#[tokio::test]
+async fn rule_12_a_fresh_thread_snapshots_what_update_state_wrote() {
+    let store = Arc::new(Recording::default());
+    let graph = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store.clone())
+        .with_hot_cache(false);
+    let updated = RunConfig::new("updated");
+    graph.update_state(&updated, human(0), None).await.unwrap();
+    let invoked = RunConfig::new("invoked");
+    graph.invoke(human(0), &invoked).await.unwrap();
+    let got: Vec<String> = store
+        .puts()
+        .iter()
+        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "update - snapshot",
+            "input (0,1)",
+            "loop (1,2)",
+            "loop (2,3)"
+        ]
+    );
+    let cold = chat(100, true)
+        .compile()
+        .unwrap()
+        .with_checkpointer(store)
+        .with_hot_cache(false);
+    let state = cold.get_state(&updated).await.unwrap().unwrap();
+    assert_eq!(state.values.get(&MESSAGES).map(Vec::len), Some(1));
 }
 
 /// Rule 12 (graph side): a forked branch never replays the writes of its sibling branch; cold reads
@@ -3090,6 +3168,7 @@ async fn a_delta_channel_first_written_after_a_prune_reads_back() {
 /// well as the selected checkpoint) and by `update_state` (R35 b checks the head first); reading
 /// the old checkpoint is allowed (R35 a checks only what is returned). Before, both wrote a
 /// full-mode branch beside the thread's delta head.
+/// Runs on the head itself and a read of the head are refused too.
 #[tokio::test]
 async fn r35_a_full_mode_write_on_an_old_checkpoint_checks_the_delta_head() {
     use antler_checkpoint as cp;
@@ -3182,6 +3261,15 @@ async fn r35_a_full_mode_write_on_an_old_checkpoint_checks_the_delta_head() {
     assert!(err.to_string().contains("requires delta mode"), "{err}");
     assert_eq!(err.checkpoint_kind(), mismatch, "{err}");
     assert_eq!(antler_graph::Error::NoCheckpointer.checkpoint_kind(), None);
+    // R35 c on the thread's head itself (no checkpoint addressed): a run with new input and a
+    // run that continues both stop at the delta head; R35 a: reading the head fails closed.
+    for input in [Input::Values(human(5)), Input::Continue] {
+        let err = graph.invoke(input, &cfg).await.unwrap_err();
+        assert!(err.to_string().contains("requires delta mode"), "{err}");
+        assert_eq!(err.checkpoint_kind(), mismatch, "{err}");
+    }
+    let err = graph.get_state(&cfg).await.unwrap_err();
+    assert!(err.to_string().contains("requires delta mode"), "{err}");
     assert_eq!(count().await, before, "nothing was written");
 }
 
