@@ -145,7 +145,9 @@ const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// schema version has the `antler_meta` table (the first migration creates it and sets the
 /// version in one transaction), so a file with tables is foreign when it lacks that table or
 /// records version 0, whatever version another program set; a negative version is never
-/// antler's either.
+/// antler's either, nor a positive one without that table (tables or not).
+/// A store of a newer schema than this build's is refused here too (`SchemaTooNew`), before
+/// the WAL switch, so a store the newer build left in another journal mode stays as it was.
 ///
 /// Everything is read in one read transaction: a concurrent open that migrates the new file
 /// meanwhile (tables and version together) is seen entirely or not at all, never as tables
@@ -162,7 +164,7 @@ fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .map_err(sql_err(ctx))?;
-    if version < 0 || (tables > 0 && (version == 0 || !has_meta)) {
+    if version < 0 || (version > 0 && !has_meta) || (tables > 0 && (version == 0 || !has_meta)) {
         return Err(Error::InvalidArgument(format!(
             "sqlite: the file holds tables antler did not create (schema version {version}{}): give antler a file of its own",
             if has_meta {
@@ -174,6 +176,12 @@ fn precheck_config(conn: &Connection, config: StoreConfig) -> Result<()> {
     }
     if !has_meta {
         return Ok(());
+    }
+    if version > SQLITE_SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SQLITE_SCHEMA_VERSION,
+        });
     }
     // Both keys in one statement of the same read transaction: a record another process
     // rewrites meanwhile is read whole, before or after.
@@ -1983,9 +1991,20 @@ mod tests {
         // Another program's tables, under the schema versions it may set itself: 0, one of
         // antler's, one above antler's, and a negative one. A negative version without
         // tables is refused too.
-        for (i, (version, tables)) in [(0, true), (4, true), (99, true), (-1, true), (-1, false)]
-            .into_iter()
-            .enumerate()
+        // And a positive version without tables: antler's first migration creates
+        // `antler_meta` with the version, so such a file was never antler's (before, it was
+        // switched to WAL and its migrations skipped).
+        for (i, (version, tables)) in [
+            (0, true),
+            (4, true),
+            (99, true),
+            (-1, true),
+            (-1, false),
+            (3, false),
+            (99, false),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let path = dir.join(format!("theirs-{i}.sqlite"));
             let conn = rusqlite::Connection::open(&path).unwrap();
@@ -2035,6 +2054,41 @@ mod tests {
             );
             drop(conn);
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store of a newer schema than this build's, which that build left in another journal
+    /// mode, is refused (`SchemaTooNew`) before the WAL switch: the file keeps its mode and
+    /// version. Before, the open switched it to WAL and only then refused it.
+    #[tokio::test]
+    async fn a_newer_schema_is_refused_before_the_wal_switch() {
+        let dir = std::env::temp_dir().join(format!("antler-newer-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        drop(SqliteSaver::open(&path, StoreConfig::full()).await.unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", super::SQLITE_SCHEMA_VERSION + 1)
+            .unwrap();
+        let _: String = conn
+            .query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))
+            .unwrap();
+        drop(conn);
+        let err = SqliteSaver::open(&path, StoreConfig::full())
+            .await
+            .expect_err("a newer schema");
+        assert!(matches!(err, crate::Error::SchemaTooNew { .. }), "{err}");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let journal: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            (journal.as_str(), version),
+            ("delete", super::SQLITE_SCHEMA_VERSION + 1)
+        );
+        drop(conn);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
