@@ -523,6 +523,30 @@ async fn put_a<B: Backend>(e: &Engine<B>, parent: CheckpointConfig, v: u64) -> C
         .expect("each step of the scenario succeeds")
 }
 
+/// `Backend::ancestors` returns at most `max` rows, none for `max = 0`, from `start` along
+/// parent pointers (before 2026-12-02 the database backends returned the start row for 0).
+#[cfg(test)]
+pub(crate) async fn check_ancestors_bound<B: Backend>(e: &Engine<B>) {
+    let mut at = CheckpointConfig::latest("t");
+    let mut ids = Vec::new();
+    for v in 1..=4 {
+        at = put_a(e, at, v).await;
+        ids.push(at.checkpoint_id.expect("a put names its checkpoint"));
+    }
+    let (thread, ns) = (ThreadId::new("t"), CheckpointNs::root());
+    let head = ids[3];
+    for max in 0..=5 {
+        let rows = e
+            .backend
+            .ancestors(&thread, &ns, head, max)
+            .await
+            .expect("ancestors");
+        let got: Vec<CheckpointId> = rows.iter().map(|r| r.id).collect();
+        let want: Vec<CheckpointId> = ids.iter().rev().take(max).copied().collect();
+        assert_eq!(got, want, "max {max}");
+    }
+}
+
 /// `Backend::message_seqs` lists the numbers `all_messages` lists, in order, for the thread
 /// asked only (garbage collection reads the numbers alone, not the bodies).
 #[cfg(test)]
@@ -4310,6 +4334,11 @@ mod tests {
     #[tokio::test]
     async fn message_numbers_are_listed_without_their_bodies() {
         check_message_seqs(&engine()).await;
+    }
+
+    #[tokio::test]
+    async fn ancestors_return_at_most_max_rows() {
+        check_ancestors_bound(&engine()).await;
     }
 
     /// `delete_thread` keeps the thread's index slot while another call holds it, so a call

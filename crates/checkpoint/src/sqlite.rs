@@ -879,6 +879,10 @@ impl Backend for SqliteBackend {
         start: CheckpointId,
         max: usize,
     ) -> Result<Vec<CheckpointRow>> {
+        // The recursive statement always returns its starting row.
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         let (thread, ns) = (thread.to_string(), ns.to_string());
         self.run(move |c| read_ancestors(c, &thread, &ns, start, max))
             .await
@@ -1881,6 +1885,15 @@ mod tests {
             .await
             .unwrap();
         crate::engine::check_delete_against_a_stale_read(&saver.engine).await;
+    }
+
+    /// `ancestors` on SQLite (see the shared check).
+    #[tokio::test]
+    async fn ancestors_return_at_most_max_rows() {
+        let saver = SqliteSaver::open_in_memory(StoreConfig::full())
+            .await
+            .unwrap();
+        crate::engine::check_ancestors_bound(&saver.engine).await;
     }
 
     /// `message_seqs` on SQLite (see the shared check).
