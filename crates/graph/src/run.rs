@@ -1600,6 +1600,15 @@ async fn run_inner(
         }
     }
     let resuming = live.has_versions() && matches!(input, Input::Continue | Input::Command(_));
+    // A run without value input resumes a checkpoint, and one that holds no channel version
+    // has nothing to resume: refused here, before a command's writes are stored on it (the
+    // reference stores them first, and every refused attempt then added its update to the
+    // checkpoint's input).
+    if !resuming && !matches!(input, Input::Values(_)) {
+        return Err(Error::EmptyInput {
+            thread: thread.to_string(),
+        });
+    }
     let mut shared = SharedResume {
         parent: cfg.parent_resume.clone(),
         ..SharedResume::default()
@@ -1994,6 +2003,12 @@ async fn run_inner(
                 em.send(StreamEvent::Task(ev?));
             }
         }
+        // Only when the step changed the state, as the reference's `after_tick` emits values
+        // only when the updated channels meet the output keys (and as the paused branch above);
+        // before the step's checkpoint is saved and its event sent, in the reference's order.
+        if em.modes.values && live.updated.as_ref().is_some_and(|u| changes_state(g, u)) {
+            em.send(StreamEvent::Values(live.output_view(g)));
+        }
         let id = save_checkpoint(
             g,
             &mut live,
@@ -2005,11 +2020,6 @@ async fn run_inner(
         )
         .await?;
         dirty = false;
-        // Only when the step changed the state, as the reference's `after_tick` emits values
-        // only when the updated channels meet the output keys (and as the paused branch above).
-        if em.modes.values && live.updated.as_ref().is_some_and(|u| changes_state(g, u)) {
-            em.send(StreamEvent::Values(live.output_view(g)));
-        }
         ckpt_id = Some(id);
         if persist.durability != Durability::Exit {
             persist.stored_head.clone_from(&ckpt_id);

@@ -1765,6 +1765,40 @@ async fn a_command_on_a_fresh_thread_is_empty_input_and_stores_nothing() {
     assert!(graph.get_state_history(&cfg).await.unwrap().is_empty());
 }
 
+/// A `Command` on a thread whose newest checkpoint holds no channel version (an empty update
+/// as a node that leads only to the end) has nothing to resume either: `EmptyInput`, refused
+/// before anything is stored. Before 2026-12-02 its update was stored on that checkpoint as
+/// input and only then refused, so `get_state` showed it and the next run applied it, once per
+/// refused attempt (the reference also stores a command's writes before it raises).
+#[tokio::test]
+async fn a_refused_command_stores_nothing_on_a_checkpoint_without_versions() {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    let graph = memory(g);
+    let cfg = RunConfig::new("t");
+    graph
+        .update_state(&cfg, Update::new(), Some("a".into()))
+        .await
+        .unwrap();
+    let before = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert!(before.next.is_empty(), "{:?}", before.next);
+    for _ in 0..2 {
+        let cmd = antler_graph::Command::new().update(Update::new().set(&LOG, log(&["x"])));
+        let err = graph.invoke(cmd, &cfg).await.unwrap_err();
+        assert!(matches!(err, Error::EmptyInput { .. }), "{err}");
+    }
+    let after = graph.get_state(&cfg).await.unwrap().unwrap();
+    assert_eq!(after.values.get(&LOG), before.values.get(&LOG));
+    assert!(after.values.get(&LOG).is_none_or(Vec::is_empty));
+    assert_eq!(after.checkpoint_id, before.checkpoint_id);
+    let out = graph
+        .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
+        .await
+        .unwrap();
+    assert_eq!(out.values.get(&LOG).unwrap(), &log(&["in", "a"]));
+}
+
 /// §2.2: an empty value input is an input (the reference's `map_input` writes `{}` to
 /// `__start__`): it saves an input checkpoint and runs the graph; only "no input"
 /// (`Input::Continue`) on a thread with nothing to resume is `EmptyInput`.

@@ -14,7 +14,8 @@ use crate::common::{GatedStore, LOG, graph, log, memory, only_subgraph};
 /// The modes' events in order. The `__start__` task, which applies the input, streams no
 /// update unless `hidden` asks for it: the reference tags its start node hidden, and its
 /// `updates` and `debug` streams leave it out (before, every run's first update was
-/// `__start__`'s).
+/// `__start__`'s). A step's `values` event comes before its checkpoint's, as the reference's
+/// `after_tick` emits values before it saves the checkpoint (before 2026-12-02, after it).
 #[tokio::test]
 async fn stream_modes_values_updates_custom() {
     for hidden in [false, true] {
@@ -70,13 +71,13 @@ async fn stream_modes_values_updates_custom() {
             .into_iter()
             .chain(start.iter().copied())
             .chain([
-                "checkpoint 0",
                 "values 1",
+                "checkpoint 0",
                 "custom a \"working\"",
                 "updates a 1",
                 "task a",
-                "checkpoint 1",
                 "values 2",
+                "checkpoint 1",
                 "done",
             ])
             .collect();
