@@ -1512,22 +1512,30 @@ impl<B: Backend> Engine<B> {
     /// write that addresses none (a root checkpoint, or writes without an id) checks the
     /// namespace's latest instead: a root put on a delta thread would become its head and
     /// shadow the delta history from full-mode reads.
-    async fn gate_before_write(&self, config: &CheckpointConfig) -> Result<()> {
+    /// With `head_too` (a put) the latest is checked as well, one read when it is the
+    /// addressed checkpoint: a put on an older full checkpoint of a delta thread (a fork, or
+    /// a put again of a delta checkpoint's id under its full parent) would likewise become
+    /// the head, or replace a delta record with a full one (before 2026-12-02 only the parent
+    /// was checked).
+    async fn gate_before_write(&self, config: &CheckpointConfig, head_too: bool) -> Result<()> {
         if self.config.mode != ChannelMode::Full {
             return Ok(());
         }
-        if let Some(row) = self
-            .backend
-            .checkpoint(
-                &config.thread_id,
-                &config.checkpoint_ns,
-                config.checkpoint_id,
-            )
-            .await?
-        {
+        let (thread, ns) = (&config.thread_id, &config.checkpoint_ns);
+        let latest = if head_too || config.checkpoint_id.is_none() {
+            self.backend.checkpoint(thread, ns, None).await?
+        } else {
+            None
+        };
+        let addressed = match (config.checkpoint_id, &latest) {
+            (None, _) => None,
+            (Some(id), Some(row)) if row.id == id => None,
+            (Some(id), _) => self.backend.checkpoint(thread, ns, Some(id)).await?,
+        };
+        for row in latest.iter().chain(addressed.iter()) {
             let metadata = codec::decode_metadata(&row.metadata)
                 .map_err(|e| codec_error(&row.thread_id, row.id, "checkpoint metadata", e))?;
-            self.gate(&config.thread_id, row.id, &metadata)?;
+            self.gate(thread, row.id, &metadata)?;
         }
         Ok(())
     }
@@ -1879,7 +1887,7 @@ impl<B: Backend> Engine<B> {
             let depth = codec::json_depth(&serde_json::to_vec(value).unwrap_or_default());
             check_depth(thread, &format!("metadata key {key:?}"), depth)?;
         }
-        self.gate_before_write(config).await?;
+        self.gate_before_write(config, true).await?;
         let mut stored: Vec<(ChannelName, ChannelVersion, &Blob)> = Vec::new();
         for (channel, version) in new_versions {
             if let Some(value) = checkpoint.channel_values.get(channel) {
@@ -1992,7 +2000,7 @@ impl<B: Backend> Engine<B> {
                 }),
             };
         }
-        self.gate_before_write(config).await?;
+        self.gate_before_write(config, false).await?;
         let values: Vec<&Blob> = writes.iter().map(|(_, b)| b).collect();
         self.with_messages(thread, &values, |encoded, messages, guard| {
             let mut rows: Vec<WriteRow> = writes

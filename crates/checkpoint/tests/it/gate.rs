@@ -309,6 +309,93 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
     });
 }
 
+/// R35 b for a put that addresses an older full checkpoint of a thread whose head is delta
+/// (a full root, then a delta checkpoint on it, in a store later recorded as full): a fork
+/// there, or a put again of the delta checkpoint's id under its full parent, would become
+/// the head or replace the delta record, so both are refused and nothing is written; a put on
+/// a thread whose head is full still lands. Before 2026-12-02 only the parent was checked.
+#[test]
+fn r35_a_full_mode_put_on_an_old_checkpoint_checks_the_delta_head() {
+    antler_checkpoint::testing::block_on(async {
+        let path = tmp("fork.db");
+        let (root, head) = {
+            let saver = SqliteSaver::open(&path, StoreConfig::delta(f(10)))
+                .await
+                .unwrap();
+            let root = saver
+                .put(
+                    &CheckpointConfig::latest("v"),
+                    Checkpoint::empty(),
+                    CheckpointMetadata::default(),
+                    &ChannelVersions::new(),
+                )
+                .await
+                .unwrap();
+            let mut cp = Checkpoint::empty();
+            cp.channel_versions.insert("messages".into(), 1.into());
+            let head = saver
+                .put(&root, cp, delta_meta(), &ChannelVersions::new())
+                .await
+                .unwrap();
+            (root, head)
+        };
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE antler_meta SET value = 'full' WHERE key = 'channel_mode'",
+                [],
+            )
+            .unwrap();
+        let full = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let err = full
+            .put(
+                &root,
+                Checkpoint::empty(),
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+        assert!(err.to_string().contains("requires delta mode"), "{err}");
+        let mut again = Checkpoint::empty();
+        again.id = head.checkpoint_id.unwrap();
+        let err = full
+            .put(
+                &root,
+                again,
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        let rows: i64 = raw
+            .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2, "a refused put left no trace");
+        // A full thread beside it is not affected.
+        let w = full
+            .put(
+                &CheckpointConfig::latest("w"),
+                Checkpoint::empty(),
+                CheckpointMetadata::default(),
+                &ChannelVersions::new(),
+            )
+            .await
+            .unwrap();
+        full.put(
+            &w,
+            Checkpoint::empty(),
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+        .unwrap();
+    });
+}
+
 /// [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on PostgreSQL: a schema that
 /// records full mode, opened in full mode, with a delta thread in it.
 #[test]
