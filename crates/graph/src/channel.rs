@@ -288,8 +288,11 @@ pub(crate) struct Barrier {
 }
 
 impl Barrier {
+    /// Every source has written, compared as sets as the reference does: a restored value
+    /// may name sources the join does not have (foreign or damaged stored data), which must
+    /// not stand in for one that has not written.
     fn complete(&self) -> bool {
-        self.seen.len() == self.names.len()
+        self.names.iter().all(|n| self.seen.contains(n))
     }
 }
 

@@ -96,6 +96,26 @@ fn barrier_needs_every_name_and_resets_on_consume() {
     assert!(c.update(&[&x]).is_err());
 }
 
+/// A barrier restored with a name the join does not have (foreign or damaged stored data) is
+/// not complete until every one of its own sources has written: the sets are compared, not
+/// their sizes (before 2026-12-02, `["a", "zz"]` opened the join `a+b`).
+#[test]
+fn a_restored_barrier_with_a_foreign_name_is_not_complete() {
+    let names: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into();
+    let mut c = Barrier {
+        name: Arc::from("join:a+b:c"),
+        names: Arc::new(names),
+        seen: ["a".to_owned(), "zz".to_owned()].into(),
+        after_finish: false,
+        finished: false,
+        unit: Arc::new(()),
+    };
+    assert!(c.get().is_none());
+    let b = Write::Value(Arc::new("b".to_owned()));
+    assert!(c.update(&[&b]).unwrap());
+    assert!(c.get().is_some());
+}
+
 #[test]
 fn after_finish_is_readable_only_after_finish() {
     let mut c = AfterFinish {
