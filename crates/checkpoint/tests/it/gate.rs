@@ -178,6 +178,19 @@ fn r34_delta_mode_reads_a_legacy_full_thread_with_the_plain_value_as_seed() {
     });
 }
 
+/// Rewrites the SQLite store's record to full mode (as a buggy tool might, or a store that
+/// does not record its mode would let one open) and opens it in full mode.
+async fn reopen_recorded_full(path: &std::path::Path) -> SqliteSaver {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute(
+            "UPDATE antler_meta SET value = 'full' WHERE key = 'channel_mode'",
+            [],
+        )
+        .unwrap();
+    SqliteSaver::open(path, StoreConfig::full()).await.unwrap()
+}
+
 /// The checks of [`r35_reads_and_writes_are_gated_in_a_full_mode_store`] on a full-mode saver
 /// `full` over a store whose thread `t` (head `c`) is delta and whose thread `u` (head
 /// `full_cp`) is full.
@@ -289,14 +302,7 @@ fn r35_reads_and_writes_are_gated_in_a_full_mode_store() {
                 .unwrap();
             (c, full_cp)
         };
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute(
-                "UPDATE antler_meta SET value = 'full' WHERE key = 'channel_mode'",
-                [],
-            )
-            .unwrap();
-        let full = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let full = reopen_recorded_full(&path).await;
         assert_gated(&full, &c, &full_cp).await;
         let raw = rusqlite::Connection::open(&path).unwrap();
         let rows: i64 = raw
@@ -339,14 +345,7 @@ fn r35_a_full_mode_put_on_an_old_checkpoint_checks_the_delta_head() {
                 .unwrap();
             (root, head)
         };
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute(
-                "UPDATE antler_meta SET value = 'full' WHERE key = 'channel_mode'",
-                [],
-            )
-            .unwrap();
-        let full = SqliteSaver::open(&path, StoreConfig::full()).await.unwrap();
+        let full = reopen_recorded_full(&path).await;
         let err = full
             .put(
                 &root,

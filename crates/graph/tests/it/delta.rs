@@ -64,6 +64,15 @@ fn counters_of(r: &antler_graph::CheckpointRecord) -> String {
     format!("{c}{}", if stored { " snapshot" } else { "" })
 }
 
+/// Every put `store` recorded, as its source and [`counters_of`].
+fn puts_with_counters(store: &Recording) -> Vec<String> {
+    store
+        .puts()
+        .iter()
+        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
+        .collect()
+}
+
 /// Rule 6: counters advance on every checkpoint (input included), updates only when the channel
 /// moved; they ride in metadata across invokes and reset on a snapshot, which lands every F updates.
 #[tokio::test]
@@ -91,11 +100,7 @@ async fn rule_06_counters_in_metadata_and_snapshot_cadence() {
             .await
             .unwrap();
     }
-    let got: Vec<String> = store
-        .puts()
-        .iter()
-        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
-        .collect();
+    let got = puts_with_counters(&store);
     assert_eq!(
         got,
         vec![
@@ -137,11 +142,7 @@ async fn rule_06_exit_durability_final_save_does_not_double_count() {
     }
     let sync = RunConfig::new("t");
     graph.invoke(human(2), &sync).await.unwrap();
-    let got: Vec<String> = store
-        .puts()
-        .iter()
-        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
-        .collect();
+    let got = puts_with_counters(&store);
     assert_eq!(
         got,
         vec![
@@ -452,11 +453,7 @@ async fn rule_12_a_fresh_thread_snapshots_what_update_state_wrote() {
     graph.update_state(&updated, human(0), None).await.unwrap();
     let invoked = RunConfig::new("invoked");
     graph.invoke(human(0), &invoked).await.unwrap();
-    let got: Vec<String> = store
-        .puts()
-        .iter()
-        .map(|r| format!("{} {}", r.source.as_str(), counters_of(r)))
-        .collect();
+    let got = puts_with_counters(&store);
     assert_eq!(
         got,
         vec![
