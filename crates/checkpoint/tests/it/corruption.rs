@@ -137,9 +137,11 @@ async fn fixture() -> (SqliteSaver, Fixture) {
     )
 }
 
-/// Applies `edit` to a fresh copy of the fixture, reopens the store cold, reads the head and
-/// every checkpoint, and asserts each read that touches the damage fails with a typed error.
-async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
+/// Applies `edit` to a fresh copy of the fixture, reopens the store cold and reads every
+/// checkpoint: each read that succeeds returns what it did before the damage (never an empty
+/// or shorter list), and each that fails names the thread and one of its checkpoints. Returns
+/// the errors.
+async fn damaged_reads(edit: impl Fn(&rusqlite::Connection)) -> Vec<antler_checkpoint::Error> {
     let (saver, fx) = fixture().await;
     drop(saver);
     edit(&rusqlite::Connection::open(&fx.path).unwrap());
@@ -149,22 +151,12 @@ async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
     )
     .await
     .unwrap();
-    let mut errors = 0;
+    let mut errors = Vec::new();
     for (c, undamaged) in fx.configs.iter().zip(&fx.values) {
         match read(&saver, c).await {
-            Ok(v) => {
-                // A checkpoint the damage does not touch must still read as before, never as
-                // something else (an empty or shorter list).
-                assert_eq!(&v, undamaged, "{c:?} read differently after the damage");
-            }
+            Ok(v) => assert_eq!(&v, undamaged, "{c:?} read differently after the damage"),
             Err(e) => {
-                errors += 1;
                 let text = e.to_string();
-                assert!(
-                    matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound),
-                    "unexpected kind {:?}: {text}",
-                    e.kind()
-                );
                 assert!(
                     text.contains("t-corrupt"),
                     "error does not name the thread: {text}"
@@ -176,10 +168,24 @@ async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
                         .any(|id| text.contains(&id.to_string())),
                     "error does not name a checkpoint of the thread: {text}"
                 );
+                errors.push(e);
             }
         }
     }
-    assert!(errors > 0, "the damage went unnoticed");
+    errors
+}
+
+/// [`damaged_reads`], and at least one read fails, each with kind `Corrupt` or `NotFound`.
+async fn assert_damage_detected(edit: impl Fn(&rusqlite::Connection)) {
+    let errors = damaged_reads(edit).await;
+    for e in &errors {
+        assert!(
+            matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound),
+            "unexpected kind {:?}: {e}",
+            e.kind()
+        );
+    }
+    assert!(!errors.is_empty(), "the damage went unnoticed");
 }
 
 fn edit_blob_column(conn: &rusqlite::Connection, table: &str, col: &str, f: &dyn Fn(&mut Vec<u8>)) {
@@ -283,40 +289,17 @@ fn unknown_format_versions_are_typed() {
 fn unknown_format_versions_in_every_payload_column_are_typed() {
     antler_checkpoint::testing::block_on(async {
         for (table, col) in PAYLOAD_COLUMNS {
-            let (saver, fx) = fixture().await;
-            drop(saver);
-            let conn = rusqlite::Connection::open(&fx.path).unwrap();
-            edit_blob_column(&conn, table, col, &|b: &mut Vec<u8>| b[0] = 0x7f);
-            drop(conn);
-            let saver = SqliteSaver::open(
-                &fx.path,
-                StoreConfig::delta(SnapshotFrequency::new(F).unwrap()),
-            )
-            .await
-            .unwrap();
-            let mut unknown = 0;
-            for (c, undamaged) in fx.configs.iter().zip(&fx.values) {
-                match read(&saver, c).await {
-                    Ok(v) => assert_eq!(&v, undamaged, "{table}.{col}: {c:?}"),
-                    Err(e) => {
-                        let text = e.to_string();
-                        assert_eq!(e.kind(), ErrorKind::Corrupt, "{table}.{col}: {text}");
-                        assert!(text.contains("t-corrupt"), "{table}.{col}: {text}");
-                        assert!(
-                            fx.configs
-                                .iter()
-                                .filter_map(|c| c.checkpoint_id)
-                                .any(|id| text.contains(&id.to_string())),
-                            "{table}.{col}: no checkpoint of the thread: {text}"
-                        );
-                        if text.contains("unknown format version 127") {
-                            unknown += 1;
-                        }
-                    }
-                }
+            let errors = damaged_reads(|c| {
+                edit_blob_column(c, table, col, &|b: &mut Vec<u8>| b[0] = 0x7f);
+            })
+            .await;
+            for e in &errors {
+                assert_eq!(e.kind(), ErrorKind::Corrupt, "{table}.{col}: {e}");
             }
             assert!(
-                unknown > 0,
+                errors
+                    .iter()
+                    .any(|e| e.to_string().contains("unknown format version 127")),
                 "{table}.{col}: no read reported the unknown format version"
             );
         }

@@ -178,6 +178,21 @@ fn r34_delta_mode_reads_a_legacy_full_thread_with_the_plain_value_as_seed() {
     });
 }
 
+/// Puts an empty checkpoint with default (full) metadata on `at`.
+async fn put_plain(
+    saver: &dyn Saver,
+    at: &CheckpointConfig,
+) -> antler_checkpoint::Result<CheckpointConfig> {
+    saver
+        .put(
+            at,
+            Checkpoint::empty(),
+            CheckpointMetadata::default(),
+            &ChannelVersions::new(),
+        )
+        .await
+}
+
 /// Rewrites the SQLite store's record to full mode (as a buggy tool might, or a store that
 /// does not record its mode would let one open) and opens it in full mode.
 async fn reopen_recorded_full(path: &std::path::Path) -> SqliteSaver {
@@ -328,13 +343,7 @@ fn r35_a_full_mode_put_on_an_old_checkpoint_checks_the_delta_head() {
             let saver = SqliteSaver::open(&path, StoreConfig::delta(f(10)))
                 .await
                 .unwrap();
-            let root = saver
-                .put(
-                    &CheckpointConfig::latest("v"),
-                    Checkpoint::empty(),
-                    CheckpointMetadata::default(),
-                    &ChannelVersions::new(),
-                )
+            let root = put_plain(&saver, &CheckpointConfig::latest("v"))
                 .await
                 .unwrap();
             let mut cp = Checkpoint::empty();
@@ -346,15 +355,7 @@ fn r35_a_full_mode_put_on_an_old_checkpoint_checks_the_delta_head() {
             (root, head)
         };
         let full = reopen_recorded_full(&path).await;
-        let err = full
-            .put(
-                &root,
-                Checkpoint::empty(),
-                CheckpointMetadata::default(),
-                &ChannelVersions::new(),
-            )
-            .await
-            .unwrap_err();
+        let err = put_plain(&full, &root).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ModeMismatch, "{err}");
         assert!(err.to_string().contains("requires delta mode"), "{err}");
         let mut again = Checkpoint::empty();
@@ -375,23 +376,10 @@ fn r35_a_full_mode_put_on_an_old_checkpoint_checks_the_delta_head() {
             .unwrap();
         assert_eq!(rows, 2, "a refused put left no trace");
         // A full thread beside it is not affected.
-        let w = full
-            .put(
-                &CheckpointConfig::latest("w"),
-                Checkpoint::empty(),
-                CheckpointMetadata::default(),
-                &ChannelVersions::new(),
-            )
+        let w = put_plain(&full, &CheckpointConfig::latest("w"))
             .await
             .unwrap();
-        full.put(
-            &w,
-            Checkpoint::empty(),
-            CheckpointMetadata::default(),
-            &ChannelVersions::new(),
-        )
-        .await
-        .unwrap();
+        put_plain(&full, &w).await.unwrap();
     });
 }
 

@@ -21,6 +21,14 @@ fn add(
     move |_s, _c| std::future::ready(Ok(Update::new().set(&LOG, log(&[name]))))
 }
 
+/// START → `a` (which logs "a") → END.
+fn start_a_end() -> antler_graph::StateGraph {
+    let mut g = graph();
+    g.add_node("a", add("a"));
+    g.add_edge("__start__", "a").add_edge("a", "__end__");
+    g
+}
+
 /// Rule 1: writes of step N are stored against the checkpoint step N started from.
 #[tokio::test]
 async fn rule_01_writes_of_a_step_go_to_the_checkpoint_it_started_from() {
@@ -793,10 +801,7 @@ async fn recursion_limit_error_after_limit_steps() {
 /// run failed with `RecursionLimit`).
 #[tokio::test]
 async fn a_zero_recursion_limit_is_refused_before_anything_is_stored() {
-    let mut g = graph();
-    g.add_node("a", add("a"));
-    g.add_edge("__start__", "a").add_edge("a", "__end__");
-    let graph = memory(g);
+    let graph = memory(start_a_end());
     let cfg = RunConfig::new("t").with_recursion_limit(0);
     let err = graph.invoke(Update::new(), &cfg).await.unwrap_err();
     assert!(matches!(err, Error::InvalidRecursionLimit), "{err}");
@@ -857,10 +862,7 @@ async fn a_resume_value_does_not_answer_a_later_steps_interrupt() {
 /// refused, by every later read and run of the head).
 #[tokio::test]
 async fn a_refused_command_update_is_not_stored() {
-    let mut g = graph();
-    g.add_node("a", add("a"));
-    g.add_edge("__start__", "a").add_edge("a", "__end__");
-    let graph = memory(g);
+    let graph = memory(start_a_end());
     let cfg = RunConfig::new("t");
     graph
         .invoke(Update::new().set(&LOG, log(&["in"])), &cfg)
@@ -1750,10 +1752,7 @@ async fn owned_reducer_updates_in_place_without_cloning_the_value() {
 /// deliberate difference (docs/super-step.md).
 #[tokio::test]
 async fn a_command_on_a_fresh_thread_is_empty_input_and_stores_nothing() {
-    let mut g = graph();
-    g.add_node("a", add("a"));
-    g.add_edge("__start__", "a").add_edge("a", "__end__");
-    let graph = memory(g);
+    let graph = memory(start_a_end());
     let cfg = RunConfig::new("t");
     for cmd in [
         antler_graph::Command::new().update(Update::new().set(&LOG, vec!["x".to_owned()])),
@@ -1772,10 +1771,7 @@ async fn a_command_on_a_fresh_thread_is_empty_input_and_stores_nothing() {
 /// refused attempt (the reference also stores a command's writes before it raises).
 #[tokio::test]
 async fn a_refused_command_stores_nothing_on_a_checkpoint_without_versions() {
-    let mut g = graph();
-    g.add_node("a", add("a"));
-    g.add_edge("__start__", "a").add_edge("a", "__end__");
-    let graph = memory(g);
+    let graph = memory(start_a_end());
     let cfg = RunConfig::new("t");
     graph
         .update_state(&cfg, Update::new(), Some("a".into()))
@@ -1804,10 +1800,7 @@ async fn a_refused_command_stores_nothing_on_a_checkpoint_without_versions() {
 /// (`Input::Continue`) on a thread with nothing to resume is `EmptyInput`.
 #[tokio::test]
 async fn empty_value_input_runs_the_graph_and_no_input_is_an_error() {
-    let mut g = graph();
-    g.add_node("a", add("a"));
-    g.add_edge("__start__", "a").add_edge("a", "__end__");
-    let graph = memory(g);
+    let graph = memory(start_a_end());
     let cfg = RunConfig::new("t");
     assert!(matches!(
         graph.invoke(Input::Continue, &cfg).await,
@@ -1905,10 +1898,7 @@ async fn a_replay_of_the_newest_fork_drops_its_stale_resume_value() {
 /// `__start__` are next, and a run continues from there.
 #[tokio::test]
 async fn update_state_as_start_seeds_a_thread() {
-    let mut g = graph();
-    g.add_node("a", add("a"));
-    g.add_edge("__start__", "a").add_edge("a", "__end__");
-    let graph = memory(g);
+    let graph = memory(start_a_end());
     let cfg = RunConfig::new("t");
     graph
         .update_state(
